@@ -1,0 +1,5 @@
+"""``python -m beam_probe`` runs the command line."""
+
+from .cli import run
+
+run()

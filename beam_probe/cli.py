@@ -1,0 +1,190 @@
+"""The beam-probe command line: parse, call one probe, render. Nothing more.
+
+Imports are kept to what every command needs (click, errors, target); the
+hidden node, the probes and the renderers are imported inside the commands
+that use them, because start-up is most of a one-query run's time.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+import click
+
+from . import __version__
+from .errors import ProbeError, UsageError
+
+DEFAULT_TIMEOUT = 15.0
+
+EPILOG_NODE = """\b
+Node: NODE (name@host) if given, else --node, BEAM_PROBE_NODE, RELEASE_NODE.
+Cookie: --cookie-file, --cookie, BEAM_PROBE_COOKIE, RELEASE_COOKIE,
+~/.erlang.cookie (must be readable by its owner only)."""
+
+
+class _Main(click.Group):
+    """Turn every ProbeError into one line on stderr and its exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ProbeError as exc:
+            click.echo(f"beam-probe: {exc.label}: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("beam-probe: interrupted", err=True)
+            ctx.exit(130)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:  # a bug of ours: still one line
+            if os.environ.get("BEAM_PROBE_DEBUG"):
+                raise
+            click.echo(f"beam-probe: internal error: {type(exc).__name__}: "
+                       f"{exc} (set BEAM_PROBE_DEBUG=1 for a traceback)",
+                       err=True)
+            ctx.exit(1)
+
+
+def node_options(default_timeout: float = DEFAULT_TIMEOUT) -> Callable:
+    """The options every command that attaches to a node shares."""
+    def decorate(f: Callable) -> Callable:
+        options = [
+            click.option("--node", "-n", metavar="NODE",
+                         help="Target node, name@host (or a bare name for "
+                              "this host)."),
+            click.option("--cookie-file", metavar="FILE",
+                         type=click.Path(dir_okay=False),
+                         help="Read the cookie from FILE (mode 400)."),
+            click.option("--cookie", metavar="VALUE",
+                         help="The cookie itself. Visible to other users in "
+                              "ps: prefer --cookie-file or the environment."),
+            click.option("--dist-port", type=click.IntRange(1, 65535),
+                         metavar="PORT",
+                         help="Connect straight to this distribution port "
+                              "(nodes without EPMD)."),
+            click.option("--timeout", type=click.FloatRange(min=0.1),
+                         default=default_timeout, show_default=True,
+                         metavar="SECONDS",
+                         help="Limit for connecting and for each call."),
+            click.option("--format", "fmt", type=click.Choice(["table",
+                                                               "json"]),
+                         default="table", show_default=True,
+                         help="Output format."),
+        ]
+        for option in reversed(options):
+            f = option(f)
+        return f
+    return decorate
+
+
+def split_node(args: tuple[str, ...]) -> tuple[str | None, list[str]]:
+    """The first positional argument is the node when it contains '@'."""
+    if args and "@" in args[0]:
+        return args[0], list(args[1:])
+    return None, list(args)
+
+
+def _attach(node_arg: str | None, opts: dict[str, Any]):
+    from .remote import attach
+    from .target import full_node_name, resolve_cookie, resolve_node
+
+    node = full_node_name(node_arg) if node_arg else resolve_node(
+        opts["node"])
+    cookie = resolve_cookie(opts["cookie_file"], opts["cookie"])
+    return attach(node, cookie, timeout=opts["timeout"],
+                  dist_port=opts["dist_port"])
+
+
+def _emit(opts: dict[str, Any], data: Any, text: Callable[[], str]) -> None:
+    from . import render
+
+    click.echo(render.to_json(data) if opts["fmt"] == "json" else text())
+
+
+def _only_node(args: tuple[str, ...]) -> str | None:
+    node, rest = split_node(args)
+    if rest:
+        raise UsageError(f"unexpected argument {rest[0]!r}: NODE is "
+                         "name@host (a bare name goes in --node)")
+    return node
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h",
+                                                                 "--help"]})
+@click.version_option(__version__, prog_name="beam-probe")
+def main() -> None:
+    """Find memory leaks in a running Erlang or Elixir node, from outside.
+
+    beam-probe attaches as a hidden distribution node, runs only stock OTP
+    code on the target (nothing is loaded there), and reports.
+
+    \b
+    Examples:
+      beam-probe ping app@db1
+      beam-probe memory app@db1 --cookie-file ~/.erlang.cookie
+      RELEASE_NODE=app@db1 RELEASE_COOKIE=... beam-probe memory --format json
+    """
+
+
+@main.command(epilog=EPILOG_NODE)
+@click.argument("args", nargs=-1, metavar="[NODE]")
+@node_options()
+def ping(args: tuple[str, ...], **opts: Any) -> None:
+    """Check that NODE answers: its OTP release, ERTS version, round trip.
+
+    \b
+    Examples:
+      beam-probe ping app@db1
+      beam-probe ping --node app --format json
+    """
+    from . import render
+    from .probes import basic
+
+    with _attach(_only_node(args), opts) as remote:
+        result = basic.ping(remote)
+    _emit(opts, result, lambda: render.ping_text(result))
+
+
+@main.command(epilog=EPILOG_NODE)
+@click.argument("args", nargs=-1, metavar="[NODE]")
+@node_options()
+def memory(args: tuple[str, ...], **opts: Any) -> None:
+    """Show erlang:memory() of NODE: bytes per kind, with human units.
+
+    \b
+    Examples:
+      beam-probe memory app@db1
+      beam-probe memory app@db1 --format json
+    """
+    from . import render
+    from .probes import basic
+
+    with _attach(_only_node(args), opts) as remote:
+        result = basic.memory(remote)
+    _emit(opts, {"node": remote.node, "memory": result},
+          lambda: render.memory_text(remote.node, result))
+
+
+def run() -> None:
+    """Entry point of the ``beam-probe`` script."""
+    try:
+        main(prog_name="beam-probe")
+        code = 0
+    except SystemExit as exc:  # click ends every run this way
+        code = exc.code if isinstance(exc.code, int) else (
+            0 if exc.code is None else 1)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:  # `beam-probe ... | head` closed the pipe early
+        code = code or 1
+    # Skip interpreter finalization: by now every connection is closed and
+    # every file written and closed. Tearing down modules and threads costs
+    # ~5 ms, an eighth of a one-query run (measured; see tests/bench_startup).
+    os._exit(code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    run()

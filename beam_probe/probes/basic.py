@@ -1,0 +1,34 @@
+"""ping and memory: the cheapest questions, one or two round trips."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..dist.terms import Atom
+from ..remote import Remote
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else bytes(value).decode()
+
+
+def ping(remote: Remote) -> dict[str, Any]:
+    """The node's name, OTP release, ERTS version, and one round-trip time.
+
+    Cost to the node: three trivial calls.
+    """
+    started = time.perf_counter()
+    remote.call("erlang", "node")
+    rtt = time.perf_counter() - started
+    release, version = remote.calls([
+        ("erlang", "system_info", [Atom("otp_release")]),
+        ("erlang", "system_info", [Atom("version")]),
+    ])
+    return {"node": remote.node, "otp_release": _text(release),
+            "erts_version": _text(version), "rtt_ms": round(rtt * 1000, 3)}
+
+
+def memory(remote: Remote) -> dict[str, int]:
+    """erlang:memory(), in the node's own order. Cost: one cheap call."""
+    return {str(key): value for key, value in remote.call("erlang", "memory")}

@@ -1,0 +1,144 @@
+"""Calling the target: plain rpc, and helper functions from erl_helpers/.
+
+Nothing is ever loaded into the target. A helper is a function written in a
+real ``.erl`` file under erl_helpers/ that calls only stock OTP modules; it is
+sent as source text, parsed by the target's own erl_scan and erl_parse, and
+run by erl_eval as a fun. Its heavy work is done by stock compiled functions
+taking external funs (``lists:zipwith(fun erlang:process_info/2, ...)``), so
+it runs at compiled speed; erl_eval only walks its few top-level calls.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from .dist.connection import Connection, connect
+from .dist.terms import Atom, ExportFun
+from .errors import ProbeError, RemoteError
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# Installed, the .erl files sit inside the package (pyproject maps them to
+# beam_probe/erl); in a source checkout they are in erl_helpers/ beside it.
+HELPER_DIRS = (os.path.join(_HERE, "erl"),
+               os.path.join(os.path.dirname(_HERE), "erl_helpers"))
+
+A_ERL_SCAN = Atom("erl_scan")
+A_ERL_PARSE = Atom("erl_parse")
+A_ERL_EVAL = Atom("erl_eval")
+A_DOT = Atom("dot")
+A_OK = Atom("ok")
+
+
+def helper_path(module: str) -> str:
+    for folder in HELPER_DIRS:
+        path = os.path.join(folder, module + ".erl")
+        if os.path.exists(path):
+            return path
+    raise FileNotFoundError(f"helper source {module}.erl not found in "
+                            f"{' or '.join(HELPER_DIRS)}")
+
+
+class Remote:
+    """One attached node: a connection plus the default per-call timeout."""
+
+    def __init__(self, conn: Connection, timeout: float) -> None:
+        self.conn = conn
+        self.timeout = timeout
+        self.node = conn.peer_node
+        self._functions: dict[tuple[str, str], Any] = {}
+
+    def call(self, module: str, function: str, args: list | tuple = (),
+             timeout: float | None = None) -> Any:
+        return self.conn.call(module, function, list(args),
+                              self.timeout if timeout is None else timeout)
+
+    def calls(self, requests: list[tuple[str, str, list]],
+              timeout: float | None = None) -> list[Any]:
+        """Several calls in flight at once; results in request order."""
+        refs = [self.conn.call_async(m, f, list(a)) for m, f, a in requests]
+        deadline = time.monotonic() + (self.timeout if timeout is None
+                                       else timeout)
+        return [self.conn.wait(ref, max(0.0, deadline - time.monotonic()),
+                               f"{m}:{f}/{len(a)}")
+                for ref, (m, f, a) in zip(refs, requests)]
+
+    def run(self, module: str, function: str, *args: Any,
+            timeout: float | None = None) -> Any:
+        """Run ``function`` from erl_helpers/``module``.erl on the target."""
+        clauses = self._clauses(module, function)
+        names = [Atom(f"BeamProbeArg{i}") for i in range(len(args))]
+        line = 1
+        # The abstract form of Fun(Arg0, Arg1, ...) with Fun the helper's
+        # clauses as a fun; the values travel as erl_eval bindings.
+        call = (Atom("call"), line, (Atom("fun"), line,
+                                     (Atom("clauses"), clauses)),
+                [(Atom("var"), line, n) for n in names])
+        bindings = [(n, a) for n, a in zip(names, args)]
+        # erl_eval:expr/5 with return format 'value' sends back the value
+        # alone, not the bindings (which would echo every argument back).
+        return self.call("erl_eval", "expr",
+                         [call, bindings, Atom("none"), Atom("none"),
+                          Atom("value")], timeout)
+
+    def _clauses(self, module: str, function: str) -> Any:
+        key = (module, function)
+        if key not in self._functions:
+            for name, clauses in self._parse_helper(module).items():
+                self._functions[(module, name)] = clauses
+        if key not in self._functions:
+            raise RemoteError(f"no function {function} in helper {module}.erl")
+        return self._functions[key]
+
+    def _parse_helper(self, module: str) -> dict[str, Any]:
+        """Scan and parse a helper file with the target's own parser.
+
+        Two round trips per helper file and connection: one erl_scan of the
+        whole file, one lists:map of erl_parse:parse_form over its forms.
+        """
+        with open(helper_path(module), encoding="utf-8") as f:
+            source = f.read()
+        scanned = self.call("erl_scan", "string", [source])
+        if not (isinstance(scanned, tuple) and scanned[0] == A_OK):
+            raise RemoteError(f"the node could not scan {module}.erl: "
+                              f"{scanned!r}"[:300])
+        forms, current = [], []
+        for token in scanned[1]:
+            current.append(token)
+            if token[0] == A_DOT:
+                forms.append(current)
+                current = []
+        functions = [form for form in forms
+                     if form[0][0] == Atom("atom")]
+        parsed = self.call("lists", "map",
+                           [ExportFun(A_ERL_PARSE, Atom("parse_form"), 1),
+                            functions])
+        result = {}
+        for item in parsed:
+            if not (isinstance(item, tuple) and item[0] == A_OK):
+                raise RemoteError(f"the node could not parse {module}.erl: "
+                                  f"{item!r}"[:300])
+            form = item[1]
+            # {function, Anno, Name, Arity, Clauses}
+            result[str(form[2])] = form[4]
+        return result
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "Remote":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def attach(node: str, cookie: bytes, *, timeout: float = 15.0,
+           dist_port: int | None = None) -> Remote:
+    """Connect to ``node`` as a hidden node; the caller closes the Remote."""
+    return Remote(connect(node, cookie, timeout=timeout, dist_port=dist_port),
+                  timeout)
+
+
+__all__ = ["Remote", "attach", "ProbeError"]

@@ -1,0 +1,72 @@
+"""Turning probe results into text: tables, JSON, human units.
+
+Tables are drawn here rather than with tabulate: tabulate 0.10 costs ~39 ms
+to import on our machines (30 ms of it importlib.metadata), which alone would
+break the start-up budget of a one-query run (see README, "Why no
+tabulate"). Our tables are plain aligned columns, which this does in a few
+lines.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def human_bytes(n: int | float) -> str:
+    """1536 -> '1.5 KiB'; binary units, as erlang:memory() counts bytes."""
+    value = float(n)
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    for unit in _UNITS:
+        if value < 1024 or unit == _UNITS[-1]:
+            if unit == "B":
+                return f"{sign}{int(value)} B"
+            return f"{sign}{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
+          align: str = "") -> str:
+    """Columns separated by two spaces under a dashed rule.
+
+    ``align`` holds one letter per column, ``l`` or ``r``; numbers default to
+    right-aligned, everything else to left.
+    """
+    rows = [["" if cell is None else cell for cell in row] for row in rows]
+    ncols = len(headers)
+    if not align:
+        align = "".join(
+            "r" if rows and all(isinstance(r[i], (int, float)) for r in rows)
+            else "l" for i in range(ncols))
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(ncols)]
+
+    def line(row: Sequence[str]) -> str:
+        parts = [cell.rjust(w) if a == "r" else cell.ljust(w)
+                 for cell, w, a in zip(row, widths, align)]
+        return "  ".join(parts).rstrip()
+
+    out = [line(cells[0]), "  ".join("-" * w for w in widths)]
+    out.extend(line(r) for r in cells[1:])
+    return "\n".join(out)
+
+
+def to_json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, indent=2, default=str)
+
+
+def ping_text(result: dict[str, Any]) -> str:
+    return (f"{result['node']} is up: OTP {result['otp_release']}, "
+            f"ERTS {result['erts_version']}, round trip "
+            f"{result['rtt_ms']:.3f} ms")
+
+
+def memory_text(node: str, memory: dict[str, int]) -> str:
+    rows = [(key, value, human_bytes(value)) for key, value in memory.items()]
+    return f"{node}: erlang:memory()\n" + table(("type", "bytes", "size"),
+                                                rows, "lrr")
