@@ -167,6 +167,18 @@ def memory(args: tuple[str, ...], **opts: Any) -> None:
           lambda: render.memory_text(remote.node, result))
 
 
+@main.command()
+def demo() -> None:
+    """Start a local demo node that leaks binaries, probe it, stop it.
+
+    Needs only Erlang (erl, erlc) on this machine. The node gets a unique
+    name and a private cookie, and is stopped by its pid at the end.
+    """
+    from .demo import run_demo
+
+    run_demo(click.echo)
+
+
 def run() -> None:
     """Entry point of the ``beam-probe`` script."""
     try:

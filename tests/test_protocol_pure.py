@@ -1,0 +1,162 @@
+"""The handshake, framing and EPMD parsing, driven with byte strings only."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from beam_probe.dist import epmd, frames
+from beam_probe.dist.handshake import (OUR_FLAGS, REQUIRED_PEER_FLAGS,
+                                       ClientHandshake, CookieRejected,
+                                       HandshakeError, NameInUse, NotAllowed,
+                                       State, digest, frame16)
+from beam_probe.dist.terms import Atom, Pid
+from beam_probe.errors import ProtocolError
+
+COOKIE = b"secret"
+PEER_FLAGS = OUR_FLAGS | 0x1
+
+
+def challenge_msg(challenge=4242, name=b"app@host", flags=PEER_FLAGS):
+    return frame16(b"N" + struct.pack(">QIIH", flags, challenge, 77,
+                                      len(name)) + name)
+
+
+def started(our_challenge=99):
+    hs = ClientHandshake("beam_probe_1@me", COOKIE, creation=5,
+                         challenge=our_challenge)
+    first = hs.start()
+    return hs, first
+
+
+def test_send_name_is_version_6_form():
+    _hs, first = started()
+    (length,) = struct.unpack(">H", first[:2])
+    assert length == len(first) - 2
+    assert first[2:3] == b"N"
+    flags, creation, nlen = struct.unpack(">QIH", first[3:17])
+    assert flags == OUR_FLAGS and creation == 5
+    assert first[17:] == b"beam_probe_1@me" and nlen == 15
+    assert not flags & 0x1, "PUBLISHED must be off to stay hidden"
+    for required in (0x4, 0x10, 0x100, 0x80, 0x200, 0x400, 0x800, 0x10000,
+                     0x20000, 0x40000, 0x1000000, 0x2000000, 1 << 34):
+        assert flags & required
+
+
+def test_full_handshake_one_byte_at_a_time():
+    hs, _ = started(our_challenge=99)
+    stream = frame16(b"sok") + challenge_msg(4242) + frame16(
+        b"a" + digest(99, COOKIE)) + b"\x00\x00\x00\x00"
+    replies = b"".join(hs.receive(stream[i:i + 1])
+                       for i in range(len(stream) - 4))
+    assert replies == frame16(b"r" + struct.pack(">I", 99)
+                              + digest(4242, COOKIE))
+    assert hs.state == State.CONNECTED
+    assert hs.peer_name == "app@host" and hs.peer_creation == 77
+    assert hs.peer_flags == PEER_FLAGS
+
+
+def test_trailing_bytes_after_ack_are_kept():
+    hs, _ = started(1)
+    hs.receive(frame16(b"sok") + challenge_msg())
+    hs.receive(frame16(b"a" + digest(1, COOKIE)) + b"\x00\x00\x00\x00xyz")
+    assert hs.trailing == b"\x00\x00\x00\x00xyz"
+
+
+def test_digest_is_md5_of_cookie_and_decimal_challenge():
+    import hashlib
+    assert digest(4294967295, b"c") == hashlib.md5(b"c4294967295").digest()
+
+
+def test_wrong_ack_digest_means_cookie_mismatch():
+    hs, _ = started(1)
+    hs.receive(frame16(b"sok") + challenge_msg())
+    with pytest.raises(CookieRejected):
+        hs.receive(frame16(b"a" + digest(2, COOKIE)))
+    assert hs.state == State.FAILED
+
+
+def test_close_after_our_reply_means_cookie_rejected():
+    hs, _ = started()
+    hs.receive(frame16(b"sok") + challenge_msg())
+    assert isinstance(hs.connection_closed(), CookieRejected)
+
+
+def test_close_before_status_is_not_blamed_on_the_cookie():
+    hs, _ = started()
+    err = hs.connection_closed()
+    assert not isinstance(err, CookieRejected)
+    assert "status" in str(err)
+
+
+@pytest.mark.parametrize("status,error", [
+    (b"alive", NameInUse), (b"not_allowed", NotAllowed), (b"nok", NotAllowed),
+    (b"weird", HandshakeError)])
+def test_statuses(status, error):
+    hs, _ = started()
+    with pytest.raises(error):
+        hs.receive(frame16(b"s" + status))
+
+
+def test_old_version_5_challenge_refused():
+    hs, _ = started()
+    with pytest.raises(HandshakeError, match="OTP 23"):
+        hs.receive(frame16(b"sok") + frame16(b"n" + b"\x00" * 12))
+
+
+def test_peer_without_required_flags_refused():
+    hs, _ = started()
+    with pytest.raises(HandshakeError, match="capabilities"):
+        hs.receive(frame16(b"sok") + challenge_msg(
+            flags=PEER_FLAGS & ~REQUIRED_PEER_FLAGS))
+
+
+@pytest.mark.parametrize("junk", [b"HTTP/1.1 400 Bad Request\r\n",
+                                  b"\x00\x00", b"\xff\xff" + b"x" * 10])
+def test_garbage_instead_of_a_handshake(junk):
+    hs, _ = started()
+    with pytest.raises(HandshakeError):
+        hs.receive(junk)
+
+
+def test_frame_reader_splits_ticks_and_frames():
+    reader = frames.FrameReader()
+    msg = frames.build((frames.SEND, Atom(""), Pid(Atom("a@b"), 1, 0, 1)),
+                       (1, 2))
+    stream = frames.TICK + msg + frames.TICK
+    out = []
+    for i in range(len(stream)):
+        out += reader.feed(stream[i:i + 1])
+    assert out[0] == b"" and out[2] == b""
+    control, message = frames.parse(out[1])
+    assert control[0] == frames.SEND and message == (1, 2)
+
+
+def test_frame_reader_refuses_a_4_gib_frame_at_once():
+    reader = frames.FrameReader()
+    with pytest.raises(frames.FrameError, match="limit"):
+        reader.feed(b"\xff\xff\xff\xff")
+
+
+def test_frame_with_atom_cache_header_refused():
+    with pytest.raises(frames.FrameError, match="atom cache"):
+        frames.parse(b"\x44\x00")
+
+
+def test_epmd_port_reply():
+    reply = bytes([119, 0]) + struct.pack(">HBBHHH", 40000, 77, 0, 6, 6, 3) \
+        + b"app" + b"\x00\x00"
+    assert epmd.parse_port_reply(reply) == 40000
+    assert epmd.parse_port_reply(bytes([119, 1])) is None
+    with pytest.raises(ProtocolError):
+        epmd.parse_port_reply(b"garbage")
+    with pytest.raises(ProtocolError, match="versions"):
+        epmd.parse_port_reply(bytes([119, 0]) + struct.pack(
+            ">HBBHHH", 1, 77, 0, 5, 5, 0))
+
+
+def test_epmd_request_and_names():
+    assert epmd.port_please_request("app") == b"\x00\x04zapp"
+    names = struct.pack(">I", 4369) + b"name a at port 1\nname b at port 2\n"
+    assert epmd.parse_names_reply(names) == ["a", "b"]
