@@ -3,7 +3,7 @@
 %% external term format a modern node sends.
 -module(beam_probe_test_terms).
 
--export([corpus/0, same/2]).
+-export([corpus/0, same/2, mixed/1]).
 
 %% [{Name, Binary}]: each term under several encodings (the default, the old
 %% minor version 0 with FLOAT_EXT and latin-1 atoms, and compressed).
@@ -17,6 +17,20 @@ corpus() ->
 %% Whether two encodings decode to the same term.
 same(Bin1, Bin2) ->
     binary_to_term(Bin1) =:= binary_to_term(Bin2).
+
+%% About Bytes of term_to_binary output shaped like the replies beam-probe
+%% gets: process rows of pids, integers, atoms, MFA tuples, strings, floats
+%% and small binaries. For the decode benchmark.
+mixed(Bytes) ->
+    Row = fun(N) ->
+                  {self(), N, N * 1000003, -N, float(N) / 7,
+                   [{current_function, {gen_server, loop, 7}},
+                    {initial_call, {proc_lib, init_p, 5}},
+                    {registered_name, list_to_atom("proc_" ++ integer_to_list(N rem 100))}],
+                   "label", <<N:32, "payload">>, make_ref(), #{n => N}}
+          end,
+    One = byte_size(term_to_binary(Row(1))),
+    term_to_binary([Row(N) || N <- lists:seq(1, Bytes div One)]).
 
 terms() ->
     [{small_int, 42},

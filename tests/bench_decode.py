@@ -1,0 +1,32 @@
+"""Decoding a 20 MB reply of mixed terms: our codec against erlang-py.
+
+Target (issue 2): at most 0.5x erlang-py's time on the same bytes.
+Run: python tests/bench_decode.py [RUNS]
+"""
+
+from __future__ import annotations
+
+import sys
+
+import erlang as erlang_py
+from benchlib import median_seconds, report, start_node
+
+from beam_probe.dist import etf
+from beam_probe.remote import attach
+
+SIZE = 20 * 1024 * 1024
+
+
+def main(runs: int = 5) -> int:
+    with start_node() as node:
+        with attach(node.node, node.cookie.encode(), timeout=120) as remote:
+            data = remote.call("beam_probe_test_terms", "mixed", [SIZE])
+    print(f"reply: {len(data) / 1e6:.1f} MB of mixed terms")
+    ours = median_seconds(lambda: etf.decode(data), runs)
+    base = median_seconds(lambda: erlang_py.binary_to_term(data), runs)
+    ok = report(f"decode (median of {runs})", ours, base, 0.5)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(*(int(a) for a in sys.argv[1:])))

@@ -1,0 +1,33 @@
+"""One query, whole process: `beam-probe memory NODE` against `erl -hidden`.
+
+Target (issue 2): median wall time at most 0.35x that of the erl one-liner
+cron jobs use today. Run: python tests/bench_startup.py [RUNS]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+from benchlib import report, start_node, time_command
+
+
+def main(runs: int = 21) -> int:
+    script = os.path.join(os.path.dirname(sys.executable), "beam-probe")
+    if not os.path.exists(script):
+        script = shutil.which("beam-probe")
+    with start_node() as node:
+        env = dict(os.environ, HOME=node.home)
+        ours = time_command([script, "memory", node.node], env, runs)
+        expr = (f"io:format(\"~p~n\", [rpc:call('{node.node}', erlang, "
+                "memory, [])]), halt().")
+        base = time_command(["erl", "-sname", f"bpb{os.getpid()}", "-hidden",
+                             "-noshell", "-eval", expr], env, runs)
+    ok = report("memory, whole process (median of %d)" % runs, ours, base,
+                0.35)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(*(int(a) for a in sys.argv[1:])))

@@ -1,0 +1,59 @@
+"""Shared by the benchmarks: medians, ratios, and a scratch node.
+
+Benchmarks are scripts, not tests: they print figures measured side by side
+in one run, because the machine is shared and noisy and only ratios (and
+medians) carry from one run to the next.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from conftest import HELPERS, unique_name  # noqa: E402
+
+from beam_probe.localnode import LocalNode, compile_erl  # noqa: E402
+
+
+def median_seconds(fn, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def time_command(cmd: list[str], env: dict, runs: int) -> float:
+    def once():
+        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True)
+    once()  # warm the page cache and EPMD
+    return median_seconds(once, runs)
+
+
+def helper_beams() -> str:
+    out = tempfile.mkdtemp(prefix="bp-bench-beams-")
+    compile_erl(sorted(glob.glob(os.path.join(HELPERS, "*.erl"))), out)
+    return out
+
+
+def start_node(erl: str = "erl", args: tuple = (), **kw) -> LocalNode:
+    return LocalNode(unique_name("bpbench"), erl=erl,
+                     code_paths=(helper_beams(),), args=args, **kw).start(120)
+
+
+def report(label: str, ours: float, base: float, target: float) -> bool:
+    ratio = ours / base
+    verdict = "ok" if ratio <= target else "OVER TARGET"
+    print(f"{label}: beam-probe {ours * 1000:.1f} ms, baseline "
+          f"{base * 1000:.1f} ms, ratio {ratio:.2f} (target <= {target}) "
+          f"{verdict}")
+    return ratio <= target
