@@ -1,0 +1,409 @@
+"""The transport: one TCP connection to a node, after EPMD and the handshake.
+
+A plain blocking socket with one reader thread, not asyncio: asyncio costs
+~33 ms to import, a quarter of the budget of a one-query run, and the work
+is a handful of request/reply exchanges. The reader thread matches replies
+to waiting calls (so several calls can be in flight), answers ticks, and
+answers io requests from code that prints on the node.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+from ..errors import (ConnectFailed, ConnectionLost, CookieError, ProbeError,
+                      ProtocolError, RemoteError, TimedOut)
+from . import epmd, etf, frames
+from .handshake import (ClientHandshake, CookieRejected, HandshakeError,
+                        NameInUse, NotAllowed, State, alive_reply)
+from .terms import Atom, Pid, Reference
+
+# Our own names. Each name becomes an atom on the target the first time it
+# connects, and atoms are never collected, so names come from this fixed pool
+# rather than being made per run: any number of runs adds at most this many
+# atoms, and this many probes can be attached at once.
+NAME_POOL = tuple(f"beam_probe_{i}" for i in range(1, 9))
+
+# The target drops a peer it has heard nothing from for net_ticktime
+# (60 s by default, checked in four ticks of 15 s). We echo every tick the
+# node sends, which tracks whatever net_ticktime it has, and also send one of
+# our own after this long without sending.
+TICK_INTERVAL = 15.0
+
+# Output printed by code we call is kept for debugging, up to this much.
+MAX_CAPTURED_OUTPUT = 64 * 1024
+
+_RECV_SIZE = 1 << 20
+
+A_REX = Atom("rex")
+A_EMPTY = Atom("")
+A_GEN_CALL = Atom("$gen_call")
+A_CALL = Atom("call")
+A_BADRPC = Atom("badrpc")
+A_IO_REQUEST = Atom("io_request")
+A_IO_REPLY = Atom("io_reply")
+A_OK = Atom("ok")
+
+
+class _Pending:
+    __slots__ = ("event", "value", "error")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.value: Any = None
+        self.error: ProbeError | None = None
+
+
+class NodeAddress:
+    """Where to find a node: its full name, host, and short name."""
+
+    def __init__(self, node: str) -> None:
+        alive, sep, host = node.partition("@")
+        if not sep or not alive or not host:
+            raise ValueError(f"not a node name: {node!r} (expected name@host)")
+        self.node = node
+        self.alive = alive
+        self.host = host
+
+    @property
+    def long_names(self) -> bool:
+        # A node started with -name has a dotted host (or an IP address);
+        # one started with -sname does not. Our name must take the same form.
+        return "." in self.host or ":" in self.host
+
+
+class Connection:
+    """A live, handshaken connection. Use :func:`connect` to make one."""
+
+    def __init__(self, sock: socket.socket, our_node: str, peer_node: str,
+                 creation: int, peer_flags: int, trailing: bytes = b"") -> None:
+        self.sock = sock
+        self.our_node = our_node
+        self.peer_node = peer_node
+        self.peer_flags = peer_flags
+        self.pid = Pid(Atom(our_node), 1, 0, creation)
+        self.output: list[str] = []
+        self._creation = creation
+        self._ref_counter = 0
+        self._pending: dict[Reference, _Pending] = {}
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._last_send = time.monotonic()
+        self._closed = False
+        self._failure: ProbeError | None = None
+        self._reader = frames.FrameReader()
+        self._captured = 0
+        self._backlog = self._reader.feed(trailing) if trailing else []
+        self._thread = threading.Thread(target=self._read_loop,
+                                        name="beam-probe-reader", daemon=True)
+        self._thread.start()
+
+    # -- calls ---------------------------------------------------------------
+
+    def call(self, module: str, function: str, args: list,
+             timeout: float) -> Any:
+        """rpc:call(Module, Function, Args) on the node, via its rex server.
+
+        Raises RemoteError for {badrpc, Reason}, TimedOut, ConnectionLost.
+        """
+        return self.wait(self.call_async(module, function, args), timeout,
+                         f"{module}:{function}/{len(args)}")
+
+    def call_async(self, module: str, function: str, args: list) -> Reference:
+        """Send a call and return its reference; collect it with wait()."""
+        ref = self._new_ref()
+        pending = _Pending()
+        with self._lock:
+            if self._failure is not None:
+                raise self._failure
+            self._pending[ref] = pending
+        # gen_server's call protocol, spoken to rex by hand: {'$gen_call',
+        # {From, Tag}, Request}; rex answers From with {Tag, Result}. Our pid
+        # is the group leader, so anything the call prints comes to us as
+        # io requests (answered in _on_message).
+        request = (A_GEN_CALL, (self.pid, ref),
+                   (A_CALL, Atom(module), Atom(function), list(args),
+                    self.pid))
+        self._send(frames.build((frames.REG_SEND, self.pid, A_EMPTY, A_REX),
+                                request))
+        return ref
+
+    def wait(self, ref: Reference, timeout: float, what: str = "call") -> Any:
+        with self._lock:
+            pending = self._pending.get(ref)
+        if pending is None:
+            raise KeyError(ref)
+        if not pending.event.wait(timeout):
+            with self._lock:
+                self._pending.pop(ref, None)
+            raise TimedOut(f"{self.peer_node} did not answer {what} within "
+                           f"{timeout:g} s")
+        with self._lock:
+            self._pending.pop(ref, None)
+        if pending.error is not None:
+            raise pending.error
+        value = pending.value
+        if isinstance(value, tuple) and len(value) == 2 and \
+                value[0] == A_BADRPC:
+            raise RemoteError(f"{what} failed on {self.peer_node}: "
+                              f"{_describe_badrpc(value[1])}")
+        return value
+
+    def send(self, to: Pid, message: Any) -> None:
+        self._send(frames.build((frames.SEND, A_EMPTY, to), message,
+                                with_message=True))
+
+    def close(self) -> None:
+        """Close the socket; the node sees a clean disconnect."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self._fail_all(ConnectionLost("the connection was closed"))
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals -------------------------------------------------------------
+
+    def _new_ref(self) -> Reference:
+        with self._lock:
+            self._ref_counter += 1
+            n = self._ref_counter
+        return Reference(Atom(self.our_node), self._creation,
+                         (n & 0x3FFFF, n >> 18 & 0xFFFFFFFF, 0))
+
+    def _send(self, data: bytes) -> None:
+        with self._send_lock:
+            if self._failure is not None:
+                raise self._failure
+            try:
+                self.sock.sendall(data)
+            except OSError as exc:
+                err = ConnectionLost(f"connection to {self.peer_node} lost "
+                                     f"while sending: {exc}")
+                self._fail_all(err)
+                raise err from None
+            self._last_send = time.monotonic()
+
+    def _fail_all(self, error: ProbeError) -> None:
+        with self._lock:
+            if self._failure is None:
+                self._failure = error
+            waiting = list(self._pending.values())
+        for pending in waiting:
+            if not pending.event.is_set():
+                pending.error = error
+                pending.event.set()
+
+    def _read_loop(self) -> None:
+        try:
+            for frame in self._backlog:
+                self._on_frame(frame)
+            self._backlog = []
+            self.sock.settimeout(TICK_INTERVAL / 3)
+            while not self._closed:
+                try:
+                    data = self.sock.recv(_RECV_SIZE)
+                except socket.timeout:
+                    if time.monotonic() - self._last_send >= TICK_INTERVAL:
+                        self._send(frames.TICK)
+                    continue
+                if not data:
+                    raise ConnectionLost(
+                        f"{self.peer_node} closed the connection"
+                        + (" in the middle of a call" if self._pending
+                           else ""))
+                for frame in self._reader.feed(data):
+                    self._on_frame(frame)
+                if time.monotonic() - self._last_send >= TICK_INTERVAL:
+                    self._send(frames.TICK)
+        except ProbeError as exc:
+            self._fail_all(exc)
+        except (frames.FrameError, etf.DecodeError) as exc:
+            self._fail_all(ProtocolError(
+                f"{self.peer_node} sent malformed data: {exc}"))
+        except OSError as exc:
+            if not self._closed:
+                self._fail_all(ConnectionLost(
+                    f"connection to {self.peer_node} lost: {exc}"))
+        finally:
+            if not self._closed:
+                self._closed = True
+                self.sock.close()
+
+    def _on_frame(self, frame: bytes) -> None:
+        if not frame:
+            # A tick. Answering it means we send at least as often as the node
+            # expects, whatever its net_ticktime.
+            self._send(frames.TICK)
+            return
+        control, message = frames.parse(frame)
+        op = control[0]
+        if op in (frames.SEND, frames.SEND_SENDER, frames.SEND_TT,
+                  frames.SEND_SENDER_TT, frames.ALIAS_SEND,
+                  frames.ALIAS_SEND_TT):
+            self._on_message(message)
+        elif op == frames.UNLINK_ID and len(control) >= 4:
+            # {35, Id, From, To}: the protocol requires an UNLINK_ID_ACK.
+            self._send(frames.build((frames.UNLINK_ID_ACK, control[1],
+                                     control[3], control[2])))
+        # Links, monitors and exits are not ours to act on: we never link.
+
+    def _on_message(self, message: Any) -> None:
+        if isinstance(message, tuple):
+            if len(message) == 2 and isinstance(message[0], Reference):
+                with self._lock:
+                    pending = self._pending.get(message[0])
+                if pending is not None:
+                    pending.value = message[1]
+                    pending.event.set()
+                return
+            if len(message) == 4 and message[0] == A_IO_REQUEST and \
+                    isinstance(message[1], Pid):
+                reply = self._io_reply(message[3])
+                self.send(message[1], (A_IO_REPLY, message[2], reply))
+
+    def _io_reply(self, request: Any) -> Any:
+        """Answer an io request as a sink that keeps a little of the output."""
+        if not isinstance(request, tuple) or not request:
+            return (Atom("error"), Atom("request"))
+        kind = request[0]
+        if kind == "put_chars":
+            chars = request[-1] if len(request) in (2, 3) else b""
+            text = chars.decode("utf-8", "replace") if isinstance(
+                chars, bytes) else str(chars)
+            if self._captured < MAX_CAPTURED_OUTPUT:
+                self.output.append(text)
+                self._captured += len(text)
+            return A_OK
+        if kind == "requests":
+            for sub in request[1] if isinstance(request[1], list) else []:
+                self._io_reply(sub)
+            return A_OK
+        if kind in ("setopts",):
+            return A_OK
+        if kind in ("getopts",):
+            return []
+        # Input of any kind: there is no terminal behind us.
+        return (Atom("error"), Atom("enotsup"))
+
+
+def _describe_badrpc(reason: Any) -> str:
+    from .terms import format_term
+
+    if isinstance(reason, tuple) and len(reason) == 2 and \
+            reason[0] == "EXIT":
+        return "exception " + format_term(reason[1])[:500]
+    return format_term(reason)[:500]
+
+
+def _our_host(address: NodeAddress, sock: socket.socket) -> str:
+    if address.long_names:
+        # The address we reach the node from is one it can reach us at.
+        return sock.getsockname()[0]
+    return socket.gethostname().split(".")[0]
+
+
+def _open_socket(host: str, port: int, timeout: float) -> socket.socket:
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except socket.gaierror:
+        raise ConnectFailed(f"host {host!r} is unknown (DNS lookup failed)") \
+            from None
+    except socket.timeout:
+        raise TimedOut(f"timed out connecting to {host}:{port}") from None
+    except ConnectionRefusedError:
+        raise ConnectFailed(f"connection to {host}:{port} refused: no node "
+                            "listens there") from None
+    except OSError as exc:
+        raise ConnectFailed(f"cannot reach {host}:{port}: "
+                            f"{exc.strerror or exc}") from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _handshake(sock: socket.socket, our_node: str, cookie: bytes,
+               creation: int, deadline: float) -> ClientHandshake:
+    hs = ClientHandshake(our_node, cookie, creation=creation,
+                         challenge=int.from_bytes(os.urandom(4), "big"))
+    sock.sendall(hs.start())
+    while hs.state != State.CONNECTED:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise socket.timeout
+        sock.settimeout(remaining)
+        data = sock.recv(4096)
+        if not data:
+            raise hs.connection_closed()
+        try:
+            reply = hs.receive(data)
+        except NameInUse:
+            sock.sendall(alive_reply(keep_existing=True))
+            raise
+        if reply:
+            sock.sendall(reply)
+    return hs
+
+
+def connect(node: str, cookie: bytes, *, timeout: float = 10.0,
+            dist_port: int | None = None,
+            names: tuple[str, ...] = NAME_POOL) -> Connection:
+    """EPMD lookup (unless ``dist_port``), TCP connect, handshake.
+
+    ``timeout`` bounds the whole set-up. Raises a ProbeError subclass with a
+    one-line message for every way this can fail.
+    """
+    address = NodeAddress(node)
+    deadline = time.monotonic() + timeout
+    port = dist_port or epmd.lookup(address.alive, address.host, timeout)
+    creation = int.from_bytes(os.urandom(4), "big") | 1
+    for name in names:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        sock = _open_socket(address.host, port, remaining)
+        our_node = f"{name}@{_our_host(address, sock)}"
+        try:
+            hs = _handshake(sock, our_node, cookie, creation, deadline)
+        except NameInUse:
+            sock.close()
+            continue
+        except CookieRejected as exc:
+            sock.close()
+            raise CookieError(f"{node} rejected the connection: {exc}") \
+                from None
+        except NotAllowed as exc:
+            sock.close()
+            raise ConnectFailed(f"{node}: {exc}") from None
+        except HandshakeError as exc:
+            sock.close()
+            raise ProtocolError(f"handshake with {node} failed: {exc}") \
+                from None
+        except socket.timeout:
+            sock.close()
+            raise TimedOut(f"{node} did not complete the handshake within "
+                           f"{timeout:g} s") from None
+        except OSError as exc:
+            sock.close()
+            raise ConnectionLost(f"connection to {node} lost during the "
+                                 f"handshake: {exc}") from None
+        sock.settimeout(None)
+        return Connection(sock, our_node, hs.peer_name or node, creation,
+                          hs.peer_flags, hs.trailing)
+    raise ConnectFailed(f"all {len(names)} beam-probe names are connected to "
+                        f"{node} already: too many probes at once")
+
+
+__all__ = ["Connection", "NodeAddress", "connect", "NAME_POOL"]

@@ -1,0 +1,109 @@
+"""Ask EPMD (port 4369) where a node listens: PORT_PLEASE2, and NAMES.
+
+Layouts from erl_dist_protocol, "EPMD Protocol". Requests are framed by a
+2-byte length; replies are not framed and the connection closes after them.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+from ..errors import ConnectFailed, HostUnknown, NodeNotFound, ProtocolError
+
+EPMD_PORT = 4369
+PORT_PLEASE2_REQ = 122
+PORT2_RESP = 119
+NAMES_REQ = 110
+
+# A NAMES reply lists one line per registered node; a real host has a few
+# dozen at most. The cap only guards against a peer that never stops.
+MAX_NAMES_REPLY = 1024 * 1024
+
+
+def port_please_request(short_name: str) -> bytes:
+    name = short_name.encode("utf-8")
+    return struct.pack(">HB", len(name) + 1, PORT_PLEASE2_REQ) + name
+
+
+def parse_port_reply(reply: bytes) -> int | None:
+    """The node's distribution port, or None when EPMD does not know it."""
+    if len(reply) < 2 or reply[0] != PORT2_RESP:
+        raise ProtocolError("EPMD sent a malformed PORT_PLEASE2 reply")
+    if reply[1] != 0:
+        return None
+    if len(reply) < 12:
+        raise ProtocolError("EPMD's PORT_PLEASE2 reply is truncated")
+    (port, _node_type, _proto, high, low) = struct.unpack_from(">HBBHH",
+                                                              reply, 2)
+    if not low <= 6 <= high:
+        raise ProtocolError(f"the node speaks distribution versions "
+                            f"{low}..{high}; beam-probe speaks 6 (OTP 23+)")
+    return port
+
+
+def parse_names_reply(reply: bytes) -> list[str]:
+    """Node names from a NAMES reply ('name foo at port 1234' lines)."""
+    names = []
+    for line in reply[4:].decode("utf-8", "replace").splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "name":
+            names.append(parts[1])
+    return names
+
+
+def _exchange(host: str, request: bytes, timeout: float,
+              limit: int = 4096) -> bytes:
+    try:
+        sock = socket.create_connection((host, EPMD_PORT), timeout=timeout)
+    except socket.gaierror:
+        raise HostUnknown(f"host {host!r} is unknown (DNS lookup failed)") \
+            from None
+    except socket.timeout:
+        raise ConnectFailed(f"timed out connecting to EPMD on {host}:"
+                            f"{EPMD_PORT}") from None
+    except ConnectionRefusedError:
+        raise ConnectFailed(f"no EPMD on {host}:{EPMD_PORT} (connection "
+                            "refused): is an Erlang node running there? For "
+                            "a node without EPMD, give --dist-port") from None
+    except OSError as exc:
+        raise ConnectFailed(f"cannot reach EPMD on {host}:{EPMD_PORT}: "
+                            f"{exc.strerror or exc}") from None
+    with sock:
+        try:
+            sock.sendall(request)
+            chunks, size = [], 0
+            while size < limit:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        except socket.timeout:
+            raise ConnectFailed(f"EPMD on {host} did not answer in "
+                                f"{timeout:g} s") from None
+        except OSError as exc:
+            raise ConnectFailed(f"EPMD on {host} failed: {exc}") from None
+    return b"".join(chunks)
+
+
+def names(host: str, timeout: float) -> list[str]:
+    """The names registered with EPMD on ``host`` (for error messages)."""
+    reply = _exchange(host, struct.pack(">HB", 1, NAMES_REQ), timeout,
+                      MAX_NAMES_REPLY)
+    return parse_names_reply(reply)
+
+
+def lookup(short_name: str, host: str, timeout: float) -> int:
+    """The distribution port of ``short_name`` on ``host``."""
+    port = parse_port_reply(_exchange(host, port_please_request(short_name),
+                                      timeout))
+    if port is None:
+        try:
+            known = names(host, timeout)
+        except (ConnectFailed, ProtocolError):
+            known = []
+        listed = ", ".join(known) if known else "none"
+        raise NodeNotFound(f"no node named {short_name!r} is registered with "
+                           f"EPMD on {host} (registered there: {listed})")
+    return port

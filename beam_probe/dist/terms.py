@@ -1,0 +1,208 @@
+"""Python values for the Erlang terms that have no natural Python twin.
+
+Mapping used throughout beam-probe (decode and encode agree on it):
+
+    atom            Atom (a str subclass); true/false are Python bools
+    integer         int            float        float
+    binary          bytes          bitstring    BitString
+    tuple           tuple          proper list  list
+    improper list   ImproperList   map          dict
+    charlist sent as STRING_EXT    str (code points 0..255)
+    pid / port / reference / fun   Pid / Port / Reference / Fun / ExportFun
+
+Each type is immutable and hashable and prints the way Erlang prints it, so a
+pid read from a node can be shown to an operator as ``<0.123.0>``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Atom(str):
+    """An Erlang atom. A str subclass, so it compares equal to its name."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"Atom({str.__repr__(self)})"
+
+
+class _Frozen:
+    """Immutable record with value equality; cheaper to import than dataclasses."""
+
+    __slots__ = ()
+
+    def _key(self) -> tuple:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._key() == self._key()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__,) + self._key())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__name__}({fields})"
+
+
+def _init(obj: object, **fields: Any) -> None:
+    for name, value in fields.items():
+        object.__setattr__(obj, name, value)
+
+
+class Pid(_Frozen):
+    """A process identifier. ``str()`` gives the form the owning node prints."""
+
+    __slots__ = ("node", "id", "serial", "creation")
+
+    def __init__(self, node: str, id: int, serial: int, creation: int) -> None:
+        _init(self, node=node, id=id, serial=serial, creation=creation)
+
+    def __str__(self) -> str:
+        # Erlang prints a pid of the local node as <0.Id.Serial>; every pid
+        # beam-probe shows belongs to the node it inspects, so that is the form
+        # an operator can paste into that node's shell (list_to_pid/1).
+        return f"<0.{self.id}.{self.serial}>"
+
+
+class Port(_Frozen):
+    __slots__ = ("node", "id", "creation")
+
+    def __init__(self, node: str, id: int, creation: int) -> None:
+        _init(self, node=node, id=id, creation=creation)
+
+    def __str__(self) -> str:
+        return f"#Port<0.{self.id}>"
+
+
+class Reference(_Frozen):
+    """A reference; ``ids`` are the 32-bit words in wire order."""
+
+    __slots__ = ("node", "creation", "ids")
+
+    def __init__(self, node: str, creation: int, ids: tuple[int, ...]) -> None:
+        _init(self, node=node, creation=creation, ids=tuple(ids))
+
+    def __str__(self) -> str:
+        # Erlang prints the most significant word first: the reverse of the wire.
+        return "#Ref<0." + ".".join(str(i) for i in reversed(self.ids)) + ">"
+
+
+class ExportFun(_Frozen):
+    """``fun Module:Function/Arity``."""
+
+    __slots__ = ("module", "function", "arity")
+
+    def __init__(self, module: str, function: str, arity: int) -> None:
+        _init(self, module=module, function=function, arity=arity)
+
+    def __str__(self) -> str:
+        return f"fun {self.module}:{self.function}/{self.arity}"
+
+
+class Fun(_Frozen):
+    """A local fun (NEW_FUN_EXT). Opaque here: kept whole so it can be re-sent."""
+
+    __slots__ = ("arity", "uniq", "index", "module", "old_index", "old_uniq",
+                 "pid", "free_vars")
+
+    def __init__(self, arity: int, uniq: bytes, index: int, module: str,
+                 old_index: int, old_uniq: int, pid: Pid,
+                 free_vars: tuple) -> None:
+        _init(self, arity=arity, uniq=uniq, index=index, module=module,
+              old_index=old_index, old_uniq=old_uniq, pid=pid,
+              free_vars=tuple(free_vars))
+
+    def __str__(self) -> str:
+        return f"#Fun<{self.module}.{self.old_index}.{self.old_uniq}>"
+
+
+class BitString(_Frozen):
+    """A bitstring whose last byte holds only ``bits`` (1..7) significant bits."""
+
+    __slots__ = ("data", "bits")
+
+    def __init__(self, data: bytes, bits: int) -> None:
+        _init(self, data=bytes(data), bits=bits)
+
+
+class ImproperList(_Frozen):
+    """``[A, B | Tail]`` where Tail is not a list."""
+
+    __slots__ = ("items", "tail")
+
+    def __init__(self, items: tuple | list, tail: Any) -> None:
+        _init(self, items=tuple(items), tail=tail)
+
+
+class FrozenList(tuple):
+    """A list used as a map key (Python lists are unhashable)."""
+
+    __slots__ = ()
+
+
+class FrozenMap(frozenset):
+    """A map used as a key of another map; holds its (key, value) pairs."""
+
+    __slots__ = ()
+
+
+def freeze(term: Any) -> Any:
+    """Return a hashable stand-in for ``term`` so it can key a dict."""
+    if isinstance(term, list):
+        return FrozenList(freeze(t) for t in term)
+    if isinstance(term, dict):
+        return FrozenMap((freeze(k), freeze(v)) for k, v in term.items())
+    if isinstance(term, tuple) and not isinstance(term, FrozenList):
+        return tuple(freeze(t) for t in term)
+    return term
+
+
+def format_term(term: Any) -> str:
+    """Render a decoded term roughly as Erlang's ``~p`` would, on one line."""
+    if isinstance(term, bool):
+        return "true" if term else "false"
+    if isinstance(term, Atom):
+        return _format_atom(term)
+    if isinstance(term, tuple) and not isinstance(term, FrozenList):
+        return "{" + ",".join(format_term(t) for t in term) + "}"
+    if isinstance(term, (list, FrozenList)):
+        return "[" + ",".join(format_term(t) for t in term) + "]"
+    if isinstance(term, ImproperList):
+        head = ",".join(format_term(t) for t in term.items)
+        return f"[{head}|{format_term(term.tail)}]"
+    if isinstance(term, dict):
+        pairs = ",".join(f"{format_term(k)} => {format_term(v)}"
+                         for k, v in term.items())
+        return "#{" + pairs + "}"
+    if isinstance(term, bytes):
+        if all(32 <= b < 127 for b in term):
+            return '<<"' + term.decode("ascii").replace('"', '\\"') + '">>'
+        return "<<" + ",".join(str(b) for b in term) + ">>"
+    if isinstance(term, str):
+        return '"' + term.replace('"', '\\"') + '"'
+    if isinstance(term, (Pid, Port, Reference, Fun, ExportFun)):
+        return str(term)
+    return repr(term)
+
+
+def _format_atom(name: str) -> str:
+    if name and (name[0].islower() and name[0].isascii()) and all(
+            c.isalnum() or c in "_@" for c in name):
+        return name
+    return "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def mfa(term: Any) -> str | None:
+    """``{M, F, A}`` as ``m:f/a``; None for ``undefined`` or anything else."""
+    if isinstance(term, tuple) and len(term) == 3:
+        m, f, a = term
+        if isinstance(a, list):
+            a = len(a)
+        return f"{_format_atom(m)}:{_format_atom(f)}/{a}"
+    return None
