@@ -167,6 +167,122 @@ def memory(args: tuple[str, ...], **opts: Any) -> None:
           lambda: render.memory_text(remote.node, result))
 
 
+class _Progress:
+    """Stage and elapsed time on stderr while a scan runs, on a terminal only."""
+
+    def __init__(self) -> None:
+        self.enabled = sys.stderr.isatty()
+        self.message = ""
+        self._thread = None
+        self._stop = None
+
+    def __call__(self, message: str) -> None:
+        if not self.enabled:
+            return
+        import threading
+        import time
+
+        self.message = message
+        if self._thread is None:
+            self._stop = threading.Event()
+            started = time.monotonic()
+
+            def tick() -> None:
+                while not self._stop.wait(0.25):
+                    sys.stderr.write(f"\r\x1b[K{self.message} "
+                                     f"({time.monotonic() - started:.1f} s)")
+                    sys.stderr.flush()
+            self._thread = threading.Thread(target=tick, daemon=True)
+            self._thread.start()
+
+    def __enter__(self) -> "_Progress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+def _count(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise UsageError(f"N must be a whole number, not {value!r}") from None
+    if n < 1:
+        raise UsageError(f"N must be at least 1, not {n}")
+    return n
+
+
+@main.command("bin-leak", epilog=EPILOG_NODE)
+@click.argument("args", nargs=-1, metavar="[NODE] N")
+@click.option("--max-gc", type=click.IntRange(min=0), metavar="COUNT",
+              help="Collect at most COUNT processes (largest binary holders "
+                   "first).")
+@node_options(default_timeout=300.0)
+def bin_leak(args: tuple[str, ...], max_gc: int | None, **opts: Any) -> None:
+    """The N processes that free most refc binaries when collected.
+
+    Like recon:bin_leak(N): counts each process's refc binary references,
+    garbage-collects the processes that hold any, counts again, and shows
+    the N whose count fell most (-5580: 5580 fewer references). A sharp
+    drop in total and binary memory means idle refc binaries were held.
+
+    Cost: one process_info pass over every process, and a GC of each
+    binary holder. Run proc-count binary_memory first if a GC is too much.
+
+    \b
+    Examples:
+      beam-probe bin-leak app@db1 5
+      beam-probe bin-leak app@db1 10 --max-gc 1000 --format json
+    """
+    from . import render
+    from .probes import processes
+
+    node, rest = split_node(args)
+    if len(rest) != 1:
+        raise UsageError("expected [NODE] N, e.g. beam-probe bin-leak "
+                         "app@host 5")
+    n = _count(rest[0])
+    with _attach(node, opts) as remote, _Progress() as progress:
+        result = processes.bin_leak(remote, n, max_gc, progress)
+    _emit(opts, result, lambda: render.bin_leak_text(result))
+
+
+@main.command("proc-count", epilog=EPILOG_NODE)
+@click.argument("args", nargs=-1, metavar="[NODE] ATTRIBUTE N")
+@node_options(default_timeout=300.0)
+def proc_count(args: tuple[str, ...], **opts: Any) -> None:
+    """The N processes with the largest ATTRIBUTE.
+
+    Like recon:proc_count(ATTRIBUTE, N). ATTRIBUTE is one of memory,
+    reductions, message_queue_len, total_heap_size, heap_size, stack_size,
+    binary_memory (the summed sizes of the refc binaries a process
+    references). Cost: one process_info pass over every process; no GC.
+
+    \b
+    Examples:
+      beam-probe proc-count app@db1 binary_memory 3
+      BEAM_PROBE_NODE=app@db1 beam-probe proc-count memory 10
+    """
+    from . import render
+    from .probes import processes
+
+    node, rest = split_node(args)
+    if len(rest) != 2:
+        raise UsageError("expected [NODE] ATTRIBUTE N, e.g. beam-probe "
+                         "proc-count app@host binary_memory 3")
+    attribute, n = rest[0], _count(rest[1])
+    if attribute not in processes.ATTRIBUTES:
+        raise UsageError(f"unknown attribute {attribute!r}; valid: "
+                         f"{', '.join(processes.ATTRIBUTES)}")
+    with _attach(node, opts) as remote, _Progress() as progress:
+        result = processes.proc_count(remote, attribute, n, progress)
+    _emit(opts, result, lambda: render.proc_count_text(result))
+
+
 @main.command()
 def demo() -> None:
     """Start a local demo node that leaks binaries, probe it, stop it.

@@ -25,6 +25,8 @@ WARM_UP_SECONDS = 2.0
 COMMANDS = (
     ("ping",),
     ("memory",),
+    ("proc-count", "binary_memory", "3"),
+    ("bin-leak", "5"),
 )
 
 

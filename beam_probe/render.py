@@ -70,3 +70,38 @@ def memory_text(node: str, memory: dict[str, int]) -> str:
     rows = [(key, value, human_bytes(value)) for key, value in memory.items()]
     return f"{node}: erlang:memory()\n" + table(("type", "bytes", "size"),
                                                 rows, "lrr")
+
+
+def _process_rows(processes: list[dict[str, Any]], key: str) -> list[tuple]:
+    return [(p["pid"], p[key], p["name"] or "", p["current_function"] or "",
+             p["initial_call"] or "") for p in processes]
+
+
+def bin_leak_text(result: dict[str, Any]) -> str:
+    before, after = result["memory_before"], result["memory_after"]
+    lines = [
+        f"{result['node']}: refc binary references freed by a garbage "
+        "collection (recon:bin_leak)",
+        f"scanned {result['scanned']} processes; {result['holders']} held "
+        f"refc binaries; collected {result['collected']}",
+    ]
+    for kind in ("total", "binary"):
+        drop = before[kind] - after[kind]
+        change = (f"freed {human_bytes(drop)}" if drop >= 0
+                  else f"grew {human_bytes(-drop)} meanwhile")
+        lines.append(f"{kind} memory: {human_bytes(before[kind])} -> "
+                     f"{human_bytes(after[kind])} ({change})")
+    lines.append("")
+    lines.append(table(("pid", "delta", "name", "current function",
+                        "initial call"),
+                       _process_rows(result["processes"], "delta"), "lrlll"))
+    return "\n".join(lines)
+
+
+def proc_count_text(result: dict[str, Any]) -> str:
+    attribute = result["attribute"]
+    header = (f"{result['node']}: top {len(result['processes'])} of "
+              f"{result['scanned']} processes by {attribute}")
+    return header + "\n\n" + table(
+        ("pid", attribute, "name", "current function", "initial call"),
+        _process_rows(result["processes"], "value"), "lrlll")

@@ -7,16 +7,18 @@
 %% them) and hands each to one of many idle workers. A worker looks at the
 %% header and drops the rest; it allocates so little that it almost never
 %% garbage-collects, so every binary it ever saw stays referenced from its
-%% heap. That is the leak recon:bin_leak/1 finds. A cache keeps a 16-byte
+%% heap. That is the leak recon:bin_leak/1 finds. A cache keeps a 128-byte
 %% sub-binary of each request as a key, which pins the whole 64 KiB parent:
 %% the few-large-binaries case recon:proc_count(binary_memory, N) finds.
+%% (A key of 64 bytes or less would be copied into a heap binary when sent,
+%% and pin nothing.)
 -module(beam_probe_demo).
 
 -export([start/0, start/1, stop/0]).
 
 -define(REQUEST_SIZE, 65536).
 -define(INTERVAL_MS, 20).
--define(CACHE_KEYS, 200).
+-define(CACHE_KEYS, 20).
 
 start() ->
     start(20).
@@ -36,8 +38,10 @@ stop() ->
 
 feeder(Workers, N) ->
     Request = request(N),
-    element(1 + N rem tuple_size(Workers), Workers) ! {request, Request},
-    demo_cache ! {key, binary:part(Request, 0, 16)},
+    %% Squares modulo the worker count: some workers get many more requests
+    %% than others, as hot keys do in real services.
+    element(1 + (N * N) rem tuple_size(Workers), Workers) ! {request, Request},
+    demo_cache ! {key, binary:part(Request, 0, 128)},
     receive
     after ?INTERVAL_MS -> ok
     end,

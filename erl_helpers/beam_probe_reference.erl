@@ -1,0 +1,43 @@
+%% An in-node reference implementation of recon's bin_leak/1 and
+%% proc_count/2, written here from their documented behaviour, for tests and
+%% benchmarks only. It is compiled code running inside the node, the way
+%% recon runs, and is the yardstick beam-probe's answers and speed are held
+%% to.
+-module(beam_probe_reference).
+
+-export([bin_leak/1, proc_count/2]).
+
+%% For each process: its binary references, a GC, the references again.
+%% The N processes whose count fell most, as {Pid, -Freed}.
+bin_leak(N) ->
+    Deltas = [{Pid, freed(Pid)} || Pid <- processes()],
+    Top = lists:sublist(lists:reverse(lists:keysort(2, Deltas)), N),
+    [{Pid, -Freed} || {Pid, Freed} <- Top].
+
+freed(Pid) ->
+    case process_info(Pid, binary) of
+        {binary, Before} ->
+            erlang:garbage_collect(Pid),
+            case process_info(Pid, binary) of
+                {binary, After} -> length(Before) - length(After);
+                undefined -> 0
+            end;
+        undefined ->
+            0
+    end.
+
+%% The N processes with the largest Attribute, as {Pid, Value}.
+proc_count(Attribute, N) ->
+    Values = [{Pid, value(Pid, Attribute)} || Pid <- processes()],
+    lists:sublist(lists:reverse(lists:keysort(2, Values)), N).
+
+value(Pid, binary_memory) ->
+    case process_info(Pid, binary) of
+        {binary, Bins} -> lists:sum([Size || {_, Size, _} <- Bins]);
+        undefined -> 0
+    end;
+value(Pid, Attribute) ->
+    case process_info(Pid, Attribute) of
+        {Attribute, Value} -> Value;
+        undefined -> 0
+    end.

@@ -1,0 +1,80 @@
+%% Test workload with leaks of known size, loaded only into nodes the test
+%% suite and the benchmarks start.
+%%
+%%   * Leakers: leaker I has received 100 + 7*I fresh refc binaries and
+%%     dropped them. Its heap is large (min_heap_size), so it does not
+%%     collect, and every dropped binary stays referenced until a GC: the
+%%     leak bin_leak finds, with a distinct count per process.
+%%   * Keepers: keeper J holds live binaries totalling (J + 1) * 100000 + J
+%%     bytes: what proc_count(binary_memory, N) finds; a GC frees nothing.
+%%   * Idle processes, to give the node a realistic process count.
+-module(beam_probe_workload).
+
+-export([start/3, refill/1, stop/1]).
+
+-define(BINARY_SIZE, 1024).
+-define(LEAKER_HEAP_WORDS, 100000).
+
+%% Returns {Leakers, Keepers, Idle} as lists of pids.
+start(Leakers, Keepers, Idle) ->
+    LeakerPids = [spawn_opt(fun leaker/0,
+                            [{min_heap_size, ?LEAKER_HEAP_WORDS}])
+                  || _ <- lists:seq(1, Leakers)],
+    refill(LeakerPids),
+    KeeperPids = [spawn(fun() -> keeper(J) end)
+                  || J <- lists:seq(0, Keepers - 1)],
+    IdlePids = [spawn(fun idle/0) || _ <- lists:seq(1, Idle)],
+    {LeakerPids, KeeperPids, IdlePids}.
+
+%% Make every leaker drop its batch of binaries again, and wait until done.
+refill(LeakerPids) ->
+    Refs = [begin
+                Ref = make_ref(),
+                Pid ! {fill, 100 + 7 * I, self(), Ref},
+                Ref
+            end || {I, Pid} <- lists:zip(lists:seq(1, length(LeakerPids)),
+                                         LeakerPids)],
+    [receive {filled, Ref} -> ok end || Ref <- Refs],
+    ok.
+
+stop({Leakers, Keepers, Idle}) ->
+    [exit(P, kill) || P <- Leakers ++ Keepers ++ Idle],
+    ok.
+
+leaker() ->
+    receive
+        {fill, Count, From, Ref} ->
+            Self = self(),
+            Feeder = spawn(fun() -> feed(Self, Count) end),
+            drain(Count, Feeder),
+            From ! {filled, Ref},
+            leaker()
+    end.
+
+feed(To, Count) ->
+    [To ! {bin, binary:copy(<<N:32>>, ?BINARY_SIZE div 4)}
+     || N <- lists:seq(1, Count)],
+    ok.
+
+drain(0, _Feeder) ->
+    ok;
+drain(Count, Feeder) ->
+    receive
+        {bin, _Dropped} -> drain(Count - 1, Feeder)
+    end.
+
+keeper(J) ->
+    Total = (J + 1) * 100000 + J,
+    Chunks = [binary:copy(<<J:8>>, 10000) || _ <- lists:seq(1, Total div 10000)],
+    Rest = binary:copy(<<J:8>>, Total rem 10000),
+    hold([Rest | Chunks]).
+
+hold(Binaries) ->
+    receive
+        stop -> Binaries
+    end.
+
+idle() ->
+    receive
+        stop -> ok
+    end.
