@@ -1,12 +1,13 @@
 %% Test workload with leaks of known size, loaded only into nodes the test
 %% suite and the benchmarks start.
 %%
-%%   * Leakers: leaker I has received 100 + 7*I fresh refc binaries and
-%%     dropped them. Its heap is large (min_heap_size), so it does not
+%%   * Leakers: after refill/1, leaker I has received 100 + 7*I fresh refc
+%%     binaries and dropped them. Its heap is large (min_heap_size), so it does not
 %%     collect, and every dropped binary stays referenced until a GC: the
 %%     leak bin_leak finds, with a distinct count per process.
-%%   * Keepers: keeper J holds live binaries totalling (J + 1) * 100000 + J
+%%   * Keepers: keeper J holds live binaries totalling (J + 1) * 100000 + 1000 * J
 %%     bytes: what proc_count(binary_memory, N) finds; a GC frees nothing.
+%%     It also leaves 3 * J messages unread (message_queue_len).
 %%   * Idle processes, to give the node a realistic process count.
 -module(beam_probe_workload).
 
@@ -14,15 +15,23 @@
 
 -define(BINARY_SIZE, 1024).
 -define(LEAKER_HEAP_WORDS, 100000).
+%% Off-heap binaries count towards a process's virtual binary heap; crossing
+%% min_bin_vheap_size (46422 words by default) triggers a GC, which would
+%% free the very leak we plant.
+-define(LEAKER_VHEAP_WORDS, 100000000).
 
-%% Returns {Leakers, Keepers, Idle} as lists of pids.
+%% Returns {Leakers, Keepers, Idle} as lists of pids. The leakers start
+%% empty: refill/1 plants their leak.
 start(Leakers, Keepers, Idle) ->
     LeakerPids = [spawn_opt(fun leaker/0,
-                            [{min_heap_size, ?LEAKER_HEAP_WORDS}])
+                            [{min_heap_size, ?LEAKER_HEAP_WORDS},
+                             {min_bin_vheap_size, ?LEAKER_VHEAP_WORDS}])
                   || _ <- lists:seq(1, Leakers)],
-    refill(LeakerPids),
     KeeperPids = [spawn(fun() -> keeper(J) end)
                   || J <- lists:seq(0, Keepers - 1)],
+    %% Keeper J also has 3 * J unread messages: distinct queue lengths.
+    [[Pid ! {unread, K} || K <- lists:seq(1, 3 * J)]
+     || {J, Pid} <- lists:zip(lists:seq(0, Keepers - 1), KeeperPids)],
     IdlePids = [spawn(fun idle/0) || _ <- lists:seq(1, Idle)],
     {LeakerPids, KeeperPids, IdlePids}.
 
@@ -64,7 +73,7 @@ drain(Count, Feeder) ->
     end.
 
 keeper(J) ->
-    Total = (J + 1) * 100000 + J,
+    Total = (J + 1) * 100000 + 1000 * J,
     Chunks = [binary:copy(<<J:8>>, 10000) || _ <- lists:seq(1, Total div 10000)],
     Rest = binary:copy(<<J:8>>, Total rem 10000),
     hold([Rest | Chunks]).
