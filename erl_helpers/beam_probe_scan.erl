@@ -24,15 +24,22 @@
 %% Returns {Scanned, Holders, Collected, MemoryBefore, MemoryAfter,
 %%          [{Pid, CountBefore, CountAfter}]} for the collected processes.
 bin_leak(MaxGc) ->
+    %% A fun bound once: erl_eval interprets its few calls per use, while the
+    %% per-process work inside them stays compiled.
+    CountBinaries =
+        fun(Pids) ->
+                Len = erlang:length(Pids),
+                Infos = lists:zipwith(fun erlang:process_info/2, Pids,
+                                      lists:duplicate(Len, binary)),
+                Safe = lists:zipwith(fun erlang:max/2, Infos,
+                                     lists:duplicate(Len, {binary, []})),
+                lists:map(fun erlang:length/1,
+                          lists:zipwith(fun erlang:element/2,
+                                        lists:duplicate(Len, 2), Safe))
+        end,
     Pids = erlang:processes(),
     Scanned = erlang:length(Pids),
-    Infos = lists:zipwith(fun erlang:process_info/2, Pids,
-                          lists:duplicate(Scanned, binary)),
-    Safe = lists:zipwith(fun erlang:max/2, Infos,
-                         lists:duplicate(Scanned, {binary, []})),
-    Lists = lists:zipwith(fun erlang:element/2,
-                          lists:duplicate(Scanned, 2), Safe),
-    Counts = lists:map(fun erlang:length/1, Lists),
+    Counts = CountBinaries(Pids),
     Holds = lists:zipwith(fun erlang:'>'/2, Counts,
                           lists:duplicate(Scanned, 0)),
     Holders = proplists:get_all_values(true,
@@ -43,16 +50,9 @@ bin_leak(MaxGc) ->
     MemoryBefore = erlang:memory(),
     lists:foreach(fun erlang:garbage_collect/1, Victims),
     MemoryAfter = erlang:memory(),
-    Collected = erlang:length(Victims),
-    AfterInfos = lists:zipwith(fun erlang:process_info/2, Victims,
-                               lists:duplicate(Collected, binary)),
-    AfterSafe = lists:zipwith(fun erlang:max/2, AfterInfos,
-                              lists:duplicate(Collected, {binary, []})),
-    AfterLists = lists:zipwith(fun erlang:element/2,
-                               lists:duplicate(Collected, 2), AfterSafe),
-    After = lists:map(fun erlang:length/1, AfterLists),
-    {Scanned, erlang:length(Holders), Collected, MemoryBefore, MemoryAfter,
-     lists:zip3(Victims, Before, After)}.
+    After = CountBinaries(Victims),
+    {Scanned, erlang:length(Holders), erlang:length(Victims), MemoryBefore,
+     MemoryAfter, lists:zip3(Victims, Before, After)}.
 
 %% The N processes with the largest Attribute: any integer-valued
 %% process_info item, or binary_memory (the summed sizes of the refc

@@ -49,6 +49,16 @@ def describe(remote: Remote, pids: list[Pid]) -> list[dict[str, Any]]:
     return rows
 
 
+def _described(remote: Remote, ranked: list[tuple[Pid, int]],
+               key: str) -> list[dict[str, Any]]:
+    """Rows for ranked (pid, number) pairs, number under ``key``."""
+    rows = describe(remote, [pid for pid, _number in ranked])
+    return [dict(pid=row["pid"], **{key: number}, name=row["name"],
+                 current_function=row["current_function"],
+                 initial_call=row["initial_call"])
+            for (_pid, number), row in zip(ranked, rows)]
+
+
 def _memory(pairs: list) -> dict[str, int]:
     return {str(key): value for key, value in pairs}
 
@@ -68,18 +78,13 @@ def bin_leak(remote: Remote, n: int, max_gc: int | None = None,
              "the holders")
     scanned, holders, collected, before, after, rows = remote.run(
         HELPER, "bin_leak", NO_GC_LIMIT if max_gc is None else max_gc)
-    deltas = [(after_count - before_count, pid)
+    deltas = [(pid, after_count - before_count)
               for pid, before_count, after_count in rows]
     # Most freed first, as recon orders it; a stable sort keeps node order
     # among equal deltas.
-    deltas.sort(key=lambda item: item[0])
-    top = deltas[:n]
-    progress(f"describing {len(top)} processes")
-    described = describe(remote, [pid for _delta, pid in top])
-    processes = [dict(pid=row["pid"], delta=delta, name=row["name"],
-                      current_function=row["current_function"],
-                      initial_call=row["initial_call"])
-                 for (delta, _pid), row in zip(top, described)]
+    deltas.sort(key=lambda item: item[1])
+    progress(f"describing {min(n, len(deltas))} processes")
+    processes = _described(remote, deltas[:n], "delta")
     return {"node": remote.node, "scanned": scanned, "holders": holders,
             "collected": collected, "memory_before": _memory(before),
             "memory_after": _memory(after), "processes": processes}
@@ -102,10 +107,6 @@ def proc_count(remote: Remote, attribute: str, n: int,
     scanned, pairs = remote.run(HELPER, "proc_count", Atom(attribute), n)
     ranked = sorted(pairs, key=lambda pair: -pair[1])[:n]
     progress(f"describing {len(ranked)} processes")
-    described = describe(remote, [pid for pid, _value in ranked])
-    processes = [dict(pid=row["pid"], value=value, name=row["name"],
-                      current_function=row["current_function"],
-                      initial_call=row["initial_call"])
-                 for (_pid, value), row in zip(ranked, described)]
+    processes = _described(remote, ranked, "value")
     return {"node": remote.node, "attribute": attribute, "scanned": scanned,
             "processes": processes}
