@@ -16,7 +16,7 @@ from typing import Any
 
 from .dist.connection import Connection, connect
 from .dist.terms import Atom, ExportFun
-from .errors import ProbeError, RemoteError
+from .errors import RemoteError
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # Installed, the .erl files sit inside the package (pyproject maps them to
@@ -141,4 +141,4 @@ def attach(node: str, cookie: bytes, *, timeout: float = 15.0,
                   timeout)
 
 
-__all__ = ["Remote", "attach", "ProbeError"]
+__all__ = ["Remote", "attach"]

@@ -463,10 +463,6 @@ def _encode_atom(name: str, out: bytearray) -> None:
     out += raw
 
 
-def _encode_node_part(node: str, out: bytearray) -> None:
-    _encode_atom(node, out)
-
-
 def _encode(term: Any, out: bytearray) -> None:
     kind = type(term)
     if kind is Atom:
@@ -539,23 +535,23 @@ def _encode(term: Any, out: bytearray) -> None:
             _encode(value, out)
     elif kind is Pid:
         out.append(NEW_PID_EXT)
-        _encode_node_part(term.node, out)
+        _encode_atom(term.node, out)
         out += struct.pack(">III", term.id, term.serial, term.creation)
     elif kind is Reference:
         out.append(NEWER_REFERENCE_EXT)
         out += _pack_H(len(term.ids))
-        _encode_node_part(term.node, out)
+        _encode_atom(term.node, out)
         out += _pack_I(term.creation)
         for word in term.ids:
             out += _pack_I(word)
     elif kind is Port:
         if term.id < 2**32:
             out.append(NEW_PORT_EXT)
-            _encode_node_part(term.node, out)
+            _encode_atom(term.node, out)
             out += struct.pack(">II", term.id, term.creation)
         else:
             out.append(V4_PORT_EXT)
-            _encode_node_part(term.node, out)
+            _encode_atom(term.node, out)
             out += struct.pack(">QI", term.id, term.creation)
     elif kind is ImproperList:
         out.append(LIST_EXT)
