@@ -66,6 +66,14 @@ ERL = {"25": lambda: shutil.which("erl") or pytest.fail("erl not on PATH"),
        "28": otp28_erl}
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory) -> str:
+    """Parsed helper forms go to a scratch cache, not the user's."""
+    path = str(tmp_path_factory.mktemp("cache"))
+    os.environ["BEAM_PROBE_CACHE"] = path
+    return path
+
+
 @pytest.fixture(scope="session")
 def beam_dir(tmp_path_factory) -> str:
     """erl_helpers/*.erl compiled by OTP 25's erlc (loads on 28 too)."""
