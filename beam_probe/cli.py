@@ -206,14 +206,25 @@ class _Progress:
             sys.stderr.flush()
 
 
-def _count(value: str) -> int:
+def _count(value: str, what: str = "N") -> int:
     try:
         n = int(value)
     except ValueError:
-        raise UsageError(f"N must be a whole number, not {value!r}") from None
+        raise UsageError(f"{what} must be a whole number, not {value!r}") \
+            from None
     if n < 1:
-        raise UsageError(f"N must be at least 1, not {n}")
+        raise UsageError(f"{what} must be at least 1, not {n}")
     return n
+
+
+def jobs_option(command: Callable) -> Callable:
+    """--jobs: how many of the node's schedulers one pass may use."""
+    return click.option(
+        "--jobs", "-j", type=click.IntRange(min=0), default=0,
+        show_default=True, metavar="J",
+        help="Split the pass over every process into J slices run at once "
+             "on the node (0: one per online scheduler; 1: one scheduler, "
+             "as recon does). Each slice is a short-lived process.")(command)
 
 
 @main.command("bin-leak", epilog=EPILOG_NODE)
@@ -221,8 +232,13 @@ def _count(value: str) -> int:
 @click.option("--max-gc", type=click.IntRange(min=0), metavar="COUNT",
               help="Collect at most COUNT processes (largest binary holders "
                    "first).")
+@click.option("--dry-run", is_flag=True,
+              help="Count binary holders only: say how many processes would "
+                   "be collected, and collect none.")
+@jobs_option
 @node_options(default_timeout=300.0)
-def bin_leak(args: tuple[str, ...], max_gc: int | None, **opts: Any) -> None:
+def bin_leak(args: tuple[str, ...], max_gc: int | None, dry_run: bool,
+             jobs: int, **opts: Any) -> None:
     """The N processes that free most refc binaries when collected.
 
     Like recon:bin_leak(N): counts each process's refc binary references,
@@ -231,12 +247,14 @@ def bin_leak(args: tuple[str, ...], max_gc: int | None, **opts: Any) -> None:
     drop in total and binary memory means idle refc binaries were held.
 
     Cost: one process_info pass over every process, and a GC of each
-    binary holder. Run proc-count binary_memory first if a GC is too much.
+    binary holder. Run with --dry-run first to see how many processes
+    that is, or proc-count binary_memory if a GC is too much.
 
     \b
     Examples:
       beam-probe bin-leak app@db1 5
-      beam-probe bin-leak app@db1 10 --max-gc 1000 --format json
+      beam-probe bin-leak app@db1 5 --dry-run
+      beam-probe bin-leak app@db1 10 --max-gc 1000 --jobs 2 --format json
     """
     from . import render
     from .probes import processes
@@ -247,14 +265,16 @@ def bin_leak(args: tuple[str, ...], max_gc: int | None, **opts: Any) -> None:
                          "app@host 5")
     n = _count(rest[0])
     with _attach(node, opts) as remote, _Progress() as progress:
-        result = processes.bin_leak(remote, n, max_gc, progress)
+        result = processes.bin_leak(remote, n, max_gc, progress, jobs,
+                                    dry_run)
     _emit(opts, result, lambda: render.bin_leak_text(result))
 
 
 @main.command("proc-count", epilog=EPILOG_NODE)
 @click.argument("args", nargs=-1, metavar="[NODE] ATTRIBUTE N")
+@jobs_option
 @node_options(default_timeout=300.0)
-def proc_count(args: tuple[str, ...], **opts: Any) -> None:
+def proc_count(args: tuple[str, ...], jobs: int, **opts: Any) -> None:
     """The N processes with the largest ATTRIBUTE.
 
     Like recon:proc_count(ATTRIBUTE, N). ATTRIBUTE is one of memory,
@@ -275,12 +295,73 @@ def proc_count(args: tuple[str, ...], **opts: Any) -> None:
         raise UsageError("expected [NODE] ATTRIBUTE N, e.g. beam-probe "
                          "proc-count app@host binary_memory 3")
     attribute, n = rest[0], _count(rest[1])
-    if attribute not in processes.ATTRIBUTES:
-        raise UsageError(f"unknown attribute {attribute!r}; valid: "
-                         f"{', '.join(processes.ATTRIBUTES)}")
+    processes.check_attribute(attribute)
     with _attach(node, opts) as remote, _Progress() as progress:
-        result = processes.proc_count(remote, attribute, n, progress)
+        result = processes.proc_count(remote, attribute, n, progress, jobs)
     _emit(opts, result, lambda: render.proc_count_text(result))
+
+
+@main.command("proc-window", epilog=EPILOG_NODE)
+@click.argument("args", nargs=-1, metavar="[NODE] ATTRIBUTE N MILLISECONDS")
+@jobs_option
+@node_options(default_timeout=300.0)
+def proc_window(args: tuple[str, ...], jobs: int, **opts: Any) -> None:
+    """The N processes whose ATTRIBUTE grew most over MILLISECONDS.
+
+    Like recon:proc_window(ATTRIBUTE, N, MILLISECONDS), for the same
+    attributes as proc-count; reductions shows who is busy right now.
+    Processes born or dead inside the window are listed apart, never
+    mixed into the increases. Cost: two proc-count passes; the node keeps
+    the first snapshot meanwhile. --timeout counts on top of the window.
+
+    \b
+    Examples:
+      beam-probe proc-window app@db1 reductions 5 1000
+      beam-probe proc-window app@db1 binary_memory 10 60000 --format json
+    """
+    from . import render
+    from .probes import processes
+
+    node, rest = split_node(args)
+    if len(rest) != 3:
+        raise UsageError("expected [NODE] ATTRIBUTE N MILLISECONDS, e.g. "
+                         "beam-probe proc-window app@host reductions 5 1000")
+    attribute, n = rest[0], _count(rest[1])
+    millis = _count(rest[2], "MILLISECONDS")
+    processes.check_attribute(attribute)
+    with _attach(node, opts) as remote, _Progress() as progress:
+        result = processes.proc_window(remote, attribute, n, millis,
+                                       progress, jobs)
+    _emit(opts, result, lambda: render.proc_window_text(result))
+
+
+@main.command("proc-info", epilog=EPILOG_NODE)
+@click.argument("args", nargs=-1, metavar="[NODE] PID")
+@node_options()
+def proc_info(args: tuple[str, ...], **opts: Any) -> None:
+    """One process, grouped as recon:info/1 groups it.
+
+    PID is as the node prints it (<0.123.0>, or 0.123.0 without the
+    brackets a shell would eat), or a registered name. Groups: meta,
+    signals, location, memory_used (with the refc binaries it references),
+    work. The mailbox and the process dictionary are never read.
+
+    \b
+    Examples:
+      beam-probe proc-info app@db1 '<0.4612.0>'
+      beam-probe proc-info app@db1 code_server --format json
+    """
+    from . import render
+    from .probes import info
+
+    node, rest = split_node(args)
+    if len(rest) != 1:
+        raise UsageError("expected [NODE] PID, e.g. beam-probe proc-info "
+                         "app@host '<0.123.0>'")
+    info.target_text(rest[0])
+    with _attach(node, opts) as remote:
+        result = info.proc_info(remote, rest[0])
+    _emit(opts, result, lambda: render.proc_info_text(result))
 
 
 @main.command()

@@ -26,7 +26,10 @@ COMMANDS = (
     ("ping",),
     ("memory",),
     ("proc-count", "binary_memory", "3"),
+    ("bin-leak", "5", "--dry-run"),
     ("bin-leak", "5"),
+    ("proc-info", "demo_cache"),
+    ("proc-window", "reductions", "3", "500"),
 )
 
 

@@ -69,6 +69,13 @@ class RemoteError(ProbeError):
     label = "remote call failed"
 
 
+class NoSuchProcess(ProbeError):
+    """The pid or registered name given is not a live process on the node."""
+
+    exit_code = 10
+    label = "no such process"
+
+
 class UsageError(ProbeError):
     """Arguments that make no sense (click's own usage errors also exit 2)."""
 
@@ -90,4 +97,6 @@ EXIT_CODES = [
     (ConnectionLost.exit_code, "the connection closed in the middle of a call"),
     (ProtocolError.exit_code, "the peer sent malformed distribution data"),
     (RemoteError.exit_code, "the call failed on the node (badrpc)"),
+    (NoSuchProcess.exit_code, "no live process with that pid or name on the "
+                              "node"),
 ]

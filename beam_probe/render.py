@@ -79,6 +79,16 @@ def _process_rows(processes: list[dict[str, Any]], key: str) -> list[tuple]:
 
 def bin_leak_text(result: dict[str, Any]) -> str:
     before, after = result["memory_before"], result["memory_after"]
+    if result.get("dry_run"):
+        return (f"{result['node']}: bin-leak dry run, nothing collected\n"
+                f"scanned {result['scanned']} processes; {result['holders']} "
+                f"hold refc binaries.\nA real run would ask the node to "
+                f"garbage-collect {result['would_collect']} of them "
+                f"(erlang:garbage_collect/1 on each, largest holders first), "
+                f"then count their references again.\n"
+                f"binary memory now: "
+                f"{human_bytes(result['memory_before']['binary'])} of "
+                f"{human_bytes(result['memory_before']['total'])} total")
     lines = [
         f"{result['node']}: refc binary references freed by a garbage "
         "collection (recon:bin_leak)",
@@ -105,3 +115,67 @@ def proc_count_text(result: dict[str, Any]) -> str:
     return header + "\n\n" + table(
         ("pid", attribute, "name", "current function", "initial call"),
         _process_rows(result["processes"], "value"), "lrlll")
+
+
+def proc_window_text(result: dict[str, Any]) -> str:
+    attribute = result["attribute"]
+    lines = [
+        f"{result['node']}: largest increases of {attribute} over "
+        f"{result['window_ms']} ms (recon:proc_window)",
+        f"scanned {result['scanned_first']} processes at the start, "
+        f"{result['scanned_last']} at the end; {result['born_count']} born "
+        f"and {result['dead_count']} dead inside the window, listed apart",
+        "",
+        table(("pid", "increase", "name", "current function",
+               "initial call"),
+              _process_rows(result["processes"], "delta"), "lrlll"),
+    ]
+    if result["born"]:
+        lines += ["", f"born inside the window (value at the end, largest "
+                      f"first):",
+                  table(("pid", attribute, "name", "current function",
+                         "initial call"),
+                        _process_rows(result["born"], "value"), "lrlll")]
+    if result["dead"]:
+        lines += ["", "dead inside the window (value at the start, largest "
+                      "first):",
+                  table(("pid", attribute),
+                        [(p["pid"], p["value"]) for p in result["dead"]],
+                        "lr")]
+    return "\n".join(lines)
+
+
+def _info_value(key: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and key in ("memory", "binary_memory"):
+        return f"{value} ({human_bytes(value)})"
+    if isinstance(value, list):
+        return ", ".join(str(item) for item in value) or "[]"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_info_value(k, v)}" if not isinstance(v, dict)
+                         else f"{k}=({_info_value(k, v)})"
+                         for k, v in value.items())
+    return str(value)
+
+
+def proc_info_text(result: dict[str, Any]) -> str:
+    """Grouped key: value lines; the stack one frame per line."""
+    lines = [f"{result['node']}: {result['pid']} (recon:info groups; no "
+             "mailbox or dictionary read)"]
+    for group, fields in result.items():
+        if not isinstance(fields, dict):
+            continue
+        lines.append("")
+        lines.append(f"{group}:")
+        width = max(len(key) for key in fields)
+        for key, value in fields.items():
+            if key == "current_stacktrace":
+                lines.append(f"  {key}:")
+                lines.extend(f"    {frame}" for frame in value)
+            else:
+                lines.append(f"  {key.ljust(width)}  "
+                             f"{_info_value(key, value)}")
+    return "\n".join(lines)

@@ -120,3 +120,161 @@ def test_max_gc_caps_collection(leaky):
     remote.call("beam_probe_workload", "refill", [leakers])
     result = processes.bin_leak(remote, 3, max_gc=2)
     assert result["collected"] == 2 < result["holders"]
+
+
+@pytest.mark.parametrize("jobs", [1, 3, 0])
+def test_proc_count_ties_follow_reference(leaky, jobs):
+    """Most processes have an empty queue: with N past the keepers, the
+    zero-valued tail must be the same processes, in the same order, as
+    the reference gives, however the pass is sliced."""
+    _node, remote, _pids = leaky
+    n = KEEPERS + 6
+    ours = processes.proc_count(remote, "message_queue_len", n, jobs=jobs)
+    reference = remote.call("beam_probe_reference", "proc_count",
+                            [Atom("message_queue_len"), n])
+    ours_rows = [(p["pid"], p["value"]) for p in ours["processes"]]
+    reference_rows = [(str(pid), value) for pid, value in reference]
+    # The reference's own rpc process is alive during its scan, ours is
+    # not scanned; compare everything but that one process.
+    assert [row for row in ours_rows if row in reference_rows] == \
+        [row for row in reference_rows if row in ours_rows]
+    assert len(set(ours_rows) & set(reference_rows)) >= n - 1
+    assert ours_rows[0][1] == 3 * (KEEPERS - 1)
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 0])
+def test_bin_leak_same_answer_however_sliced(leaky, jobs):
+    _node, remote, (leakers, _k, _i) = leaky
+    processes.bin_leak(remote, 1)  # collect what earlier tests left
+    remote.call("beam_probe_workload", "refill", [leakers])
+    ours = processes.bin_leak(remote, LEAKERS, jobs=jobs)
+    expected = [(str(leakers[i - 1]), -(100 + 7 * i))
+                for i in range(LEAKERS, 0, -1)]
+    assert [(p["pid"], p["delta"]) for p in ours["processes"]] == expected
+
+
+def test_bin_leak_dry_run_collects_nothing(leaky):
+    node, remote, (leakers, _k, _i) = leaky
+    processes.bin_leak(remote, 1)  # collect what earlier tests left
+    remote.call("beam_probe_workload", "refill", [leakers])
+    dry = processes.bin_leak(remote, 3, dry_run=True)
+    assert dry["dry_run"] and dry["collected"] == 0 and dry["processes"] == []
+    assert dry["would_collect"] == dry["holders"] >= LEAKERS + KEEPERS
+    capped = processes.bin_leak(remote, 3, max_gc=4, dry_run=True)
+    assert capped["would_collect"] == 4
+    # The leak is still there for a real run to find.
+    real = processes.bin_leak(remote, 1)
+    assert real["processes"][0]["delta"] == -(100 + 7 * LEAKERS)
+    r = run_cli("bin-leak", node.node, "3", "--dry-run",
+                env={"HOME": node.home})
+    assert r.returncode == 0, r.stderr
+    assert "dry run" in r.stdout and "garbage-collect" in r.stdout
+
+
+def test_cli_jobs_must_not_be_negative(leaky):
+    node, _remote, _pids = leaky
+    r = run_cli("proc-count", node.node, "memory", "3", "--jobs", "-1",
+                env={"HOME": node.home})
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+# proc-window: a fresh node per OTP, because the test kills a process.
+
+def test_proc_window_marks_born_and_dead(nodes, otp):
+    import threading
+    import time
+
+    node = nodes.start(otp)
+    with attach(node.node, node.cookie.encode(), timeout=60) as remote:
+        _l, keepers, _i = remote.call("beam_probe_workload", "start",
+                                      [0, 6, 50])
+        victim = keepers[5]          # 15 unread messages, will die
+        result = {}
+
+        def window() -> None:
+            with attach(node.node, node.cookie.encode(), timeout=60) as r2:
+                result.update(processes.proc_window(
+                    r2, "message_queue_len", 3, 1500))
+
+        thread = threading.Thread(target=window)
+        thread.start()
+        time.sleep(0.5)
+        for pid, count in ((keepers[2], 50), (keepers[4], 20)):
+            for k in range(count):
+                remote.call("erlang", "send", [pid, ("window", k)])
+        newborn = remote.call("erlang", "spawn",
+                              [Atom("timer"), Atom("sleep"),
+                               [Atom("infinity")]])
+        for k in range(7):
+            remote.call("erlang", "send", [newborn, ("born", k)])
+        remote.call("erlang", "exit", [victim, Atom("kill")])
+        thread.join(30)
+        remote.call("erlang", "exit", [newborn, Atom("kill")])
+    rows = [(p["pid"], p["delta"]) for p in result["processes"]]
+    assert rows[:2] == [(str(keepers[2]), 50), (str(keepers[4]), 20)]
+    assert (str(newborn), 7) in [(p["pid"], p["value"])
+                                 for p in result["born"]]
+    assert result["born_count"] >= 1 and result["dead_count"] >= 1
+    assert {"pid": str(victim), "value": 15} in result["dead"]
+    # Neither the newborn nor the dead one is mixed into the increases.
+    assert str(newborn) not in dict(rows) and str(victim) not in dict(rows)
+
+
+def test_cli_proc_window(leaky):
+    node, _remote, _pids = leaky
+    r = run_cli("proc-window", node.node, "reductions", "3", "200",
+                "--format", "json", env={"HOME": node.home})
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["attribute"] == "reductions" and j["window_ms"] == 200
+    assert len(j["processes"]) == 3 and {"born", "dead", "born_count",
+                                         "dead_count"} <= set(j)
+    text = run_cli("proc-window", node.node, "reductions", "3", "100",
+                   env={"HOME": node.home})
+    assert text.returncode == 0 and "increase" in text.stdout
+    bad = run_cli("proc-window", node.node, "reductions", "3", "soon",
+                  env={"HOME": node.home})
+    assert bad.returncode == 2 and "MILLISECONDS" in bad.stderr
+
+
+# proc-info
+
+def test_proc_info_groups_like_recon(leaky):
+    from beam_probe.probes import info
+
+    node, remote, (_l, keepers, _i) = leaky
+    j = 3
+    result = info.proc_info(remote, str(keepers[j]))
+    assert set(result) == {"node", "pid", "meta", "signals", "location",
+                           "memory_used", "work"}
+    assert result["pid"] == str(keepers[j])
+    used = result["memory_used"]
+    assert used["binary_memory"] == (j + 1) * 100000 + 1000 * j
+    assert used["binary_count"] == ((j + 1) * 100000 + 1000 * j) // 10000 + 1
+    assert used["message_queue_len"] == 3 * j
+    assert "dictionary" not in result["meta"]
+    assert result["location"]["current_stacktrace"][0].startswith(
+        "beam_probe_workload:")
+    by_name = info.proc_info(remote, "code_server")
+    assert by_name["meta"]["registered_name"] == "code_server"
+    # Without the brackets a shell would eat.
+    bare = str(keepers[j]).strip("<>")
+    assert info.proc_info(remote, bare)["pid"] == str(keepers[j])
+
+
+def test_cli_proc_info_errors_are_one_line(leaky):
+    node, remote, _pids = leaky
+    env = {"HOME": node.home}
+    atoms = remote.call("erlang", "system_info", [Atom("atom_count")])
+    for args, code, words in (
+            (["<0.32000.0>"], 10, "not alive"),
+            (["no_such_registered_name_here"], 10, "no process registered"),
+            (["<12.1.0>"], 2, "give pids"),
+            (["not a pid!"], 2, "PID must look like")):
+        r = run_cli("proc-info", node.node, *args, env=env)
+        assert r.returncode == code, (args, r.stderr)
+        assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    # Looking a name up never creates it.
+    assert remote.call("erlang", "system_info", [Atom("atom_count")]) == atoms
+    r = run_cli("proc-info", node.node, "init", "--format", "json", env=env)
+    assert r.returncode == 0 and json.loads(r.stdout)["pid"] == "<0.0.0>"

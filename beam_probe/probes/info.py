@@ -1,0 +1,121 @@
+"""recon:info/1 from outside: one process, grouped, never its mailbox or
+dictionary.
+
+One call: process_info(Pid, Items) with the items recon:info/1 shows,
+minus 'dictionary' (reading it copies a process's private state and can be
+large), plus the count and summed size of the refc binaries the process
+references, computed on the node so a leaking process's list of a million
+binaries never crosses the wire.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..dist.terms import Atom, format_term, mfa
+from ..errors import NoSuchProcess, RemoteError, UsageError
+from ..remote import Remote
+from .processes import HELPER
+
+# recon:info/1's groups and their process_info items, in recon's order.
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("meta", ("registered_name", "group_leader", "status")),
+    ("signals", ("links", "monitors", "monitored_by", "trap_exit")),
+    ("location", ("initial_call", "current_stacktrace")),
+    ("memory_used", ("memory", "message_queue_len", "heap_size",
+                     "total_heap_size", "garbage_collection",
+                     "binary_count", "binary_memory")),
+    ("work", ("reductions",)),
+)
+
+_PID = re.compile(r"<?(\d+)\.(\d+)\.(\d+)>?")
+_NAME = re.compile(r"[a-z][A-Za-z0-9_@.]*")
+
+
+def target_text(spec: str) -> str:
+    """What the user typed as the text the node is given: a local pid as
+    "<0.123.0>" (also accepted as 0.123.0), or a registered name."""
+    match = _PID.fullmatch(spec)
+    if match:
+        return "<{}.{}.{}>".format(*match.groups())
+    if _NAME.fullmatch(spec):
+        return spec
+    raise UsageError(f"PID must look like <0.123.0> or be a registered "
+                     f"name, not {spec!r}")
+
+
+def _plain(term: Any) -> Any:
+    """A term as JSON-ready Python: atoms and pids as text."""
+    if isinstance(term, bool) or isinstance(term, (int, float)):
+        return term
+    if isinstance(term, Atom):
+        return None if term == "undefined" else str(term)
+    if isinstance(term, list) and all(
+            isinstance(item, tuple) and len(item) == 2
+            and isinstance(item[0], Atom) for item in term) and term:
+        return {str(key): _plain(value) for key, value in term}
+    if isinstance(term, dict):
+        return {format_term(key) if not isinstance(key, Atom) else str(key):
+                _plain(value) for key, value in term.items()}
+    if isinstance(term, list):
+        return [_plain(item) for item in term]
+    return format_term(term)
+
+
+def _frame(frame: Any) -> str:
+    """{M, F, Arity, [{file, F}, {line, L}]} as 'm:f/a (file:line)'."""
+    text = mfa(frame[:3]) or format_term(frame)
+    location = dict(frame[3]) if len(frame) > 3 else {}
+    file, line = location.get("file"), location.get("line")
+    if file is not None:
+        where = "".join(chr(c) for c in file) if isinstance(file, list) \
+            else str(file)
+        text += f" ({where}:{line})" if line is not None else f" ({where})"
+    return text
+
+
+def _value(key: str, value: Any) -> Any:
+    if key == "registered_name":
+        return str(value) if isinstance(value, Atom) else None
+    if key in ("group_leader",):
+        return str(value)
+    if key in ("links", "monitored_by"):
+        return [str(item) for item in value]
+    if key == "monitors":
+        # {process, Pid} or {process, {Name, Node}}, and ports on OTP 26+.
+        return [format_term(item[1]) if isinstance(item, tuple) else
+                format_term(item) for item in value]
+    if key == "initial_call":
+        return mfa(value)
+    if key == "current_stacktrace":
+        return [_frame(frame) for frame in value]
+    return _plain(value)
+
+
+def proc_info(remote: Remote, spec: str) -> dict[str, Any]:
+    """One process the way recon:info/1 groups it."""
+    text = target_text(spec)
+    reply = remote.run(HELPER, "proc_info", text)
+    if reply[0] == Atom("error"):
+        why = reply[1]
+        if why == Atom("not_a_pid"):
+            raise UsageError(f"{spec!r} is not a pid of {remote.node}; give "
+                             f"pids as it prints them, <0.N.M>")
+        if why == Atom("no_such_name"):
+            raise NoSuchProcess(f"no process registered as {spec} on "
+                                f"{remote.node}")
+        if isinstance(why, tuple) and why[0] == Atom("other_node"):
+            raise UsageError(f"{text} is a pid of another node ({why[1]}); "
+                             f"give pids as {remote.node} prints them")
+        if isinstance(why, tuple) and why[0] == Atom("not_alive"):
+            raise NoSuchProcess(f"{why[1]} is not alive on {remote.node} "
+                                f"(it exited, or never existed)")
+        raise RemoteError(f"proc_info failed: {format_term(why)}"[:300])
+    _ok, pid, items, binary_count, binary_memory = reply
+    fields = {str(key): value for key, value in items}
+    fields["binary_count"] = binary_count
+    fields["binary_memory"] = binary_memory
+    groups = {group: {key: _value(key, fields[key]) for key in keys}
+              for group, keys in GROUPS}
+    return {"node": remote.node, "pid": str(pid), **groups}
