@@ -47,8 +47,10 @@ class _Main(click.Group):
             ctx.exit(1)
 
 
-def node_options(default_timeout: float = DEFAULT_TIMEOUT) -> Callable:
-    """The options every command that attaches to a node shares."""
+def node_options(default_timeout: float = DEFAULT_TIMEOUT,
+                 formats: tuple[str, ...] = ("table", "json")) -> Callable:
+    """The options every command that attaches to a node shares; the first
+    of ``formats`` is the default."""
     def decorate(f: Callable) -> Callable:
         options = [
             click.option("--node", "-n", metavar="NODE",
@@ -68,9 +70,8 @@ def node_options(default_timeout: float = DEFAULT_TIMEOUT) -> Callable:
                          default=default_timeout, show_default=True,
                          metavar="SECONDS",
                          help="Limit for connecting and for each call."),
-            click.option("--format", "fmt", type=click.Choice(["table",
-                                                               "json"]),
-                         default="table", show_default=True,
+            click.option("--format", "fmt", type=click.Choice(formats),
+                         default=formats[0], show_default=True,
                          help="Output format."),
         ]
         for option in reversed(options):
@@ -374,6 +375,85 @@ def demo() -> None:
     from .demo import run_demo
 
     run_demo(click.echo)
+
+
+class _PluginCommand(click.Command):
+    """A monitoring plugin: bad arguments are UNKNOWN (3), not click's 2."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as exc:
+            exc.exit_code = 3
+            raise
+
+
+@main.command(cls=_PluginCommand, epilog=EPILOG_NODE + """
+
+\b
+Keys: total, processes, binary, ets, atom (bytes; 1KB = 1000 B, 1KiB =
+1024 B), binary_share and atom_use (percent), process_count, max_queue
+(counts), top_binary_memory (bytes).
+Exit: 0 OK, 1 WARNING, 2 CRITICAL (also: node unreachable), 3 UNKNOWN.""")
+@click.argument("args", nargs=-1, metavar="[NODE]")
+@click.option("--warn", "warn_specs", multiple=True, metavar="KEY=VALUE",
+              help="WARNING when KEY is at or above VALUE. Repeatable.")
+@click.option("--crit", "crit_specs", multiple=True, metavar="KEY=VALUE",
+              help="CRITICAL when KEY is at or above VALUE. Repeatable.")
+@click.option("--textfile", metavar="PATH",
+              help="Also write the node_exporter textfile PATH (atomically).")
+@click.option("--history", metavar="FILE",
+              help="Append one JSON line per node and run to FILE.")
+@click.option("--trend", type=click.IntRange(min=1), default=None,
+              metavar="N", help="With --history: WARNING after N "
+              "consecutive rises of binary memory [default: 5].")
+@click.option("--cluster", is_flag=True,
+              help="Also check every node connected to NODE, fanned out by "
+                   "NODE itself over distribution.")
+@jobs_option
+@node_options(formats=("nagios", "json", "prometheus"))
+def check(args: tuple[str, ...], warn_specs: tuple[str, ...],
+          crit_specs: tuple[str, ...], textfile: str | None,
+          history: str | None, trend: int | None, cluster: bool, jobs: int,
+          **opts: Any) -> None:
+    """A monitoring plugin: is NODE's memory within bounds?
+
+    Measures erlang:memory(), the process count, the largest binary_memory
+    of one process, the longest message queue and atom use, and compares
+    them with the thresholds. With no thresholds: OK whenever the node
+    answers. Output: a Nagios plugin line with perfdata (default), --format
+    json, or --format prometheus (also --textfile for node_exporter).
+
+    \b
+    Examples:
+      beam-probe check app@db1 --warn binary=500MB --crit binary=1GiB
+      beam-probe check app@db1 --warn binary_share=40% --crit max_queue=10k
+      beam-probe check app@db1 --history /var/lib/beam-probe/app.jsonl
+      beam-probe check app@db1 --cluster --format prometheus \\
+          --textfile /var/lib/node_exporter/textfile/beam.prom
+    """
+    from .checks.run import run_check
+
+    node, rest = split_node(args)
+    if rest:
+        _plugin_exit(3, f"BEAM UNKNOWN - unexpected argument {rest[0]!r}")
+    if trend is not None and not history:
+        _plugin_exit(3, "BEAM UNKNOWN - --trend needs --history FILE")
+    try:
+        code, text = run_check(lambda: _attach(node, opts), node, warn_specs,
+                               crit_specs, opts["fmt"], textfile, history,
+                               trend, cluster, jobs, opts["timeout"])
+    except Exception as exc:  # a bug of ours: UNKNOWN, as plugins report it
+        if os.environ.get("BEAM_PROBE_DEBUG"):
+            raise
+        code, text = 3, (f"BEAM UNKNOWN - internal error: "
+                         f"{type(exc).__name__}: {exc}")
+    _plugin_exit(code, text)
+
+
+def _plugin_exit(code: int, text: str) -> None:
+    click.echo(text)
+    sys.exit(code)
 
 
 def run() -> None:

@@ -93,11 +93,21 @@ class Remote:
     def run(self, module: str, function: str, *args: Any,
             timeout: float | None = None) -> Any:
         """Run ``function`` from erl_helpers/``module``.erl on the target."""
+        form, bindings = self.expression(module, function, *args)
+        # erl_eval:expr/5 with return format 'value' sends back the value
+        # alone, not the bindings (which would echo every argument back).
+        return self.call("erl_eval", "expr",
+                         [form, bindings, Atom("none"), Atom("none"),
+                          Atom("value")], timeout)
+
+    def expression(self, module: str, function: str,
+                   *args: Any) -> tuple[Any, list]:
+        """The abstract form of ``function(Args...)`` and its bindings, for
+        erl_eval:expr/5 here or on any node this one reaches."""
         clauses = self._clauses(module, function)
         line = 1
-        # The abstract form of Fun(Arg0, Arg1, ...) with Fun the helper's
-        # clauses as a fun; values travel as erl_eval bindings, Local
-        # arguments as fun expressions.
+        # Fun(Arg0, Arg1, ...) with Fun the helper's clauses as a fun;
+        # values travel as erl_eval bindings, Local arguments as funs.
         actuals, bindings = [], []
         for i, arg in enumerate(args):
             if isinstance(arg, Local):
@@ -109,11 +119,7 @@ class Remote:
                 bindings.append((name, arg))
         call = (Atom("call"), line, (Atom("fun"), line,
                                      (Atom("clauses"), clauses)), actuals)
-        # erl_eval:expr/5 with return format 'value' sends back the value
-        # alone, not the bindings (which would echo every argument back).
-        return self.call("erl_eval", "expr",
-                         [call, bindings, Atom("none"), Atom("none"),
-                          Atom("value")], timeout)
+        return call, bindings
 
     def _clauses(self, module: str, function: str) -> Any:
         key = (module, function)

@@ -20,7 +20,8 @@
 -module(beam_probe_scan).
 
 -export([pmap/3, values/3, top/2,
-         bin_leak/6, proc_count/6, proc_window/7, proc_info/1]).
+         bin_leak/6, proc_count/6, proc_window/7, proc_info/1,
+         health/3]).
 
 %% Fun over Jobs slices of List, each slice in a fresh process of its own,
 %% so one pass runs on up to Jobs schedulers at once. Results in slice
@@ -286,3 +287,22 @@ proc_info(PidText) ->
                     {ok, Pid, Info, erlang:length(Binaries), lists:sum(Sizes)}
             end
     end.
+
+%% What `beam-probe check` measures on one node: erlang:memory(), the
+%% process count, atom count and limit, the largest binary_memory of one
+%% process and the longest message queue. Returns
+%% {Memory, ProcessCount, AtomCount, AtomLimit, TopBinaryMemory, MaxQueue}.
+health(Jobs, Pmap, Values) ->
+    Largest = fun(Pairs) ->
+                      {Numbers, _} = lists:unzip(Pairs),
+                      lists:max([0 | Numbers])
+              end,
+    Slices = Pmap(fun(Slice) ->
+                          {Largest(Values(binary_memory, Slice, false)),
+                           Largest(Values(message_queue_len, Slice, false))}
+                  end,
+                  lists:delete(erlang:self(), erlang:processes()), Jobs),
+    {Binaries, Queues} = lists:unzip(Slices),
+    {erlang:memory(), erlang:system_info(process_count),
+     erlang:system_info(atom_count), erlang:system_info(atom_limit),
+     lists:max([0 | Binaries]), lists:max([0 | Queues])}.

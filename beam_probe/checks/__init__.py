@@ -1,0 +1,1 @@
+"""beam-probe check: thresholds, trend history, and plugin output."""

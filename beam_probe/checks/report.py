@@ -1,0 +1,176 @@
+"""A check's outcome as a monitoring system reads it: the Nagios plugin
+line with perfdata, one JSON object, or a node_exporter textfile."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+from .thresholds import (BYTES, CRITICAL, KEYS, OK, PERCENT, STATUS_NAMES,
+                         WARNING, evaluate, show)
+
+
+def judge(measured: list[dict[str, Any]], warn: dict[str, float],
+          crit: dict[str, float],
+          trends: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
+    """Status per node and overall: the worst decides. A node that did not
+    answer is CRITICAL; a firing trend rule is at least WARNING."""
+    rows = []
+    for item in measured:
+        row = dict(item)
+        if "error" in item:
+            row["status"], row["problems"] = CRITICAL, [item["error"]]
+        else:
+            row["status"], row["problems"] = evaluate(item["values"], warn,
+                                                      crit)
+            fired = trends.get(item["node"])
+            if fired:
+                row["trend"] = fired
+                row["status"] = max(row["status"], WARNING)
+                row["problems"].append(_trend_text(fired))
+        rows.append(row)
+    worst = max((row["status"] for row in rows), default=OK)
+    return {"status": STATUS_NAMES[worst], "exit_code": worst,
+            "nodes": [dict(row, status=STATUS_NAMES[row["status"]])
+                      for row in rows]}
+
+
+def _trend_text(fired: dict[str, Any]) -> str:
+    growth = fired["growth_per_hour"]
+    rate = (f", +{show('binary', growth)}/hour" if growth is not None
+            else "")
+    return (f"binary memory rose {fired['rises']} times in a row since "
+            f"{fired['since']}{rate} (trend)")
+
+
+def _summary(values: dict[str, Any]) -> str:
+    return (f"binary {show('binary', values['binary'])} "
+            f"({values['binary_share']:g}%), total "
+            f"{show('total', values['total'])}, processes "
+            f"{values['process_count']}, top binary_memory "
+            f"{show('top_binary_memory', values['top_binary_memory'])}, "
+            f"max_queue {values['max_queue']}, atom_use "
+            f"{values['atom_use']:g}%")
+
+
+def _perfdata(values: dict[str, Any], warn: dict[str, float],
+              crit: dict[str, float], prefix: str = "") -> list[str]:
+    out = []
+    for key, unit in KEYS.items():
+        value = values[key]
+        w = _number(warn.get(key))
+        c = _number(crit.get(key))
+        low, high = ("0", "100") if unit == PERCENT else ("0", "")
+        uom = unit if unit in (BYTES, PERCENT) else ""
+        out.append(f"'{prefix}{key}'={_number(value)}{uom};{w};{c};{low};"
+                   f"{high}")
+    return out
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return ""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def nagios(report: dict[str, Any], warn: dict[str, float],
+           crit: dict[str, float]) -> str:
+    """First line: status, summary, perfdata. With several nodes, one more
+    line per node (Nagios 'long output')."""
+    nodes = report["nodes"]
+    head = f"BEAM {report['status']} - "
+    if len(nodes) == 1:
+        row = nodes[0]
+        text = f"{row['node']}: " + "; ".join(row["problems"])
+        if "values" in row:
+            text += ("; " if row["problems"] else "") + _summary(row["values"])
+            perf = _perfdata(row["values"], warn, crit)
+            return head + text + " | " + " ".join(perf)
+        return head + text
+    bad = [row for row in nodes if row["status"] != "OK"]
+    text = (f"{len(nodes) - len(bad)} of {len(nodes)} nodes OK"
+            + "".join(f"; {row['node']} {row['status']}: "
+                      f"{'; '.join(row['problems'])}" for row in bad))
+    perf = [item for row in nodes if "values" in row
+            for item in _perfdata(row["values"], warn, crit,
+                                  f"{row['node']} ")]
+    lines = [head + text + (" | " + " ".join(perf) if perf else "")]
+    for row in nodes:
+        detail = "; ".join(row["problems"] + ([_summary(row["values"])]
+                                              if "values" in row else []))
+        lines.append(f"{row['node']} {row['status']}: {detail}")
+    return "\n".join(lines)
+
+
+_STATUS_CODES = {"OK": OK, "WARNING": WARNING, "CRITICAL": CRITICAL,
+                 "UNKNOWN": 3}
+
+# (metric name, help, value key or None for memory by type)
+_METRICS = (
+    ("beam_probe_binary_share_percent",
+     "Binary memory as a percentage of total memory.", "binary_share"),
+    ("beam_probe_process_count", "Number of processes.", "process_count"),
+    ("beam_probe_top_binary_memory_bytes",
+     "Largest summed size of refc binaries referenced by one process.",
+     "top_binary_memory"),
+    ("beam_probe_max_message_queue_len",
+     "Longest message queue of one process.", "max_queue"),
+    ("beam_probe_atom_use_percent",
+     "Atom count as a percentage of the atom limit.", "atom_use"),
+)
+
+
+def _label(value: str) -> str:
+    # Prometheus text format: backslash, double quote and newline escaped.
+    return (value.replace("\\", "\\\\").replace('"', '\\"')
+            .replace("\n", "\\n"))
+
+
+def prometheus(report: dict[str, Any]) -> str:
+    """node_exporter textfile format: no timestamps, a node label on every
+    sample, every family with HELP and TYPE once."""
+    nodes = report["nodes"]
+    lines = ["# HELP beam_probe_up Whether the node answered the check.",
+             "# TYPE beam_probe_up gauge"]
+    lines += [f'beam_probe_up{{node="{_label(r["node"])}"}} '
+              f'{1 if "values" in r else 0}' for r in nodes]
+    lines += ["# HELP beam_probe_status Check status: 0 OK, 1 WARNING, "
+              "2 CRITICAL, 3 UNKNOWN.", "# TYPE beam_probe_status gauge"]
+    lines += [f'beam_probe_status{{node="{_label(r["node"])}"}} '
+              f'{_STATUS_CODES[r["status"]]}' for r in nodes]
+    answered = [r for r in nodes if "values" in r]
+    lines += ["# HELP beam_probe_memory_bytes erlang:memory() by type.",
+              "# TYPE beam_probe_memory_bytes gauge"]
+    for row in answered:
+        for kind in ("total", "processes", "binary", "ets", "atom"):
+            lines.append(f'beam_probe_memory_bytes{{node="'
+                         f'{_label(row["node"])}",type="{kind}"}} '
+                         f'{row["values"][kind]}')
+    for name, text, key in _METRICS:
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
+        lines += [f'{name}{{node="{_label(r["node"])}"}} {r["values"][key]}'
+                  for r in answered]
+    return "\n".join(lines) + "\n"
+
+
+def write_atomically(path: str, text: str) -> None:
+    """A temporary file in the same directory, then a rename, so the
+    collector never reads half a file. The temporary name ends in .tmp,
+    which node_exporter's textfile collector ignores (it reads *.prom)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".beam_probe.",
+                               suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

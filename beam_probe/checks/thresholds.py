@@ -1,0 +1,101 @@
+"""--warn/--crit KEY=VALUE: which keys exist, what units they take, and the
+status a set of values earns.
+
+A threshold is an upper bound: a value at or above it raises the status
+(the usual reading for memory, counts and shares; Nagios range syntax is
+not supported). Byte units are decimal (KB = 1000 bytes) or binary
+(KiB = 1024 bytes), as written; MB and MiB are both accepted because both
+are what people type.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
+STATUS_NAMES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL",
+                UNKNOWN: "UNKNOWN"}
+
+BYTES, PERCENT, COUNT = "B", "%", ""
+
+# Key -> unit, in report order.
+KEYS: dict[str, str] = {
+    "total": BYTES, "processes": BYTES, "binary": BYTES, "ets": BYTES,
+    "atom": BYTES, "binary_share": PERCENT, "process_count": COUNT,
+    "top_binary_memory": BYTES, "max_queue": COUNT, "atom_use": PERCENT,
+}
+
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
+               "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+               "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30}
+_COUNT_UNITS = {"": 1, "k": 10**3, "m": 10**6}
+_VALUE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z%]*)\s*")
+
+
+class ThresholdError(ValueError):
+    """A threshold that cannot be understood: the check is UNKNOWN."""
+
+
+def parse(spec: str) -> tuple[str, float]:
+    """'binary=500MB' -> ('binary', 500000000.0)."""
+    key, sep, text = spec.partition("=")
+    key = key.strip()
+    if not sep:
+        raise ThresholdError(f"threshold {spec!r} is not KEY=VALUE")
+    if key not in KEYS:
+        raise ThresholdError(f"unknown key {key!r}; keys: {', '.join(KEYS)}")
+    match = _VALUE.fullmatch(text)
+    if not match:
+        raise ThresholdError(f"{key}: {text!r} is not a number with an "
+                             f"optional unit")
+    number, unit = float(match.group(1)), match.group(2).lower()
+    kind = KEYS[key]
+    if kind == PERCENT:
+        if unit not in ("", "%"):
+            raise ThresholdError(f"{key} is a percentage (e.g. 80%), "
+                                 f"not {text!r}")
+        return key, number
+    table = _BYTE_UNITS if kind == BYTES else _COUNT_UNITS
+    if unit not in table:
+        expected = ("bytes (e.g. 500MB, 1GiB)" if kind == BYTES
+                    else "a count (e.g. 1000, 50k)")
+        raise ThresholdError(f"{key} takes {expected}, not {text!r}")
+    return key, number * table[unit]
+
+
+def parse_all(specs: tuple[str, ...] | list[str]) -> dict[str, float]:
+    return dict(parse(spec) for spec in specs)
+
+
+def evaluate(values: dict[str, Any], warn: dict[str, float],
+             crit: dict[str, float]) -> tuple[int, list[str]]:
+    """The worst status the values earn, and one phrase per breach."""
+    status, problems = OK, []
+    for key in KEYS:
+        value = values.get(key)
+        if value is None:
+            continue
+        if key in crit and value >= crit[key]:
+            status = max(status, CRITICAL)
+            problems.append(f"{key} {show(key, value)} >= "
+                            f"{show(key, crit[key])} (critical)")
+        elif key in warn and value >= warn[key]:
+            status = max(status, WARNING)
+            problems.append(f"{key} {show(key, value)} >= "
+                            f"{show(key, warn[key])} (warning)")
+    return status, problems
+
+
+def show(key: str, value: float) -> str:
+    """A value as a person reads it: 12MB, 3.5%, 1234."""
+    kind = KEYS.get(key, COUNT)
+    if kind == PERCENT:
+        return f"{value:g}%"
+    if kind == BYTES:
+        for unit, size in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6),
+                           ("KB", 10**3)):
+            if value >= size:
+                return f"{value / size:.1f}{unit}".replace(".0" + unit, unit)
+        return f"{int(value)}B"
+    return f"{int(value)}"

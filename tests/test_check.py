@@ -1,0 +1,271 @@
+"""beam-probe check: thresholds, exit codes, outputs, history, cluster,
+and the container's entry script."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+
+import pytest
+
+from beam_probe.checks import history, report, thresholds
+from beam_probe.dist.terms import Atom
+from beam_probe.remote import attach
+from conftest import REPO, run_cli
+
+# --- thresholds, pure -------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("binary=1KB", ("binary", 1000)),
+    ("total=500MB", ("total", 500e6)),
+    ("ets=1GiB", ("ets", 2**30)),
+    ("atom=2kib", ("atom", 2048)),
+    ("binary_share=80%", ("binary_share", 80)),
+    ("atom_use=12.5", ("atom_use", 12.5)),
+    ("max_queue=50k", ("max_queue", 50000)),
+    ("process_count=1000", ("process_count", 1000)),
+])
+def test_threshold_units(spec, expected):
+    assert thresholds.parse(spec) == expected
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("bogus=1", "unknown key"), ("binary", "KEY=VALUE"),
+    ("binary=80%", "takes bytes"), ("binary_share=5MB", "percentage"),
+    ("max_queue=1GB", "a count"), ("total=lots", "not a number"),
+])
+def test_threshold_errors(spec, words):
+    with pytest.raises(thresholds.ThresholdError, match=words):
+        thresholds.parse(spec)
+
+
+def test_evaluate_worst_wins():
+    values = {"binary": 600, "max_queue": 5}
+    status, problems = thresholds.evaluate(
+        values, {"binary": 500, "max_queue": 10}, {"binary": 1000})
+    assert status == thresholds.WARNING and len(problems) == 1
+    status, _ = thresholds.evaluate(values, {"binary": 500},
+                                    {"max_queue": 5})
+    assert status == thresholds.CRITICAL
+
+
+# --- history and the trend rule, pure ----------------------------------------
+
+
+def _seed(path, node, binaries, start=1_000_000.0, step=600.0):
+    for i, value in enumerate(binaries):
+        history.append(str(path), node, {"binary": value}, now=start + i * step)
+
+
+def test_trend_fires_after_n_consecutive_rises(tmp_path):
+    path = tmp_path / "h.jsonl"
+    _seed(path, "a@h", [10, 20, 30, 40, 50])
+    records = history.load(str(path), "a@h")
+    assert history.trend(records, 5) is None          # 4 rises so far
+    _seed(path, "a@h", [60], start=1_000_000 + 5 * 600)
+    fired = history.trend(history.load(str(path), "a@h"), 5)
+    # 50 bytes over 5 * 10 minutes: 60 bytes per hour.
+    assert fired["rises"] == 5 and fired["growth_per_hour"] == pytest.approx(60)
+    assert history.trend(history.load(str(path), "a@h"), 6) is None
+
+
+def test_trend_needs_every_step_to_rise(tmp_path):
+    path = tmp_path / "h.jsonl"
+    _seed(path, "a@h", [10, 20, 30, 30, 40, 50, 60])
+    assert history.trend(history.load(str(path), "a@h"), 5) is None
+    assert history.trend(history.load(str(path), "a@h"), 3)["rises"] == 3
+
+
+def test_history_keeps_nodes_apart_and_survives_junk(tmp_path):
+    path = tmp_path / "h.jsonl"
+    _seed(path, "a@h", [1, 2])
+    with open(path, "a") as f:
+        f.write('{"half a line\n')
+    _seed(path, "b@h", [9])
+    assert [r["binary"] for r in history.load(str(path), "a@h")] == [1, 2]
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[0])["node"] == "a@h" and "time" in json.loads(
+        lines[0])
+
+
+# --- textfile ----------------------------------------------------------------
+
+VALUES = {"total": 100, "processes": 10, "binary": 30, "ets": 5, "atom": 1,
+          "binary_share": 30.0, "process_count": 7, "top_binary_memory": 20,
+          "max_queue": 2, "atom_use": 0.5}
+
+
+def _report():
+    return report.judge([{"node": "a@h", "values": VALUES},
+                         {"node": "b@h", "error": "no answer within 2 s"}],
+                        {}, {}, {})
+
+
+def test_prometheus_textfile_format():
+    text = report.prometheus(_report())
+    families = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            families.add(line.split()[2])
+            continue
+        if line.startswith("#"):
+            continue
+        # name{labels} value: no timestamp, a node label on every sample.
+        match = re.fullmatch(r'(beam_probe_\w+)\{(node="[^"]+"[^}]*)\} '
+                             r'(-?[0-9.]+)', line)
+        assert match, line
+        assert match.group(1) in families
+    assert 'beam_probe_up{node="b@h"} 0' in text
+    assert 'beam_probe_status{node="b@h"} 2' in text
+    assert 'beam_probe_memory_bytes{node="a@h",type="binary"} 30' in text
+
+
+def test_textfile_written_atomically(tmp_path, monkeypatch):
+    path = tmp_path / "beam.prom"
+    path.write_text("old\n")
+    report.write_atomically(str(path), "new\n")
+    assert path.read_text() == "new\n"
+    assert os.listdir(tmp_path) == ["beam.prom"]       # no temporary left
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        report.write_atomically(str(path), "half\n")
+    assert path.read_text() == "new\n"                  # readers never see half
+    assert os.listdir(tmp_path) == ["beam.prom"]
+
+
+# --- the command against real nodes -------------------------------------------
+
+
+def check(node, *args, **kw):
+    return run_cli("check", node.node, *args, env={"HOME": node.home}, **kw)
+
+
+def test_exit_codes(target):
+    r = check(target)
+    assert r.returncode == 0 and r.stdout.startswith("BEAM OK - "), r.stdout
+    assert "'binary'=" in r.stdout and "|" in r.stdout
+    r = check(target, "--warn", "binary=1B", "--crit", "total=1TB")
+    assert r.returncode == 1 and r.stdout.startswith("BEAM WARNING")
+    r = check(target, "--warn", "binary=1B", "--crit", "process_count=1")
+    assert r.returncode == 2 and r.stdout.startswith("BEAM CRITICAL")
+    assert "process_count" in r.stdout
+    for bad in (["--warn", "bogus=1"], ["--crit", "binary=80%"],
+                ["--no-such-option"], ["--trend", "3"]):
+        r = check(target, *bad)
+        assert r.returncode == 3, (bad, r.stdout, r.stderr)
+        assert "Traceback" not in r.stderr
+
+
+def test_unreachable_is_critical(target):
+    name = target.node.replace("@", "_nobody@")
+    r = run_cli("check", name, env={"HOME": target.home})
+    assert r.returncode == 2 and r.stdout.startswith("BEAM CRITICAL")
+    assert "node not found" in r.stdout
+
+
+def test_json_and_textfile(target, tmp_path):
+    prom = tmp_path / "beam.prom"
+    r = check(target, "--format", "json", "--textfile", str(prom),
+              "--warn", "max_queue=1000000")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["status"] == "OK" and j["exit_code"] == 0
+    values = j["nodes"][0]["values"]
+    assert set(values) == set(thresholds.KEYS)
+    assert values["process_count"] > 10 and 0 < values["binary_share"] < 100
+    text = prom.read_text()
+    assert f'beam_probe_up{{node="{target.node}"}} 1' in text
+    r = check(target, "--format", "prometheus")
+    assert r.returncode == 0 and "# TYPE beam_probe_memory_bytes gauge" in \
+        r.stdout
+
+
+def test_history_and_trend(target, tmp_path):
+    path = tmp_path / "history.jsonl"
+    # Four earlier runs, each with more binary memory than the last, all
+    # below anything a live node has: this run makes the fourth rise...
+    _seed(path, target.node, [1, 2, 3, 4])
+    r = check(target, "--history", str(path), "--trend", "5")
+    assert r.returncode == 0, r.stdout       # ...which is not yet five
+    path.unlink()
+    _seed(path, target.node, [1, 2, 3, 4])
+    r = check(target, "--history", str(path), "--trend", "4",
+              "--format", "json")
+    assert r.returncode == 1, r.stdout
+    row = json.loads(r.stdout)["nodes"][0]
+    assert row["trend"]["rises"] == 4 and row["trend"]["growth_per_hour"] > 0
+    assert any("rose 4 times" in p for p in row["problems"])
+    assert len(path.read_text().splitlines()) == 5
+
+
+def test_cluster_two_nodes_and_a_silent_one(nodes, otp):
+    cookie = f"bpcluster{os.getpid()}"
+    a = nodes.start(otp, cookie=cookie)
+    b = nodes.start(otp, cookie=cookie)
+    with attach(a.node, cookie.encode(), timeout=20) as remote:
+        assert remote.call("net_kernel", "connect_node", [Atom(b.node)]) \
+            is True
+    r = run_cli("check", a.node, "--cluster", "--format", "json",
+                env={"HOME": a.home})
+    assert r.returncode == 0, r.stdout + r.stderr
+    j = json.loads(r.stdout)
+    assert [row["node"] for row in j["nodes"]] == [a.node, b.node]
+    assert all(row["status"] == "OK" for row in j["nodes"])
+    r = run_cli("check", a.node, "--cluster", "--crit", "process_count=1",
+                env={"HOME": a.home})
+    assert r.returncode == 2
+    assert f"'{b.node} binary'=" in r.stdout and b.node in r.stdout
+    # A node that stops answering: reported as such, and CRITICAL.
+    os.kill(b.pid, signal.SIGSTOP)
+    try:
+        r = run_cli("check", a.node, "--cluster", "--timeout", "2",
+                    "--format", "json", env={"HOME": a.home})
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+    assert r.returncode == 2, r.stdout
+    rows = {row["node"]: row for row in json.loads(r.stdout)["nodes"]}
+    assert rows[a.node]["status"] == "OK"
+    assert rows[b.node]["status"] == "CRITICAL"
+    assert "no answer within 2 s" in rows[b.node]["error"]
+
+
+# --- the container's entry point, run directly --------------------------------
+
+
+def test_docker_entrypoint_runs_one_check(target, tmp_path):
+    import sys
+
+    probe = os.path.join(os.path.dirname(sys.executable), "beam-probe")
+    env = dict(os.environ, HOME=target.home, BEAM_PROBE_NODE=target.node,
+               BEAM_PROBE_ONCE="1", BEAM_PROBE_BIN=probe,
+               BEAM_PROBE_TEXTFILE=str(tmp_path / "beam.prom"),
+               BEAM_PROBE_HISTORY=str(tmp_path / "history.jsonl"),
+               BEAM_PROBE_CHECK_ARGS="--warn binary=1B")
+    script = os.path.join(REPO, "docker", "entrypoint.sh")
+    r = subprocess.run([script], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and r.stdout.startswith("BEAM WARNING"), \
+        r.stdout + r.stderr
+    assert "beam_probe_up" in (tmp_path / "beam.prom").read_text()
+    assert len((tmp_path / "history.jsonl").read_text().splitlines()) == 1
+    env.pop("BEAM_PROBE_NODE")
+    r = subprocess.run([script], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0 and "BEAM_PROBE_NODE" in r.stderr
+
+
+def test_docker_files_agree_with_the_script():
+    dockerfile = open(os.path.join(REPO, "docker", "Dockerfile")).read()
+    compose = open(os.path.join(REPO, "docker", "compose.yaml")).read()
+    assert "docker/entrypoint.sh" in dockerfile and "ENTRYPOINT" in dockerfile
+    for var in ("BEAM_PROBE_NODE", "BEAM_PROBE_COOKIE",
+                "BEAM_PROBE_INTERVAL", "BEAM_PROBE_CHECK_ARGS"):
+        assert var in compose
+    assert "-setcookie" not in compose
