@@ -1,0 +1,192 @@
+"""Peers that misbehave: before the handshake, and after a handshake with
+the right cookie. Each must end in one line on stderr and a non-zero exit
+within the timeout, with the probe's memory staying small.
+
+The fake node here is test code: a socket server speaking just enough of
+the handshake (erl_dist_protocol, version 6) to get past it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from beam_probe.dist import handshake
+
+COOKIE = b"hostile-test-cookie"
+TIMEOUT = 3.0
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return data
+
+
+def _recv16(conn: socket.socket) -> bytes:
+    (length,) = struct.unpack(">H", _recv_exact(conn, 2))
+    return _recv_exact(conn, length)
+
+
+def _pass_handshake(conn: socket.socket) -> None:
+    _recv16(conn)                                   # N: their name
+    conn.sendall(handshake.frame16(b"sok"))
+    ours = 0x1234567
+    name = b"fake@127.0.0.1"
+    flags = handshake.OUR_FLAGS | handshake.REQUIRED_PEER_FLAGS
+    conn.sendall(handshake.frame16(b"N" + struct.pack(">QIIH", flags, ours, 1,
+                                                     len(name)) + name))
+    reply = _recv16(conn)                           # r: challenge + digest
+    assert reply[:1] == b"r"
+    (theirs,) = struct.unpack(">I", reply[1:5])
+    assert reply[5:21] == handshake.digest(ours, COOKIE)
+    conn.sendall(handshake.frame16(b"a" + handshake.digest(theirs, COOKIE)))
+
+
+def _first_call(conn: socket.socket) -> None:
+    """Skip ticks until the probe's first real message arrives."""
+    while True:
+        (length,) = struct.unpack(">I", _recv_exact(conn, 4))
+        if length:
+            _recv_exact(conn, length)
+            return
+
+
+def _deep_list(depth: int) -> bytes:
+    return b"\x83" + b"l\x00\x00\x00\x01" * depth + b"j" * (depth + 1)
+
+
+# What the fake node does once the probe is connected: bytes to send.
+AFTER_HANDSHAKE = {
+    "frame_of_4GB": struct.pack(">I", 0xFFFFFFFF) + b"p\x83",
+    "list_length_beyond_data": b"p\x83l\xff\xff\xff\xf0a\x01",
+    "binary_length_beyond_data": b"p\x83m\x7f\xff\xff\xffabc",
+    "nested_300000_deep": b"p" + _deep_list(300_000),
+    "atom_cache_never_set_up": b"\x83D\x01\x00\x05" + b"\x00" * 8,
+    "unknown_tag": b"p\x83\xfe\x00\x00",
+}
+BEFORE_HANDSHAKE = {
+    "garbage": b"HTTP/1.1 400 Bad Request\r\n\r\n",
+    "silence": None,
+    "closes_mid_frame": b"\x00\x40sok-and-then-nothing",
+}
+
+
+def _frame(payload: bytes, kind: str) -> bytes:
+    if kind == "frame_of_4GB":
+        return payload
+    return struct.pack(">I", len(payload)) + payload
+
+
+class FakePeer:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen()
+        self.port = self.server.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        try:
+            conn, _ = self.server.accept()
+        except OSError:
+            return
+        with conn:
+            try:
+                if self.kind in BEFORE_HANDSHAKE:
+                    payload = BEFORE_HANDSHAKE[self.kind]
+                    if payload is None:
+                        time.sleep(TIMEOUT * 3)
+                    else:
+                        conn.sendall(payload)
+                        if self.kind == "garbage":
+                            time.sleep(TIMEOUT * 3)
+                    return
+                _pass_handshake(conn)
+                _first_call(conn)
+                payload = AFTER_HANDSHAKE[self.kind]
+                conn.sendall(_frame(payload, self.kind))
+                time.sleep(TIMEOUT * 3)             # and then say nothing
+            except (OSError, ConnectionError):
+                pass
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def _probe(port: int) -> tuple[int, str, str, float, int]:
+    env = dict(os.environ, BEAM_PROBE_COOKIE=COOKIE.decode())
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "beam_probe", "memory", "fake@127.0.0.1",
+         "--dist-port", str(port), "--timeout", str(TIMEOUT)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.monotonic() - started
+    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
+    proc.stdout.close()
+    proc.stderr.close()
+    return (os.waitstatus_to_exitcode(status), out, err, elapsed,
+            usage.ru_maxrss * 1024)
+
+
+@pytest.mark.parametrize("kind", list(BEFORE_HANDSHAKE) + list(
+    AFTER_HANDSHAKE))
+def test_hostile_peer_gets_one_line(kind):
+    peer = FakePeer(kind)
+    try:
+        code, out, err, elapsed, peak = _probe(peer.port)
+    finally:
+        peer.close()
+    assert code not in (0, 1), (code, err)      # 1 would be a bug of ours
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("beam-probe: "), err
+    assert "Traceback" not in err and out == ""
+    assert elapsed < TIMEOUT + 4
+    assert peak < 120 * 2**20, f"peak RSS {peak / 2**20:.0f} MB"
+    assert COOKIE.decode() not in err
+
+
+# Property-based: whatever bytes arrive, the handshake parser and the
+# decoder raise only their own errors (which the CLI turns into one line).
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from beam_probe.dist import etf  # noqa: E402
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.binary(max_size=64), max_size=6))
+def test_handshake_parser_fuzz(chunks):
+    hs = handshake.ClientHandshake("probe@127.0.0.1", COOKIE, creation=1,
+                                   challenge=7)
+    hs.start()
+    try:
+        for chunk in chunks:
+            hs.receive(chunk)
+            if hs.state == handshake.State.CONNECTED:
+                break
+    except handshake.HandshakeError:
+        assert hs.state == handshake.State.FAILED
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=200))
+def test_decoder_fuzz(data):
+    try:
+        etf.decode(b"\x83" + data)
+    except etf.DecodeError:
+        pass
