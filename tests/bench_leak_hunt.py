@@ -29,23 +29,17 @@ import sys
 import time
 
 from benchlib import start_node
+from conftest import run_measured
 
 LEAKERS = KEEPERS = 20
 
 
 def run_child(cmd: list[str], env: dict) -> tuple[float, int]:
-    """Wall seconds and peak RSS (bytes) of one child process."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    elapsed = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode(errors="replace")
-    proc.stderr.close()
-    if proc.returncode != 0:
-        raise SystemExit(f"{cmd[0]} failed ({proc.returncode}): {err}")
-    return elapsed, usage.ru_maxrss * 1024
+    """Wall seconds and peak RSS (bytes, the child's own VmHWM)."""
+    code, _out, err, elapsed, peak = run_measured(cmd, env)
+    if code != 0:
+        raise SystemExit(f"{cmd[0]} failed ({code}): {err}")
+    return elapsed, peak
 
 
 def main() -> int:

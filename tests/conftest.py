@@ -142,3 +142,56 @@ def run_cli(*args: str, env: dict | None = None, node: LocalNode | None = None,
     return subprocess.run([sys.executable, "-m", "beam_probe", *args],
                           env=full_env, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def run_measured(cmd: list[str], env: dict) -> tuple[int, str, str, float,
+                                                     int]:
+    """Exit code, stdout, stderr, seconds and peak RSS of one child.
+
+    The peak is the child's own VmHWM, polled from /proc while it runs:
+    ru_maxrss from wait4 would inherit the (large) pytest process's mark
+    from the fork, and VmHWM is reset by exec.
+    """
+    import time
+
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    peak = 0
+    status_path = f"/proc/{proc.pid}/status"
+    reader = _Drain(proc)
+    while proc.poll() is None:
+        try:
+            with open(status_path) as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        peak = max(peak, int(line.split()[1]) * 1024)
+        except OSError:
+            pass
+        time.sleep(0.005)
+    out, err = reader.join()
+    return proc.returncode, out, err, time.monotonic() - started, peak
+
+
+class _Drain:
+    """Read a child's stdout and stderr in threads so it never blocks."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        import threading
+
+        self.parts = {"out": b"", "err": b""}
+        self.threads = [threading.Thread(target=self._read, args=(k, s))
+                        for k, s in (("out", proc.stdout),
+                                     ("err", proc.stderr))]
+        for t in self.threads:
+            t.start()
+
+    def _read(self, key: str, stream) -> None:
+        self.parts[key] = stream.read()
+        stream.close()
+
+    def join(self) -> tuple[str, str]:
+        for t in self.threads:
+            t.join()
+        return (self.parts["out"].decode(errors="replace"),
+                self.parts["err"].decode(errors="replace"))

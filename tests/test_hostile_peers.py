@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -19,6 +18,7 @@ import time
 import pytest
 
 from beam_probe.dist import handshake
+from conftest import run_measured
 
 COOKIE = b"hostile-test-cookie"
 TIMEOUT = 3.0
@@ -129,18 +129,9 @@ class FakePeer:
 
 def _probe(port: int) -> tuple[int, str, str, float, int]:
     env = dict(os.environ, BEAM_PROBE_COOKIE=COOKIE.decode())
-    started = time.monotonic()
-    proc = subprocess.Popen(
+    return run_measured(
         [sys.executable, "-m", "beam_probe", "memory", "fake@127.0.0.1",
-         "--dist-port", str(port), "--timeout", str(TIMEOUT)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    elapsed = time.monotonic() - started
-    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
-    proc.stdout.close()
-    proc.stderr.close()
-    return (os.waitstatus_to_exitcode(status), out, err, elapsed,
-            usage.ru_maxrss * 1024)
+         "--dist-port", str(port), "--timeout", str(TIMEOUT)], env)
 
 
 @pytest.mark.parametrize("kind", list(BEFORE_HANDSHAKE) + list(

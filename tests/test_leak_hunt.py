@@ -38,7 +38,13 @@ def test_bin_leak_matches_reference(leaky):
     # The workload's largest leaker dropped 100 + 7 * LEAKERS binaries.
     assert ours["processes"][0]["delta"] <= -(100 + 7 * LEAKERS)
     assert ours["collected"] == ours["holders"] < ours["scanned"]
-    assert ours["memory_after"]["binary"] < ours["memory_before"]["binary"]
+    # OTP 28 may release freed binaries a moment after the collections
+    # (deallocation waits for thread progress): look again shortly after.
+    import time
+    time.sleep(0.3)
+    settled = remote.call("erlang", "memory", [Atom("binary")])
+    assert min(ours["memory_after"]["binary"], settled) < \
+        ours["memory_before"]["binary"]
 
 
 @pytest.mark.parametrize("attribute", ["binary_memory", "message_queue_len"])
