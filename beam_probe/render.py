@@ -131,8 +131,8 @@ def proc_window_text(result: dict[str, Any]) -> str:
               _process_rows(result["processes"], "delta"), "lrlll"),
     ]
     if result["born"]:
-        lines += ["", f"born inside the window (value at the end, largest "
-                      f"first):",
+        lines += ["", "born inside the window (value at the end, largest "
+                      "first):",
                   table(("pid", attribute, "name", "current function",
                          "initial call"),
                         _process_rows(result["born"], "value"), "lrlll")]

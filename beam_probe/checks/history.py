@@ -33,10 +33,11 @@ def append(path: str, node: str, values: dict[str, Any],
     return record
 
 
-def load(path: str, node: str) -> list[dict[str, Any]]:
-    """This node's records, oldest first; unreadable lines are skipped (a
-    crash mid-write must not stop every later check)."""
-    records = []
+def load_all(path: str) -> dict[str, list[dict[str, Any]]]:
+    """Every node's records, oldest first, read in one pass (a --cluster run
+    needs them all); unreadable lines are skipped (a crash mid-write must
+    not stop every later check)."""
+    by_node: dict[str, list[dict[str, Any]]] = {}
     try:
         with open(path, encoding="utf-8") as f:
             for line in f:
@@ -44,13 +45,19 @@ def load(path: str, node: str) -> list[dict[str, Any]]:
                     record = json.loads(line)
                 except ValueError:
                     continue
-                if isinstance(record, dict) and record.get("node") == node \
+                if isinstance(record, dict) \
+                        and isinstance(record.get("node"), str) \
                         and isinstance(record.get("binary"), (int, float)) \
                         and isinstance(record.get("epoch"), (int, float)):
-                    records.append(record)
+                    by_node.setdefault(record["node"], []).append(record)
     except FileNotFoundError:
         pass
-    return records
+    return by_node
+
+
+def load(path: str, node: str) -> list[dict[str, Any]]:
+    """This node's records, oldest first."""
+    return load_all(path).get(node, [])
 
 
 def trend(records: list[dict[str, Any]], rises: int) -> dict[str, Any] | None:

@@ -103,8 +103,7 @@ def nagios(report: dict[str, Any], warn: dict[str, float],
     return "\n".join(lines)
 
 
-_STATUS_CODES = {"OK": OK, "WARNING": WARNING, "CRITICAL": CRITICAL,
-                 "UNKNOWN": 3}
+_STATUS_CODES = {name: code for code, name in STATUS_NAMES.items()}
 
 # (metric name, help, value key or None for memory by type)
 _METRICS = (

@@ -15,7 +15,7 @@ from ..errors import ProbeError, UsageError
 from ..render import to_json
 from . import history as hist
 from . import report as rep
-from .thresholds import CRITICAL, UNKNOWN, ThresholdError, parse_all
+from .thresholds import UNKNOWN, ThresholdError, parse_all
 
 
 def run_check(attach: Callable[[], Any], node_arg: str | None,
@@ -38,12 +38,13 @@ def run_check(attach: Callable[[], Any], node_arg: str | None,
     trends: dict[str, Any] = {}
     if history:
         try:
-            for item in measured:
-                if "values" not in item:
-                    continue
+            answered = [item for item in measured if "values" in item]
+            for item in answered:
                 hist.append(history, item["node"], item["values"])
+            records = hist.load_all(history)
+            for item in answered:
                 trends[item["node"]] = hist.trend(
-                    hist.load(history, item["node"]),
+                    records.get(item["node"], []),
                     trend or hist.DEFAULT_TREND)
         except OSError as exc:
             return UNKNOWN, _unknown(fmt, f"history file {history}: "
@@ -81,4 +82,4 @@ def _unknown(fmt: str, why: str) -> str:
     return f"BEAM UNKNOWN - {why}"
 
 
-__all__ = ["run_check", "CRITICAL"]
+__all__ = ["run_check"]

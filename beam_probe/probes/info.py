@@ -78,7 +78,7 @@ def _frame(frame: Any) -> str:
 def _value(key: str, value: Any) -> Any:
     if key == "registered_name":
         return str(value) if isinstance(value, Atom) else None
-    if key in ("group_leader",):
+    if key == "group_leader":
         return str(value)
     if key in ("links", "monitored_by"):
         return [str(item) for item in value]
