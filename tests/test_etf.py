@@ -239,3 +239,11 @@ def test_deep_nesting_is_refused_not_crashed():
     data = b"\x83" + b"l\x00\x00\x00\x01" * depth + b"j" + b"j" * depth
     with pytest.raises(etf.DecodeError, match="nested too deeply"):
         etf.decode(data)
+
+
+def test_latin1_and_utf8_atom_tables_never_collide():
+    # Found by hypothesis: the latin-1 atom '' once shared a cache key with
+    # the UTF-8 atom '\0'.
+    assert etf.decode(b"\x83s\x00") == Atom("")
+    assert etf.decode(b"\x83w\x01\x00") == Atom("\x00")
+    assert etf.decode(b"\x83d\x00\x01\xe9") == etf.decode(b"\x83w\x02\xc3\xa9")

@@ -58,7 +58,7 @@ MAX_UNCOMPRESSED = 512 * 1024 * 1024
 
 # Interning atoms saves both the decode and the memory for the same few
 # hundred atoms repeated across a large reply. The cap bounds what a peer
-# sending endless distinct atoms can make us keep.
+# sending endless distinct atoms can make us keep (per spelling table).
 _ATOM_CACHE_MAX = 65536
 
 
@@ -66,7 +66,12 @@ class DecodeError(ValueError):
     """The bytes are not a well-formed external term."""
 
 
+# Decoded atoms by their raw bytes, one table per spelling: latin-1 and
+# UTF-8 spellings of the same bytes are different atoms. (One table with
+# NUL-prefixed latin-1 keys let the UTF-8 atom '\0' meet the latin-1 atom
+# '' under the same key; hypothesis found it.)
 _atoms: dict[bytes, Any] = {}
+_latin1_atoms: dict[bytes, Any] = {}
 _unpack_I = struct.Struct(">I").unpack_from
 _unpack_i = struct.Struct(">i").unpack_from
 _unpack_H = struct.Struct(">H").unpack_from
@@ -83,16 +88,14 @@ def _need(data: bytes, pos: int, n: int) -> int:
 
 
 def _atom_from(raw: bytes, utf8: bool) -> Any:
-    # Latin-1 and UTF-8 spellings of the same bytes are different atoms, so
-    # the latin-1 ones are cached under a NUL-prefixed key.
-    key = raw if utf8 else b"\0" + raw
-    atom = _atoms.get(key)
+    cache = _atoms if utf8 else _latin1_atoms
+    atom = cache.get(raw)
     if atom is None:
         name = raw.decode("utf-8" if utf8 else "latin-1")
         atom = True if name == "true" else False if name == "false" else \
             Atom(name)
-        if len(_atoms) < _ATOM_CACHE_MAX:
-            _atoms[key] = atom
+        if len(cache) < _ATOM_CACHE_MAX:
+            cache[raw] = atom
     return atom
 
 
@@ -124,7 +127,7 @@ def _d_atom_utf8(data, pos):
 def _d_small_atom_latin1(data, pos):
     end = pos + 1 + data[pos]
     raw = data[pos + 1:end]
-    atom = _atoms.get(b"\0" + raw)
+    atom = _latin1_atoms.get(raw)
     if atom is None:
         if end > len(data):
             raise DecodeError(f"atom runs past the end of the data at {pos}")
@@ -135,7 +138,7 @@ def _d_small_atom_latin1(data, pos):
 def _d_atom_latin1(data, pos):
     end = pos + 2 + (data[pos] << 8 | data[pos + 1])
     raw = data[pos + 2:end]
-    atom = _atoms.get(b"\0" + raw)
+    atom = _latin1_atoms.get(raw)
     if atom is None:
         if end > len(data):
             raise DecodeError(f"atom runs past the end of the data at {pos}")
