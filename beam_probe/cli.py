@@ -21,7 +21,9 @@ DEFAULT_TIMEOUT = 15.0
 EPILOG_NODE = """\b
 Node: NODE (name@host) if given, else --node, BEAM_PROBE_NODE, RELEASE_NODE.
 Cookie: --cookie-file, --cookie, BEAM_PROBE_COOKIE, RELEASE_COOKIE,
-~/.erlang.cookie (must be readable by its owner only)."""
+~/.erlang.cookie (must be readable by its owner only).
+TLS nodes (-proto_dist inet_tls): --ssl-dist-optfile FILE (the node's own),
+or --tls with --certfile, --keyfile, --cacertfile."""
 
 
 class _Main(click.Group):
@@ -66,6 +68,29 @@ def node_options(default_timeout: float = DEFAULT_TIMEOUT,
                          metavar="PORT",
                          help="Connect straight to this distribution port "
                               "(nodes without EPMD)."),
+            click.option("--tls", is_flag=True, envvar="BEAM_PROBE_TLS",
+                         help="The node uses TLS distribution (-proto_dist "
+                              "inet_tls). Its certificate and host name are "
+                              "verified."),
+            click.option("--certfile", metavar="FILE",
+                         envvar="BEAM_PROBE_CERTFILE",
+                         help="With --tls: our client certificate (PEM), for "
+                              "nodes that require one."),
+            click.option("--keyfile", metavar="FILE",
+                         envvar="BEAM_PROBE_KEYFILE",
+                         help="With --tls: the key of --certfile, if not in "
+                              "that file."),
+            click.option("--cacertfile", metavar="FILE",
+                         envvar="BEAM_PROBE_CACERTFILE",
+                         help="With --tls: the CA certificates that signed "
+                              "the node's (default: the system's)."),
+            click.option("--tls-server-name", metavar="NAME",
+                         help="With --tls: the name the node's certificate "
+                              "must carry (default: the host of NODE)."),
+            click.option("--ssl-dist-optfile", metavar="FILE",
+                         envvar="BEAM_PROBE_SSL_DIST_OPTFILE",
+                         help="Use TLS with the {client, [...]} options of "
+                              "this file, the one the node is started with."),
             click.option("--timeout", type=click.FloatRange(min=0.1),
                          default=default_timeout, show_default=True,
                          metavar="SECONDS",
@@ -89,13 +114,18 @@ def split_node(args: tuple[str, ...]) -> tuple[str | None, list[str]]:
 
 def _attach(node_arg: str | None, opts: dict[str, Any]):
     from .remote import attach
-    from .target import full_node_name, resolve_cookie, resolve_node
+    from .target import (full_node_name, resolve_cookie, resolve_node,
+                         resolve_tls)
 
     node = full_node_name(node_arg) if node_arg else resolve_node(
         opts["node"])
     cookie = resolve_cookie(opts["cookie_file"], opts["cookie"])
+    tls = resolve_tls(opts["tls"], opts["ssl_dist_optfile"],
+                      certfile=opts["certfile"], keyfile=opts["keyfile"],
+                      cacertfile=opts["cacertfile"],
+                      server_name=opts["tls_server_name"])
     return attach(node, cookie, timeout=opts["timeout"],
-                  dist_port=opts["dist_port"])
+                  dist_port=opts["dist_port"], tls=tls)
 
 
 def _emit(opts: dict[str, Any], data: Any, text: Callable[[], str]) -> None:

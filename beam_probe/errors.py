@@ -41,6 +41,12 @@ class ConnectFailed(ProbeError):
     label = "cannot connect"
 
 
+class TlsError(ConnectFailed):
+    """TLS distribution could not be set up with the node."""
+
+    label = "TLS"
+
+
 class TimedOut(ProbeError):
     """No answer within --timeout."""
 
@@ -83,6 +89,12 @@ class UsageError(ProbeError):
     label = "usage"
 
 
+class TlsConfigError(UsageError):
+    """A TLS option or -ssl_dist_optfile that cannot be used."""
+
+    label = "TLS settings"
+
+
 EXIT_CODES = [
     (0, "success"),
     (1, "unexpected error (a bug: please report it)"),
@@ -91,8 +103,8 @@ EXIT_CODES = [
                             "rejected the cookie"),
     (NodeNotFound.exit_code, "host unknown, or no node of that name "
                              "registered with EPMD there"),
-    (ConnectFailed.exit_code, "host unreachable, connection refused, or the "
-                              "node refused the handshake"),
+    (ConnectFailed.exit_code, "host unreachable, connection refused, the "
+                              "node refused the handshake, or TLS failed"),
     (TimedOut.exit_code, "no answer within --timeout"),
     (ConnectionLost.exit_code, "the connection closed in the middle of a call"),
     (ProtocolError.exit_code, "the peer sent malformed distribution data"),

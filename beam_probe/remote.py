@@ -202,10 +202,11 @@ class Remote:
 
 
 def attach(node: str, cookie: bytes, *, timeout: float = 15.0,
-           dist_port: int | None = None) -> Remote:
-    """Connect to ``node`` as a hidden node; the caller closes the Remote."""
-    return Remote(connect(node, cookie, timeout=timeout, dist_port=dist_port),
-                  timeout)
+           dist_port: int | None = None, tls: Any = None) -> Remote:
+    """Connect to ``node`` as a hidden node; the caller closes the Remote.
+    ``tls`` is a ``dist.tls.TlsSettings`` for nodes on TLS distribution."""
+    return Remote(connect(node, cookie, timeout=timeout, dist_port=dist_port,
+                          tls=tls), timeout)
 
 
 __all__ = ["Local", "Remote", "attach"]

@@ -9,6 +9,9 @@ says ``RELEASE_DISTRIBUTION=name``).
 Cookie, first match wins: ``--cookie-file``; ``--cookie``; ``BEAM_PROBE_COOKIE``;
 ``RELEASE_COOKIE``; ``~/.erlang.cookie``. Cookie files readable by group or
 others are refused, as erl refuses them.
+
+TLS: ``--ssl-dist-optfile`` (the node's own file), or ``--tls`` with
+certificate options; none of these means plain TCP distribution.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
-from typing import Mapping
+from typing import Any, Mapping
 
 from .errors import CookieError, UsageError
 
@@ -95,3 +98,40 @@ def resolve_cookie(cookie_file: str | None = None, cookie: str | None = None,
                           "BEAM_PROBE_COOKIE or RELEASE_COOKIE, or create "
                           f"{path}")
     return read_cookie_file(path)
+
+
+def resolve_tls(tls: bool, optfile: str | None = None, *,
+                certfile: str | None = None, keyfile: str | None = None,
+                cacertfile: str | None = None,
+                server_name: str | None = None) -> Any:
+    """TLS settings (a ``dist.tls.TlsSettings``), or None for plain TCP.
+
+    The certificate options only make sense with ``--tls``, and not beside
+    an optfile that already names certificates: either is a usage error
+    rather than a silent choice.
+    """
+    given = [name for name, value in (("--certfile", certfile),
+                                      ("--keyfile", keyfile),
+                                      ("--cacertfile", cacertfile))
+             if value]
+    if optfile:
+        if given:
+            raise UsageError(f"{given[0]} and --ssl-dist-optfile both name "
+                             "certificates: give one or the other")
+        from .dist.tls import settings_from_optfile
+
+        settings = settings_from_optfile(optfile)
+        if server_name:
+            from dataclasses import replace
+
+            settings = replace(settings, server_name=server_name)
+        return settings
+    if not tls:
+        if given or server_name:
+            raise UsageError(f"{(given or ['--tls-server-name'])[0]} is for "
+                             "TLS distribution: add --tls")
+        return None
+    from .dist.tls import TlsSettings
+
+    return TlsSettings(certfile=certfile, keyfile=keyfile,
+                       cacertfile=cacertfile, server_name=server_name)

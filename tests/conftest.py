@@ -134,7 +134,9 @@ def run_cli(*args: str, env: dict | None = None, node: LocalNode | None = None,
     """Run the real command line in a child process."""
     full_env = dict(os.environ)
     for var in ("BEAM_PROBE_NODE", "RELEASE_NODE", "BEAM_PROBE_COOKIE",
-                "RELEASE_COOKIE", "RELEASE_DISTRIBUTION"):
+                "RELEASE_COOKIE", "RELEASE_DISTRIBUTION", "BEAM_PROBE_TLS",
+                "BEAM_PROBE_CERTFILE", "BEAM_PROBE_KEYFILE",
+                "BEAM_PROBE_CACERTFILE", "BEAM_PROBE_SSL_DIST_OPTFILE"):
         full_env.pop(var, None)
     if node is not None:
         full_env["HOME"] = node.home

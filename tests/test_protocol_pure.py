@@ -10,7 +10,8 @@ from beam_probe.dist import epmd, frames
 from beam_probe.dist.handshake import (OUR_FLAGS, REQUIRED_PEER_FLAGS,
                                        ClientHandshake, CookieRejected,
                                        HandshakeError, NameInUse, NotAllowed,
-                                       State, digest, frame16)
+                                       State, TlsRequired, digest, frame16,
+                                       frame32)
 from beam_probe.dist.terms import Atom, Pid
 from beam_probe.errors import ProtocolError
 
@@ -118,6 +119,36 @@ def test_garbage_instead_of_a_handshake(junk):
     hs, _ = started()
     with pytest.raises(HandshakeError):
         hs.receive(junk)
+
+
+def test_tls_framing_uses_4_byte_lengths_throughout():
+    # inet_tls_dist runs the handshake in {packet, 4} mode.
+    hs = ClientHandshake("beam_probe_1@me", COOKIE, creation=5, challenge=99,
+                         length_size=4)
+    first = hs.start()
+    (length,) = struct.unpack(">I", first[:4])
+    assert length == len(first) - 4 and first[4:5] == b"N"
+    name = b"app@host"
+    stream = (frame32(b"sok")
+              + frame32(b"N" + struct.pack(">QIIH", PEER_FLAGS, 4242, 77,
+                                           len(name)) + name)
+              + frame32(b"a" + digest(99, COOKIE)))
+    replies = b"".join(hs.receive(stream[i:i + 1])
+                       for i in range(len(stream)))
+    assert replies == frame32(b"r" + struct.pack(">I", 99)
+                              + digest(4242, COOKIE))
+    assert hs.state == State.CONNECTED
+    assert hs.alive_reply() == frame32(b"sfalse")
+
+
+@pytest.mark.parametrize("record", [
+    b"\x15\x03\x03\x00\x02\x02\x0a",        # alert: unexpected_message
+    b"\x16\x03\x01\x00\x05hello"])           # a handshake record
+def test_a_tls_answer_is_named_as_such(record):
+    hs, _ = started()
+    with pytest.raises(TlsRequired, match="-proto_dist inet_tls"):
+        hs.receive(record)
+    assert hs.state == State.FAILED
 
 
 def test_frame_reader_splits_ticks_and_frames():

@@ -13,14 +13,17 @@ import os
 import socket
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import (ConnectFailed, ConnectionLost, CookieError, ProbeError,
                       ProtocolError, RemoteError, TimedOut)
 from . import epmd, etf, frames
 from .handshake import (ClientHandshake, CookieRejected, HandshakeError,
-                        NameInUse, NotAllowed, State, alive_reply)
+                        NameInUse, NotAllowed, State, TlsRequired)
 from .terms import Atom, Pid, Reference
+
+if TYPE_CHECKING:  # ssl is loaded only when TLS is asked for
+    from .tls import TlsSettings
 
 # Our own names. Each name becomes an atom on the target the first time it
 # connects, and atoms are never collected, so names come from this fixed pool
@@ -79,8 +82,9 @@ class NodeAddress:
 class Connection:
     """A live, handshaken connection. Use :func:`connect` to make one."""
 
-    def __init__(self, sock: socket.socket, our_node: str, peer_node: str,
+    def __init__(self, sock: Any, our_node: str, peer_node: str,
                  creation: int, peer_flags: int, trailing: bytes = b"") -> None:
+        # ``sock`` is a socket, or a tls.TlsChannel standing in for one.
         self.sock = sock
         self.our_node = our_node
         self.peer_node = peer_node
@@ -334,10 +338,12 @@ def _open_socket(host: str, port: int, timeout: float) -> socket.socket:
     return sock
 
 
-def _handshake(sock: socket.socket, our_node: str, cookie: bytes,
-               creation: int, deadline: float) -> ClientHandshake:
+def _handshake(sock: Any, our_node: str, cookie: bytes,
+               creation: int, deadline: float,
+               length_size: int = 2) -> ClientHandshake:
     hs = ClientHandshake(our_node, cookie, creation=creation,
-                         challenge=int.from_bytes(os.urandom(4), "big"))
+                         challenge=int.from_bytes(os.urandom(4), "big"),
+                         length_size=length_size)
     sock.sendall(hs.start())
     while hs.state != State.CONNECTED:
         remaining = deadline - time.monotonic()
@@ -350,7 +356,7 @@ def _handshake(sock: socket.socket, our_node: str, cookie: bytes,
         try:
             reply = hs.receive(data)
         except NameInUse:
-            sock.sendall(alive_reply(keep_existing=True))
+            sock.sendall(hs.alive_reply(keep_existing=True))
             raise
         if reply:
             sock.sendall(reply)
@@ -359,24 +365,37 @@ def _handshake(sock: socket.socket, our_node: str, cookie: bytes,
 
 def connect(node: str, cookie: bytes, *, timeout: float = 10.0,
             dist_port: int | None = None,
-            names: tuple[str, ...] = NAME_POOL) -> Connection:
-    """EPMD lookup (unless ``dist_port``), TCP connect, handshake.
+            names: tuple[str, ...] = NAME_POOL,
+            tls: "TlsSettings | None" = None) -> Connection:
+    """EPMD lookup (unless ``dist_port``), TCP connect, TLS when ``tls`` is
+    given, handshake.
 
     ``timeout`` bounds the whole set-up. Raises a ProbeError subclass with a
     one-line message for every way this can fail.
     """
     address = NodeAddress(node)
     deadline = time.monotonic() + timeout
+    context = None
+    if tls is not None:
+        from . import tls as tls_layer
+        # Certificates are loaded before anything is sent, so a bad file is
+        # reported as such rather than as a failed connection.
+        context = tls_layer.make_context(tls)
     port = dist_port or epmd.lookup(address.alive, address.host, timeout)
     creation = int.from_bytes(os.urandom(4), "big") | 1
     for name in names:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        sock = _open_socket(address.host, port, remaining)
+        sock: Any = _open_socket(address.host, port, remaining)
         our_node = f"{name}@{_our_host(address, sock)}"
+        if context is not None:
+            sock = tls_layer.start(sock, context, node, address.host, tls,
+                                   deadline)
         try:
-            hs = _handshake(sock, our_node, cookie, creation, deadline)
+            # inet_tls_dist frames the handshake with 4-byte lengths.
+            hs = _handshake(sock, our_node, cookie, creation, deadline,
+                            4 if context is not None else 2)
         except NameInUse:
             sock.close()
             continue
@@ -385,6 +404,9 @@ def connect(node: str, cookie: bytes, *, timeout: float = 10.0,
             raise CookieError(f"{node} rejected the connection: {exc}") \
                 from None
         except NotAllowed as exc:
+            sock.close()
+            raise ConnectFailed(f"{node}: {exc}") from None
+        except TlsRequired as exc:
             sock.close()
             raise ConnectFailed(f"{node}: {exc}") from None
         except HandshakeError as exc:
@@ -397,6 +419,10 @@ def connect(node: str, cookie: bytes, *, timeout: float = 10.0,
                            f"{timeout:g} s") from None
         except OSError as exc:
             sock.close()
+            if context is not None:
+                # Under TLS 1.3 the node checks our certificate after our
+                # side of the TLS handshake is done: its refusal arrives here.
+                raise tls_layer.failure(exc, node, tls) from None
             raise ConnectionLost(f"connection to {node} lost during the "
                                  f"handshake: {exc}") from None
         sock.settimeout(None)

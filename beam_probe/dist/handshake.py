@@ -11,7 +11,9 @@ strings. Message layouts follow OTP's erl_dist_protocol documentation
     A -> B  send_challenge_reply  'r' Challenge:32 Digest:16/binary
     B -> A  recv_challenge_ack    'a' Digest:16/binary
 
-Every handshake message is framed by a 2-byte big-endian length.
+Every handshake message is framed by a 2-byte big-endian length over TCP.
+Over TLS distribution (``inet_tls_dist``) the socket is in ``{packet, 4}``
+mode from the start, so there the length takes 4 bytes: ``length_size=4``.
 """
 
 from __future__ import annotations
@@ -63,6 +65,12 @@ REQUIRED_PEER_FLAGS = (DFLAG_EXTENDED_REFERENCES | DFLAG_EXTENDED_PIDS_PORTS
 # plus 19 bytes of header); anything much larger is not a BEAM node talking.
 MAX_HANDSHAKE_MESSAGE = 1024
 
+# A TLS record starts with its content type, then the major version, 3 for
+# every SSL/TLS version (RFC 8446, section 5.1): 0x15 alert, 0x16 handshake.
+# Read as a handshake length that is 5379 bytes or more, beyond any real
+# handshake message, so a node on TLS distribution cannot be mistaken.
+TLS_RECORD_STARTS = (b"\x15\x03", b"\x16\x03")
+
 
 class HandshakeError(Exception):
     """The handshake failed; ``str()`` says why, for an operator."""
@@ -74,6 +82,10 @@ class NameInUse(HandshakeError):
 
 class NotAllowed(HandshakeError):
     """The peer refused us (status `not_allowed` or `nok`)."""
+
+
+class TlsRequired(HandshakeError):
+    """The peer answered in TLS: it runs TLS distribution."""
 
 
 class CookieRejected(HandshakeError):
@@ -103,6 +115,10 @@ def frame16(payload: bytes) -> bytes:
     return struct.pack(">H", len(payload)) + payload
 
 
+def frame32(payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload)) + payload
+
+
 class ClientHandshake:
     """Drive one outgoing handshake.
 
@@ -116,8 +132,13 @@ class ClientHandshake:
     """
 
     def __init__(self, our_name: str, cookie: bytes, creation: int,
-                 challenge: int, flags: int = OUR_FLAGS) -> None:
+                 challenge: int, flags: int = OUR_FLAGS,
+                 length_size: int = 2) -> None:
+        if length_size not in (2, 4):
+            raise ValueError("length_size is 2 (TCP) or 4 (TLS)")
         self.our_name = our_name
+        self.length_size = length_size
+        self._frame = frame16 if length_size == 2 else frame32
         self.cookie = cookie
         self.creation = creation
         self.our_challenge = challenge & 0xFFFFFFFF
@@ -135,8 +156,9 @@ class ClientHandshake:
             raise HandshakeError("handshake already started")
         name = self.our_name.encode("utf-8")
         self.state = State.AWAIT_STATUS
-        return frame16(b"N" + struct.pack(">QIH", self.flags, self.creation,
-                                          len(name)) + name)
+        return self._frame(b"N" + struct.pack(">QIH", self.flags,
+                                              self.creation, len(name))
+                           + name)
 
     def receive(self, data: bytes) -> bytes:
         """Take bytes from the peer; return the bytes to send (maybe b"")."""
@@ -170,19 +192,31 @@ class ClientHandshake:
             f"the node closed the connection during the handshake "
             f"(waiting for {_WAITING_FOR.get(was, was)})")
 
+    def alive_reply(self, keep_existing: bool = True) -> bytes:
+        """Answer to status `alive`: 'false' keeps the peer's connection."""
+        return self._frame(b"s" + (b"false" if keep_existing else b"true"))
+
     def _next_message(self) -> bytes | None:
-        if len(self._buffer) < 2:
+        size = self.length_size
+        if len(self._buffer) < size:
             return None
-        (length,) = struct.unpack_from(">H", self._buffer)
+        if size == 2 and self._buffer[:2] in TLS_RECORD_STARTS:
+            self.state = State.FAILED
+            raise TlsRequired(
+                "the node answered in TLS: it uses TLS distribution "
+                "(-proto_dist inet_tls); connect with --tls and certificates, "
+                "or --ssl-dist-optfile")
+        (length,) = struct.unpack_from(">H" if size == 2 else ">I",
+                                       self._buffer)
         if length == 0 or length > MAX_HANDSHAKE_MESSAGE:
             self.state = State.FAILED
             raise HandshakeError(
                 f"the peer sent a handshake message of {length} bytes: "
                 "not an Erlang distribution handshake")
-        if len(self._buffer) < 2 + length:
+        if len(self._buffer) < size + length:
             return None
-        message = self._buffer[2:2 + length]
-        self._buffer = self._buffer[2 + length:]
+        message = self._buffer[size:size + length]
+        self._buffer = self._buffer[size + length:]
         return message
 
     def _handle(self, message: bytes) -> bytes:
@@ -246,10 +280,5 @@ class ClientHandshake:
         self.peer_creation = creation
         self.peer_name = message[19:].decode("utf-8", "replace")
         self.state = State.AWAIT_ACK
-        return frame16(b"r" + struct.pack(">I", self.our_challenge)
-                       + digest(challenge, self.cookie))
-
-
-def alive_reply(keep_existing: bool = True) -> bytes:
-    """Answer to status `alive`: 'false' keeps the peer's existing connection."""
-    return frame16(b"s" + (b"false" if keep_existing else b"true"))
+        return self._frame(b"r" + struct.pack(">I", self.our_challenge)
+                           + digest(challenge, self.cookie))
