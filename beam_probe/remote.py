@@ -10,10 +10,17 @@ it runs at compiled speed; erl_eval only walks its few top-level calls.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from typing import Any
+
+try:  # The builtin modules avoid loading OpenSSL through hashlib (~2 ms).
+    from _sha2 import sha256  # CPython 3.12+
+except ImportError:
+    try:
+        from _sha256 import sha256  # CPython 3.10, 3.11
+    except ImportError:  # pragma: no cover - other interpreters
+        from hashlib import sha256
 
 from .dist import etf
 from .dist.connection import Connection, connect
@@ -143,7 +150,7 @@ class Remote:
         with open(helper_path(module), "rb") as f:
             source = f.read()
         path = os.path.join(cache_dir(), f"{module}-"
-                            f"{hashlib.sha256(source).hexdigest()[:20]}.etf")
+                            f"{sha256(source).hexdigest()[:20]}.etf")
         try:
             with open(path, "rb") as f:
                 return dict(etf.decode(f.read()))
