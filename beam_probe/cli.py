@@ -49,6 +49,16 @@ class _Main(click.Group):
             ctx.exit(1)
 
 
+# --certfile, --keyfile, --cacertfile: named as in OTP's ssl options.
+TLS_FILE_OPTIONS = (
+    ("certfile", "With --tls: our client certificate (PEM), for nodes that "
+                 "require one."),
+    ("keyfile", "With --tls: the key of --certfile, if not in that file."),
+    ("cacertfile", "With --tls: the CA certificates that signed the node's "
+                   "(default: the system's)."),
+)
+
+
 def node_options(default_timeout: float = DEFAULT_TIMEOUT,
                  formats: tuple[str, ...] = ("table", "json")) -> Callable:
     """The options every command that attaches to a node shares; the first
@@ -72,18 +82,9 @@ def node_options(default_timeout: float = DEFAULT_TIMEOUT,
                          help="The node uses TLS distribution (-proto_dist "
                               "inet_tls). Its certificate and host name are "
                               "verified."),
-            click.option("--certfile", metavar="FILE",
-                         envvar="BEAM_PROBE_CERTFILE",
-                         help="With --tls: our client certificate (PEM), for "
-                              "nodes that require one."),
-            click.option("--keyfile", metavar="FILE",
-                         envvar="BEAM_PROBE_KEYFILE",
-                         help="With --tls: the key of --certfile, if not in "
-                              "that file."),
-            click.option("--cacertfile", metavar="FILE",
-                         envvar="BEAM_PROBE_CACERTFILE",
-                         help="With --tls: the CA certificates that signed "
-                              "the node's (default: the system's)."),
+            *(click.option(f"--{name}", metavar="FILE",
+                           envvar=f"BEAM_PROBE_{name.upper()}", help=text)
+              for name, text in TLS_FILE_OPTIONS),
             click.option("--tls-server-name", metavar="NAME",
                          help="With --tls: the name the node's certificate "
                               "must carry (default: the host of NODE)."),
