@@ -403,10 +403,7 @@ def connect(node: str, cookie: bytes, *, timeout: float = 10.0,
             sock.close()
             raise CookieError(f"{node} rejected the connection: {exc}") \
                 from None
-        except NotAllowed as exc:
-            sock.close()
-            raise ConnectFailed(f"{node}: {exc}") from None
-        except TlsRequired as exc:
+        except (NotAllowed, TlsRequired) as exc:
             sock.close()
             raise ConnectFailed(f"{node}: {exc}") from None
         except HandshakeError as exc:
