@@ -107,7 +107,7 @@ class LocalNode:
                 socket.create_connection(("127.0.0.1", self.dist_port),
                                          timeout=1).close()
             else:
-                epmd.lookup(self.name, short_host(), 1.0)
+                epmd.lookup(self.name, short_host(), time.monotonic() + 1.0)
             return True
         except (ProbeError, OSError):
             return False

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from beam_probe.dist import epmd
 from beam_probe.dist.connection import NAME_POOL, connect
 from beam_probe.dist.terms import Atom
 from beam_probe.errors import (ConnectFailed, ConnectionLost, CookieError,
@@ -93,19 +94,31 @@ def test_unknown_node_lists_what_epmd_has(target):
     assert target.name in str(info.value)
 
 
-def test_dist_port_skips_epmd(nodes, otp):
+def test_dist_port_skips_epmd(nodes, otp, monkeypatch):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     node = nodes.start(otp, dist_port=port)
-    # A name EPMD has never heard of: only --dist-port can reach the node,
-    # which proves no EPMD lookup is made.
-    alias = f"not_in_epmd@{node.node.split('@')[1]}"
-    with pytest.raises(NodeNotFound):
-        connect(alias, node.cookie.encode(), timeout=5)
-    with attach(alias, node.cookie.encode(), timeout=10,
+
+    def no_epmd(*args):
+        raise AssertionError("EPMD was asked")
+    monkeypatch.setattr(epmd, "lookup", no_epmd)
+    with attach(node.node, node.cookie.encode(), timeout=10,
                 dist_port=port) as remote:
         assert remote.call("erlang", "node") == node.node
+
+
+def test_a_different_node_on_the_port_is_refused(target, nodes, otp):
+    """--dist-port pointing at the wrong node: its name would otherwise go
+    into output, history and Prometheus labels."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    other = nodes.start(otp, dist_port=port)
+    with pytest.raises(ConnectFailed, match=f"{other.node}, not "
+                                            f"{target.node}"):
+        connect(target.node, target.cookie.encode(), timeout=5,
+                dist_port=port)
 
 
 def test_node_killed_mid_call(nodes, otp):

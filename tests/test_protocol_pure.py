@@ -9,9 +9,9 @@ import pytest
 from beam_probe.dist import epmd, frames
 from beam_probe.dist.handshake import (OUR_FLAGS, REQUIRED_PEER_FLAGS,
                                        ClientHandshake, CookieRejected,
-                                       HandshakeError, NameInUse, NotAllowed,
-                                       State, TlsRequired, digest, frame16,
-                                       frame32)
+                                       HandshakeError, NameBusy, NotAllowed,
+                                       State, TlsRequired, WrongNode, digest,
+                                       frame16, frame32, same_node)
 from beam_probe.dist.terms import Atom, Pid
 from beam_probe.errors import ProtocolError
 
@@ -84,20 +84,55 @@ def test_close_after_our_reply_means_cookie_rejected():
     assert isinstance(hs.connection_closed(), CookieRejected)
 
 
-def test_close_before_status_is_not_blamed_on_the_cookie():
+def test_close_before_status_means_our_name_is_busy():
+    # dist_util closes silently on 'already_pending': not the cookie.
     hs, _ = started()
     err = hs.connection_closed()
-    assert not isinstance(err, CookieRejected)
+    assert isinstance(err, NameBusy) and not isinstance(err, CookieRejected)
     assert "status" in str(err)
 
 
 @pytest.mark.parametrize("status,error", [
-    (b"alive", NameInUse), (b"not_allowed", NotAllowed), (b"nok", NotAllowed),
+    (b"alive", NameBusy), (b"nok", NameBusy), (b"not_allowed", NotAllowed),
     (b"weird", HandshakeError)])
 def test_statuses(status, error):
     hs, _ = started()
     with pytest.raises(error):
         hs.receive(frame16(b"s" + status))
+
+
+def test_alive_is_answered_so_the_other_probe_keeps_its_connection():
+    hs, _ = started()
+    with pytest.raises(NameBusy) as info:
+        hs.receive(frame16(b"salive"))
+    assert info.value.answer == frame16(b"sfalse")
+    with pytest.raises(NameBusy) as info:
+        started()[0].receive(frame16(b"snok"))
+    assert info.value.answer == b""
+
+
+def test_a_different_node_answering_is_refused_before_our_reply():
+    hs = ClientHandshake("beam_probe_1@me", COOKIE, creation=5, challenge=9,
+                         expected_peer="app@host")
+    hs.start()
+    with pytest.raises(WrongNode, match="other@host, not app@host"):
+        hs.receive(frame16(b"sok") + challenge_msg(name=b"other@host"))
+    assert hs.state == State.FAILED
+
+
+@pytest.mark.parametrize("asked,answered,same", [
+    ("app@db1", "app@db1", True),
+    ("app@db1", "app@db1.example.com", True),
+    ("app@db1.example.com", "app@db1", True),
+    ("app@DB1.Example.com", "app@db1.example.com", True),
+    ("app@db1", "app@db2", False),
+    ("app@db1", "web@db1", False),
+    ("app@db1", "app@db10.example.com", False),
+    ("app@db1.example.com", "app@db1.other.com", False),
+    ("app@127.0.0.1", "app@vm", False),
+    ("app@127", "app@127.0.0.1", False)])
+def test_same_node_accepts_short_and_long_host_forms(asked, answered, same):
+    assert same_node(asked, answered) is same
 
 
 def test_old_version_5_challenge_refused():
@@ -162,6 +197,16 @@ def test_frame_reader_splits_ticks_and_frames():
     assert out[0] == b"" and out[2] == b""
     control, message = frames.parse(out[1])
     assert control[0] == frames.SEND and message == (1, 2)
+
+
+def test_frame_reader_cuts_many_frames_from_one_read():
+    reader = frames.FrameReader()
+    msg = frames.build((frames.SEND, Atom(""), Pid(Atom("a@b"), 1, 0, 1)),
+                       list(range(300)))
+    out = reader.feed((msg + frames.TICK) * 50 + msg[:10])
+    assert len(out) == 100 and reader.pending == 6
+    assert out[-1] == b"" and frames.parse(out[0])[1] == list(range(300))
+    assert reader.feed(msg[10:]) == [msg[4:]]
 
 
 def test_frame_reader_refuses_a_4_gib_frame_at_once():

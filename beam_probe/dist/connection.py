@@ -19,7 +19,7 @@ from ..errors import (ConnectFailed, ConnectionLost, CookieError, ProbeError,
                       ProtocolError, RemoteError, TimedOut)
 from . import epmd, etf, frames
 from .handshake import (ClientHandshake, CookieRejected, HandshakeError,
-                        NameInUse, NotAllowed, State, TlsRequired)
+                        NameBusy, NotAllowed, State, TlsRequired, WrongNode)
 from .terms import Atom, Pid, Reference
 
 if TYPE_CHECKING:  # ssl is loaded only when TLS is asked for
@@ -28,8 +28,14 @@ if TYPE_CHECKING:  # ssl is loaded only when TLS is asked for
 # Our own names. Each name becomes an atom on the target the first time it
 # connects, and atoms are never collected, so names come from this fixed pool
 # rather than being made per run: any number of runs adds at most this many
-# atoms, and this many probes can be attached at once.
+# atoms, and this many probes can be attached at once; more wait for a name
+# to free (see connect).
 NAME_POOL = tuple(f"beam_probe_{i}" for i in range(1, 9))
+
+# When every name is busy, wait this long (times a random factor from 1 to
+# 2, so probes that collided do not collide again in step) before the next
+# round. A quick probe holds its name for ~40 ms.
+BUSY_WAIT = 0.05
 
 # The target drops a peer it has heard nothing from for net_ticktime
 # (60 s by default, checked in four ticks of 15 s). We echo every tick the
@@ -53,12 +59,80 @@ A_OK = Atom("ok")
 
 
 class _Pending:
-    __slots__ = ("event", "value", "error")
+    __slots__ = ("event", "value", "error", "mailbox")
 
-    def __init__(self) -> None:
+    def __init__(self, mailbox: "Mailbox | None" = None) -> None:
         self.event = threading.Event()
         self.value: Any = None
         self.error: ProbeError | None = None
+        # A streamed call's reply goes to its mailbox, behind its chunks.
+        self.mailbox = mailbox
+
+
+# What a mailbox hands out: a message the node sent to our pid under the
+# mailbox's tag, or the reply of the call that feeds it.
+MESSAGE = "message"
+REPLY = "reply"
+
+
+class Mailbox:
+    """Messages ``{Tag, ...}`` that code on the node sends straight to our
+    pid, for one tag: the chunks of a streamed reply. Bounded: the node
+    sends the next chunk only when we ask (flow control), so a peer that
+    queues more than ``limit`` is broken or hostile, and fails the
+    connection rather than fill our memory."""
+
+    def __init__(self, tag: Reference, limit: int) -> None:
+        self.tag = tag
+        self.limit = limit
+        self._items: list[tuple[str, Any]] = []
+        self._error: ProbeError | None = None
+        self._ready = threading.Condition()
+
+    def put(self, kind: str, value: Any) -> bool:
+        """Queue one item; False when the mailbox is full."""
+        with self._ready:
+            if kind == MESSAGE and sum(
+                    1 for k, _ in self._items if k == MESSAGE) >= self.limit:
+                return False
+            self._items.append((kind, value))
+            self._ready.notify()
+            return True
+
+    def fail(self, error: ProbeError) -> None:
+        with self._ready:
+            if self._error is None:
+                self._error = error
+            self._ready.notify()
+
+    def get(self, timeout: float, what: str) -> tuple[str, Any]:
+        """The next (MESSAGE, payload) or (REPLY, value); raises the
+        connection's failure, or TimedOut after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._ready:
+            while not self._items:
+                if self._error is not None:
+                    raise self._error
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._ready.wait(left):
+                    if not self._items:
+                        raise TimedOut(f"no answer to {what} within "
+                                       f"{timeout:g} s")
+            return self._items.pop(0)
+
+
+class ReplyLimits:
+    """How large a reply this connection accepts: bytes of one frame (also
+    the most a compressed term may inflate to), and items one decode may
+    make. The defaults fit every reply beam-probe asks for; a library user
+    asking for bulk data raises them."""
+
+    __slots__ = ("max_bytes", "max_items")
+
+    def __init__(self, max_bytes: int = frames.MAX_FRAME,
+                 max_items: int = etf.MAX_ITEMS) -> None:
+        self.max_bytes = max_bytes
+        self.max_items = max_items
 
 
 class NodeAddress:
@@ -83,7 +157,8 @@ class Connection:
     """A live, handshaken connection. Use :func:`connect` to make one."""
 
     def __init__(self, sock: Any, our_node: str, peer_node: str,
-                 creation: int, peer_flags: int, trailing: bytes = b"") -> None:
+                 creation: int, peer_flags: int, trailing: bytes = b"",
+                 limits: "ReplyLimits | None" = None) -> None:
         # ``sock`` is a socket, or a tls.TlsChannel standing in for one.
         self.sock = sock
         self.our_node = our_node
@@ -94,12 +169,16 @@ class Connection:
         self._creation = creation
         self._ref_counter = 0
         self._pending: dict[Reference, _Pending] = {}
+        self._mailboxes: dict[Reference, Mailbox] = {}
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._last_send = time.monotonic()
         self._closed = False
         self._failure: ProbeError | None = None
-        self._reader = frames.FrameReader()
+        self.limits = limits or ReplyLimits()
+        self._reader = frames.FrameReader(self.limits.max_bytes)
+        self._decode_limits = {"max_items": self.limits.max_items,
+                               "max_uncompressed": self.limits.max_bytes}
         self._captured = 0
         self._backlog = self._reader.feed(trailing) if trailing else []
         self._thread = threading.Thread(target=self._read_loop,
@@ -117,10 +196,12 @@ class Connection:
         return self.wait(self.call_async(module, function, args), timeout,
                          f"{module}:{function}/{len(args)}")
 
-    def call_async(self, module: str, function: str, args: list) -> Reference:
-        """Send a call and return its reference; collect it with wait()."""
-        ref = self._new_ref()
-        pending = _Pending()
+    def call_async(self, module: str, function: str, args: list,
+                   mailbox: Mailbox | None = None) -> Reference:
+        """Send a call and return its reference; collect it with wait(), or
+        from ``mailbox`` (as a REPLY item) when one is given."""
+        ref = self.new_ref()
+        pending = _Pending(mailbox)
         with self._lock:
             if self._failure is not None:
                 raise self._failure
@@ -150,14 +231,31 @@ class Connection:
             self._pending.pop(ref, None)
         if pending.error is not None:
             raise pending.error
-        value = pending.value
+        return self.result(pending.value, what)
+
+    def result(self, value: Any, what: str) -> Any:
+        """A call's value, or RemoteError for ``{badrpc, Reason}``."""
         if isinstance(value, tuple) and len(value) == 2 and \
                 value[0] == A_BADRPC:
             raise RemoteError(f"{what} failed on {self.peer_node}: "
                               f"{_describe_badrpc(value[1])}")
         return value
 
+    def mailbox(self, tag: Reference, limit: int = 4) -> Mailbox:
+        """Collect messages ``{tag, ...}`` sent to our pid; close() it."""
+        box = Mailbox(tag, limit)
+        with self._lock:
+            if self._failure is not None:
+                raise self._failure
+            self._mailboxes[tag] = box
+        return box
+
+    def close_mailbox(self, box: Mailbox) -> None:
+        with self._lock:
+            self._mailboxes.pop(box.tag, None)
+
     def send(self, to: Pid, message: Any) -> None:
+        """Send ``message`` to the process ``to`` on the node."""
         self._send(frames.build((frames.SEND, A_EMPTY, to), message,
                                 with_message=True))
 
@@ -181,7 +279,8 @@ class Connection:
 
     # -- internals -------------------------------------------------------------
 
-    def _new_ref(self) -> Reference:
+    def new_ref(self) -> Reference:
+        """A reference of ours, unique on this connection."""
         with self._lock:
             self._ref_counter += 1
             n = self._ref_counter
@@ -206,10 +305,13 @@ class Connection:
             if self._failure is None:
                 self._failure = error
             waiting = list(self._pending.values())
+            boxes = list(self._mailboxes.values())
         for pending in waiting:
             if not pending.event.is_set():
                 pending.error = error
                 pending.event.set()
+        for box in boxes:
+            box.fail(error)
 
     def _read_loop(self) -> None:
         try:
@@ -253,7 +355,7 @@ class Connection:
             # expects, whatever its net_ticktime.
             self._send(frames.TICK)
             return
-        control, message = frames.parse(frame)
+        control, message = frames.parse(frame, **self._decode_limits)
         op = control[0]
         if op in (frames.SEND, frames.SEND_SENDER, frames.SEND_TT,
                   frames.SEND_SENDER_TT, frames.ALIAS_SEND,
@@ -267,12 +369,22 @@ class Connection:
 
     def _on_message(self, message: Any) -> None:
         if isinstance(message, tuple):
-            if len(message) == 2 and isinstance(message[0], Reference):
+            if len(message) >= 2 and isinstance(message[0], Reference):
                 with self._lock:
-                    pending = self._pending.get(message[0])
-                if pending is not None:
+                    pending = self._pending.get(message[0]) \
+                        if len(message) == 2 else None
+                    box = self._mailboxes.get(message[0])
+                if pending is not None and pending.mailbox is not None:
+                    with self._lock:
+                        self._pending.pop(message[0], None)
+                    pending.mailbox.put(REPLY, message[1])
+                elif pending is not None:
                     pending.value = message[1]
                     pending.event.set()
+                elif box is not None and not box.put(MESSAGE, message[1:]):
+                    raise ProtocolError(
+                        f"{self.peer_node} sent more than {box.limit} "
+                        "unanswered messages of a streamed reply")
                 return
             if len(message) == 4 and message[0] == A_IO_REQUEST and \
                     isinstance(message[1], Pid):
@@ -339,11 +451,13 @@ def _open_socket(host: str, port: int, timeout: float) -> socket.socket:
 
 
 def _handshake(sock: Any, our_node: str, cookie: bytes,
-               creation: int, deadline: float,
-               length_size: int = 2) -> ClientHandshake:
+               creation: int, deadline: float, length_size: int,
+               expected_peer: str) -> ClientHandshake:
     hs = ClientHandshake(our_node, cookie, creation=creation,
                          challenge=int.from_bytes(os.urandom(4), "big"),
-                         length_size=length_size)
+                         length_size=length_size,
+                         expected_peer=expected_peer)
+    sock.settimeout(max(0.001, deadline - time.monotonic()))
     sock.sendall(hs.start())
     while hs.state != State.CONNECTED:
         remaining = deadline - time.monotonic()
@@ -355,23 +469,35 @@ def _handshake(sock: Any, our_node: str, cookie: bytes,
             raise hs.connection_closed()
         try:
             reply = hs.receive(data)
-        except NameInUse:
-            sock.sendall(hs.alive_reply(keep_existing=True))
+        except NameBusy as exc:
+            if exc.answer:
+                sock.sendall(exc.answer)
             raise
         if reply:
             sock.sendall(reply)
     return hs
 
 
-def connect(node: str, cookie: bytes, *, timeout: float = 10.0,
+def _random_index(n: int) -> int:
+    # os.urandom rather than the random module: no import on start-up.
+    return int.from_bytes(os.urandom(2), "big") % n
+
+
+def connect(node: str, cookie: bytes, *, timeout: float = 15.0,
             dist_port: int | None = None,
             names: tuple[str, ...] = NAME_POOL,
-            tls: "TlsSettings | None" = None) -> Connection:
+            tls: "TlsSettings | None" = None,
+            limits: ReplyLimits | None = None) -> Connection:
     """EPMD lookup (unless ``dist_port``), TCP connect, TLS when ``tls`` is
     given, handshake.
 
-    ``timeout`` bounds the whole set-up. Raises a ProbeError subclass with a
-    one-line message for every way this can fail.
+    ``timeout`` bounds the whole set-up, across every read. A busy name
+    (another probe of ours holds it or is connecting with it) is not an
+    error: the next name of the pool is tried, starting from a random one
+    so that probes started in the same instant spread out, and when every
+    name is busy, the next round waits a little, until ``timeout``. Raises
+    a ProbeError subclass with a one-line message for every way this can
+    fail.
     """
     address = NodeAddress(node)
     deadline = time.monotonic() + timeout
@@ -381,52 +507,82 @@ def connect(node: str, cookie: bytes, *, timeout: float = 10.0,
         # Certificates are loaded before anything is sent, so a bad file is
         # reported as such rather than as a failed connection.
         context = tls_layer.make_context(tls)
-    port = dist_port or epmd.lookup(address.alive, address.host, timeout)
+    port = dist_port or epmd.lookup(address.alive, address.host, deadline)
     creation = int.from_bytes(os.urandom(4), "big") | 1
-    for name in names:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+    busy: NameBusy | None = None
+    while True:
+        first = _random_index(len(names))
+        for i in range(len(names)):
+            name = names[(first + i) % len(names)]
+            try:
+                return _attempt(address, port, name, cookie, creation,
+                                deadline, timeout, context, tls, limits)
+            except NameBusy as exc:
+                busy = exc
+            except TimedOut:
+                if busy is None:
+                    raise
+                break
+        pause = BUSY_WAIT * (1 + _random_index(1000) / 1000)
+        if time.monotonic() + pause >= deadline:
             break
-        sock: Any = _open_socket(address.host, port, remaining)
-        our_node = f"{name}@{_our_host(address, sock)}"
+        time.sleep(pause)
+    raise ConnectFailed(f"all {len(names)} beam-probe names were busy on "
+                        f"{node} for {timeout:g} s: too many probes at once "
+                        f"({busy})")
+
+
+def _attempt(address: NodeAddress, port: int, name: str, cookie: bytes,
+             creation: int, deadline: float, timeout: float, context: Any,
+             tls: "TlsSettings | None", limits: ReplyLimits | None
+             ) -> Connection:
+    """One handshake as ``name``; NameBusy when the node has that name."""
+    node = address.node
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimedOut(f"{node} did not complete the handshake within "
+                       f"{timeout:g} s")
+    sock: Any = _open_socket(address.host, port, remaining)
+    our_node = f"{name}@{_our_host(address, sock)}"
+    if context is not None:
+        from . import tls as tls_layer
+        sock = tls_layer.start(sock, context, node, address.host, tls,
+                               deadline)
+    try:
+        # inet_tls_dist frames the handshake with 4-byte lengths.
+        hs = _handshake(sock, our_node, cookie, creation, deadline,
+                        4 if context is not None else 2, node)
+    except NameBusy:
+        sock.close()
+        raise
+    except CookieRejected as exc:
+        sock.close()
+        raise CookieError(f"{node} rejected the connection: {exc}") \
+            from None
+    except (NotAllowed, TlsRequired, WrongNode) as exc:
+        sock.close()
+        raise ConnectFailed(f"{node}: {exc}") from None
+    except HandshakeError as exc:
+        sock.close()
+        raise ProtocolError(f"handshake with {node} failed: {exc}") \
+            from None
+    except socket.timeout:
+        sock.close()
+        raise TimedOut(f"{node} did not complete the handshake within "
+                       f"{timeout:g} s") from None
+    except OSError as exc:
+        sock.close()
         if context is not None:
-            sock = tls_layer.start(sock, context, node, address.host, tls,
-                                   deadline)
-        try:
-            # inet_tls_dist frames the handshake with 4-byte lengths.
-            hs = _handshake(sock, our_node, cookie, creation, deadline,
-                            4 if context is not None else 2)
-        except NameInUse:
-            sock.close()
-            continue
-        except CookieRejected as exc:
-            sock.close()
-            raise CookieError(f"{node} rejected the connection: {exc}") \
-                from None
-        except (NotAllowed, TlsRequired) as exc:
-            sock.close()
-            raise ConnectFailed(f"{node}: {exc}") from None
-        except HandshakeError as exc:
-            sock.close()
-            raise ProtocolError(f"handshake with {node} failed: {exc}") \
-                from None
-        except socket.timeout:
-            sock.close()
-            raise TimedOut(f"{node} did not complete the handshake within "
-                           f"{timeout:g} s") from None
-        except OSError as exc:
-            sock.close()
-            if context is not None:
-                # Under TLS 1.3 the node checks our certificate after our
-                # side of the TLS handshake is done: its refusal arrives here.
-                raise tls_layer.failure(exc, node, tls) from None
-            raise ConnectionLost(f"connection to {node} lost during the "
-                                 f"handshake: {exc}") from None
-        sock.settimeout(None)
-        return Connection(sock, our_node, hs.peer_name or node, creation,
-                          hs.peer_flags, hs.trailing)
-    raise ConnectFailed(f"all {len(names)} beam-probe names are connected to "
-                        f"{node} already: too many probes at once")
+            from . import tls as tls_layer
+            # Under TLS 1.3 the node checks our certificate after our side
+            # of the TLS handshake is done: its refusal arrives here.
+            raise tls_layer.failure(exc, node, tls) from None
+        raise ConnectionLost(f"connection to {node} lost during the "
+                             f"handshake: {exc}") from None
+    sock.settimeout(None)
+    return Connection(sock, our_node, hs.peer_name or node, creation,
+                      hs.peer_flags, hs.trailing, limits)
 
 
-__all__ = ["Connection", "NodeAddress", "connect", "NAME_POOL"]
+__all__ = ["Connection", "NodeAddress", "ReplyLimits", "connect",
+           "NAME_POOL"]

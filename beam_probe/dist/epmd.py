@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 
-from ..errors import ConnectFailed, HostUnknown, NodeNotFound, ProtocolError
+from ..errors import (ConnectFailed, HostUnknown, NodeNotFound, ProtocolError,
+                      TimedOut)
 
 EPMD_PORT = 4369
 PORT_PLEASE2_REQ = 122
@@ -19,6 +21,10 @@ NAMES_REQ = 110
 # A NAMES reply lists one line per registered node; a real host has a few
 # dozen at most. The cap only guards against a peer that never stops.
 MAX_NAMES_REPLY = 1024 * 1024
+
+# An error message lists at most this many of the names EPMD knows: a host
+# with 60,000 registered names would otherwise make a 445 KB "one line".
+NAMES_SHOWN = 20
 
 
 def port_please_request(short_name: str) -> bytes:
@@ -52,16 +58,26 @@ def parse_names_reply(reply: bytes) -> list[str]:
     return names
 
 
-def _exchange(host: str, request: bytes, timeout: float,
+def _exchange(host: str, request: bytes, deadline: float,
               limit: int = 4096) -> bytes:
+    """Send one request and read the reply until EPMD closes, by
+    ``deadline`` (a time.monotonic() value) for the whole exchange: a peer
+    that sends one byte at a time cannot stretch it."""
+    def remaining() -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout
+        return left
+
     try:
-        sock = socket.create_connection((host, EPMD_PORT), timeout=timeout)
+        sock = socket.create_connection((host, EPMD_PORT),
+                                        timeout=remaining())
     except socket.gaierror:
         raise HostUnknown(f"host {host!r} is unknown (DNS lookup failed)") \
             from None
     except socket.timeout:
-        raise ConnectFailed(f"timed out connecting to EPMD on {host}:"
-                            f"{EPMD_PORT}") from None
+        raise TimedOut(f"timed out connecting to EPMD on {host}:"
+                       f"{EPMD_PORT}") from None
     except ConnectionRefusedError:
         raise ConnectFailed(f"no EPMD on {host}:{EPMD_PORT} (connection "
                             "refused): is an Erlang node running there? For "
@@ -71,39 +87,52 @@ def _exchange(host: str, request: bytes, timeout: float,
                             f"{exc.strerror or exc}") from None
     with sock:
         try:
+            sock.settimeout(remaining())
             sock.sendall(request)
             chunks, size = [], 0
             while size < limit:
-                chunk = sock.recv(65536)
+                sock.settimeout(remaining())
+                chunk = sock.recv(min(65536, limit - size))
                 if not chunk:
                     break
                 chunks.append(chunk)
                 size += len(chunk)
         except socket.timeout:
-            raise ConnectFailed(f"EPMD on {host} did not answer in "
-                                f"{timeout:g} s") from None
+            raise TimedOut(f"EPMD on {host} did not answer in time") \
+                from None
         except OSError as exc:
             raise ConnectFailed(f"EPMD on {host} failed: {exc}") from None
     return b"".join(chunks)
 
 
-def names(host: str, timeout: float) -> list[str]:
+def listing(names: list[str], shown: int = NAMES_SHOWN) -> str:
+    """Names for an error message: the first ``shown``, then a count."""
+    if not names:
+        return "none"
+    text = ", ".join(names[:shown])
+    if len(names) > shown:
+        text += f", ... ({len(names) - shown} more)"
+    return text
+
+
+def names(host: str, deadline: float) -> list[str]:
     """The names registered with EPMD on ``host`` (for error messages)."""
-    reply = _exchange(host, struct.pack(">HB", 1, NAMES_REQ), timeout,
+    reply = _exchange(host, struct.pack(">HB", 1, NAMES_REQ), deadline,
                       MAX_NAMES_REPLY)
     return parse_names_reply(reply)
 
 
-def lookup(short_name: str, host: str, timeout: float) -> int:
-    """The distribution port of ``short_name`` on ``host``."""
+def lookup(short_name: str, host: str, deadline: float) -> int:
+    """The distribution port of ``short_name`` on ``host``, asked by
+    ``deadline`` (a time.monotonic() value)."""
     port = parse_port_reply(_exchange(host, port_please_request(short_name),
-                                      timeout))
+                                      deadline))
     if port is None:
         try:
-            known = names(host, timeout)
-        except (ConnectFailed, ProtocolError):
+            known = names(host, deadline)
+        except (ConnectFailed, TimedOut, ProtocolError):
             known = []
-        listed = ", ".join(known) if known else "none"
         raise NodeNotFound(f"no node named {short_name!r} is registered with "
-                           f"EPMD on {host} (registered there: {listed})")
+                           f"EPMD on {host} (registered there: "
+                           f"{listing(known)})")
     return port

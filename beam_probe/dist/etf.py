@@ -11,6 +11,7 @@ remain before anything is built from it, and any malformed input raises
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 from typing import Any, Callable
 
@@ -53,8 +54,18 @@ SMALL_ATOM_UTF8_EXT = 119
 
 # A compressed term may claim any uncompressed size up to 4 GiB; a hostile
 # peer could use that as a zip bomb. Replies beam-probe asks for are compact
-# (a million-process scan is tens of MB), so anything larger is refused.
-MAX_UNCOMPRESSED = 512 * 1024 * 1024
+# (scans reply with a top N, bulk data arrives in chunks), so the default
+# limit is that of a frame (frames.MAX_FRAME); callers that ask for more
+# pass a larger one.
+MAX_UNCOMPRESSED = 16 * 1024 * 1024
+
+# Items (list and tuple elements, map keys and values) one decode may
+# create. Bytes on the wire do not bound Python's memory: a one-element
+# tuple nested in a one-element tuple costs 2 bytes on the wire and 56 in
+# Python, so a 16 MiB frame of them would take ~450 MB. 2M items is at most
+# ~130 MB whatever their shape, and ten times what any reply of ours holds
+# (a 10,000-row table is ~150,000 items).
+MAX_ITEMS = 2_000_000
 
 # Interning atoms saves both the decode and the memory for the same few
 # hundred atoms repeated across a large reply. The cap bounds what a peer
@@ -72,6 +83,13 @@ class DecodeError(ValueError):
 # '' under the same key; hypothesis found it.)
 _atoms: dict[bytes, Any] = {}
 _latin1_atoms: dict[bytes, Any] = {}
+
+# What is left of the item budget of the decode under way. Decodes run one
+# at a time (the lock), so a plain global serves: it costs one subtraction
+# per list, tuple or map rather than an argument to every handler.
+_items_left = 0
+_limits = threading.Lock()
+_max_uncompressed = MAX_UNCOMPRESSED
 _unpack_I = struct.Struct(">I").unpack_from
 _unpack_i = struct.Struct(">i").unpack_from
 _unpack_H = struct.Struct(">H").unpack_from
@@ -218,11 +236,15 @@ def _d_bit_binary(data, pos):
 
 
 def _seq(data: bytes, pos: int, n: int) -> tuple[list, int]:
+    global _items_left
     # Each element takes at least one byte: a count beyond what remains is a
     # lie, refused before any work is done for it.
     if n > len(data) - pos:
         raise DecodeError(f"{n} elements claimed at offset {pos} but only "
                           f"{len(data) - pos} bytes remain")
+    _items_left -= n
+    if _items_left < 0:
+        raise _over_budget()
     items = []
     append = items.append
     handlers = _HANDLERS
@@ -257,12 +279,21 @@ def _d_list(data, pos):
     return ImproperList(items, tail), pos
 
 
+def _over_budget() -> DecodeError:
+    return DecodeError("the term holds more items than the limit for this "
+                       "reply")
+
+
 def _d_map(data, pos):
+    global _items_left
     (n,) = _unpack_I(data, pos)
     pos += 4
     if 2 * n > len(data) - pos:
         raise DecodeError(f"map of {n} pairs claimed at offset {pos} but only "
                           f"{len(data) - pos} bytes remain")
+    _items_left -= 2 * n
+    if _items_left < 0:
+        raise _over_budget()
     result = {}
     decode = _decode
     for _ in range(n):
@@ -363,13 +394,13 @@ def _d_new_fun(data, pos):
 
 def _d_compressed(data, pos):
     (size,) = _unpack_I(data, pos)
-    if size > MAX_UNCOMPRESSED:
+    if size > _max_uncompressed:
         raise DecodeError(f"compressed term claims {size} bytes, over the "
-                          f"{MAX_UNCOMPRESSED}-byte limit")
+                          f"{_max_uncompressed}-byte limit")
     inflater = zlib.decompressobj()
     try:
         # max_length bounds the output to the size the header claims.
-        raw = inflater.decompress(data[pos + 4:], size)
+        raw = inflater.decompress(memoryview(data)[pos + 4:], size)
     except zlib.error as exc:
         raise DecodeError(f"bad compressed term: {exc}") from None
     if len(raw) != size or not inflater.eof:
@@ -412,11 +443,23 @@ def _decode(data: bytes, pos: int) -> tuple[Any, int]:
     return _HANDLERS[data[pos]](data, pos + 1)
 
 
-def decode_from(data: bytes, pos: int = 0) -> tuple[Any, int]:
+def decode_from(data: bytes, pos: int = 0, *, max_items: int = MAX_ITEMS,
+                max_uncompressed: int = MAX_UNCOMPRESSED) -> tuple[Any, int]:
     """Decode one versioned term (131 ...) at ``pos``; return it and the end.
 
-    Raises DecodeError, and only DecodeError, for any malformed input.
+    At most ``max_items`` list, tuple and map items are made, and a
+    compressed term may inflate to at most ``max_uncompressed`` bytes.
+    Raises DecodeError, and only DecodeError, for any malformed input or a
+    term over those limits.
     """
+    global _items_left, _max_uncompressed
+    with _limits:
+        _items_left = max_items
+        _max_uncompressed = max_uncompressed
+        return _decode_versioned(data, pos)
+
+
+def _decode_versioned(data: bytes, pos: int) -> tuple[Any, int]:
     try:
         if data[pos] != VERSION:
             raise DecodeError(f"expected version byte 131 at offset {pos}, "
@@ -434,10 +477,11 @@ def decode_from(data: bytes, pos: int = 0) -> tuple[Any, int]:
         raise DecodeError("term too large to decode") from None
 
 
-def decode(data: bytes) -> Any:
-    """Decode exactly one versioned term that fills ``data``."""
+def decode(data: bytes, **limits: int) -> Any:
+    """Decode exactly one versioned term that fills ``data``; ``limits`` as
+    for decode_from."""
     data = bytes(data)
-    value, end = decode_from(data, 0)
+    value, end = decode_from(data, 0, **limits)
     if end != len(data):
         raise DecodeError(f"{len(data) - end} trailing bytes after the term")
     return value

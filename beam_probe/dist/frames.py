@@ -43,10 +43,12 @@ UNLINK_ID_ACK = 36
 _WITH_PAYLOAD = {SEND, REG_SEND, SEND_TT, REG_SEND_TT, SEND_SENDER,
                  SEND_SENDER_TT, ALIAS_SEND, ALIAS_SEND_TT}
 
-# The largest frame we accept. A scan of a million processes comes back in
-# tens of MB; a peer that claims more (up to the 4 GiB a 32-bit length
-# allows) is refused at once, before any buffer is grown for it.
-MAX_FRAME = 512 * 1024 * 1024
+# The largest frame we accept by default. Our replies are small (scans send
+# back a top N; bulk data comes in chunks of a few MB), and a frame costs
+# twice its size while it is cut out of the stream, so a peer that claims
+# more (up to the 4 GiB a 32-bit length allows) is refused at once, before
+# any buffer is grown for it. A caller that expects more raises the limit.
+MAX_FRAME = 16 * 1024 * 1024
 
 
 class FrameError(Exception):
@@ -67,30 +69,36 @@ class FrameReader:
         return len(self._buffer)
 
     def feed(self, data: bytes) -> list[bytes]:
-        self._buffer += data
-        frames = []
         buf = self._buffer
-        while True:
-            if self._need is None:
-                if len(buf) < 4:
+        buf += data
+        frames = []
+        start, end = 0, len(buf)
+        # One copy per frame (a memoryview slice into bytes), and the bytes
+        # consumed are dropped once, at the end.
+        with memoryview(buf) as view:
+            while True:
+                if self._need is None:
+                    if end - start < 4:
+                        break
+                    (length,) = struct.unpack_from(">I", buf, start)
+                    if length > self.max_frame:
+                        raise FrameError(
+                            f"the node announced a frame of {length} bytes, "
+                            f"over the {self.max_frame}-byte limit")
+                    start += 4
+                    self._need = length
+                if end - start < self._need:
                     break
-                (length,) = struct.unpack_from(">I", buf)
-                if length > self.max_frame:
-                    raise FrameError(
-                        f"the node announced a frame of {length} bytes, over "
-                        f"the {self.max_frame}-byte limit")
-                del buf[:4]
-                self._need = length
-            if len(buf) < self._need:
-                break
-            frames.append(bytes(buf[:self._need]))
-            del buf[:self._need]
-            self._need = None
+                frames.append(bytes(view[start:start + self._need]))
+                start += self._need
+                self._need = None
+        del buf[:start]
         return frames
 
 
-def parse(frame: bytes) -> tuple[tuple, Any]:
-    """Split a non-tick frame into (control tuple, message or None)."""
+def parse(frame: bytes, **limits: int) -> tuple[tuple, Any]:
+    """Split a non-tick frame into (control tuple, message or None);
+    ``limits`` go to etf.decode_from for the message."""
     if frame[0] != PASS_THROUGH:
         raise FrameError(f"frame type {frame[0]}, expected pass-through "
                          "(112): atom cache headers were not negotiated")
@@ -101,7 +109,7 @@ def parse(frame: bytes) -> tuple[tuple, Any]:
                          "operation code")
     message = None
     if control[0] in _WITH_PAYLOAD:
-        message, pos = etf.decode_from(frame, pos)
+        message, pos = etf.decode_from(frame, pos, **limits)
     if pos != len(frame):
         raise FrameError(f"{len(frame) - pos} stray bytes after a message")
     return control, message

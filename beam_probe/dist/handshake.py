@@ -76,12 +76,27 @@ class HandshakeError(Exception):
     """The handshake failed; ``str()`` says why, for an operator."""
 
 
-class NameInUse(HandshakeError):
-    """The peer already has a connection from a node of our name."""
+class NameBusy(HandshakeError):
+    """Our name is in use on the peer: another probe holds it, or is in the
+    middle of its own handshake with it. Try another name.
+
+    OTP's dist_util answers a name it already knows in three ways: status
+    ``alive`` (a connection of that name is up), ``nok`` (a handshake from
+    that name is pending) or, for a pending handshake it cannot classify,
+    a silent close. ``answer`` is what to send before closing (the reply to
+    ``alive``, which keeps the other probe's connection)."""
+
+    def __init__(self, message: str, answer: bytes = b"") -> None:
+        super().__init__(message)
+        self.answer = answer
 
 
 class NotAllowed(HandshakeError):
-    """The peer refused us (status `not_allowed` or `nok`)."""
+    """The peer refused us (status `not_allowed`)."""
+
+
+class WrongNode(HandshakeError):
+    """The node that answered is not the node we asked for."""
 
 
 class TlsRequired(HandshakeError):
@@ -111,6 +126,28 @@ def digest(challenge: int, cookie: bytes) -> bytes:
     return md5(cookie + str(challenge).encode("ascii")).digest()
 
 
+def same_node(asked: str, answered: str) -> bool:
+    """Whether the node that answered is the one asked for.
+
+    Names must match as Erlang itself requires, except that the host may be
+    given in short or long form (``app@db1`` for ``app@db1.example.com``,
+    and the other way round) and host names compare case-insensitively, as
+    DNS names do. An IP address never matches a host name.
+    """
+    if asked == answered:
+        return True
+    alive_a, _, host_a = asked.partition("@")
+    alive_b, _, host_b = answered.partition("@")
+    if alive_a != alive_b or not host_a or not host_b:
+        return False
+    host_a, host_b = host_a.lower(), host_b.lower()
+    if host_a == host_b:
+        return True
+    short, long_ = sorted((host_a, host_b), key=len)
+    return "." not in short and long_.startswith(short + ".") and \
+        not long_.replace(".", "").isdigit()
+
+
 def frame16(payload: bytes) -> bytes:
     return struct.pack(">H", len(payload)) + payload
 
@@ -133,10 +170,14 @@ class ClientHandshake:
 
     def __init__(self, our_name: str, cookie: bytes, creation: int,
                  challenge: int, flags: int = OUR_FLAGS,
-                 length_size: int = 2) -> None:
+                 length_size: int = 2, expected_peer: str | None = None
+                 ) -> None:
         if length_size not in (2, 4):
             raise ValueError("length_size is 2 (TCP) or 4 (TLS)")
         self.our_name = our_name
+        # The name we asked for; the peer's own name must be the same node
+        # (see same_node), or we would report on a node nobody asked about.
+        self.expected_peer = expected_peer
         self.length_size = length_size
         self._frame = frame16 if length_size == 2 else frame32
         self.cookie = cookie
@@ -182,6 +223,11 @@ class ClientHandshake:
     def connection_closed(self) -> HandshakeError:
         """The error that a close by the peer means in the current state."""
         was, self.state = self.state, State.FAILED
+        if was == State.AWAIT_STATUS:
+            # dist_util closes without a status when a handshake from our
+            # name is already pending there ('already_pending').
+            return NameBusy("the node closed the connection before giving "
+                            "a status: our name is busy there")
         if was == State.AWAIT_ACK:
             # The peer checks our digest before it sends its ack and closes
             # without a word when it does not match (erl_dist_protocol).
@@ -256,12 +302,16 @@ class ClientHandshake:
             # now. Say 'false' so the peer keeps that one; the caller picks
             # the next name from the pool.
             self.state = State.FAILED
-            raise NameInUse("a node with our name is already connected")
-        if status in ("nok", "not_allowed"):
+            raise NameBusy("a node with our name is already connected",
+                           self.alive_reply(keep_existing=True))
+        if status == "nok":
+            # A handshake from our name is pending there: another probe
+            # started in the same instant.
+            raise NameBusy("a handshake from our name is already pending")
+        if status == "not_allowed":
             raise NotAllowed(
-                f"the node refused the connection (status {status}): it may "
-                "restrict which nodes may connect (net_kernel:allow/1), or "
-                "need distribution flags we do not offer")
+                "the node refused the connection (status not_allowed): it "
+                "restricts which nodes may connect (net_kernel:allow/1)")
         raise HandshakeError(f"unknown handshake status {status!r}")
 
     def _on_challenge(self, message: bytes) -> bytes:
@@ -279,6 +329,11 @@ class ClientHandshake:
         self.peer_flags = flags
         self.peer_creation = creation
         self.peer_name = message[19:].decode("utf-8", "replace")
+        if self.expected_peer is not None and not same_node(
+                self.expected_peer, self.peer_name):
+            raise WrongNode(
+                f"the node there is {self.peer_name}, not "
+                f"{self.expected_peer}: check the name (and --dist-port)")
         self.state = State.AWAIT_ACK
         return self._frame(b"r" + struct.pack(">I", self.our_challenge)
                            + digest(challenge, self.cookie))

@@ -163,6 +163,15 @@ def freeze(term: Any) -> Any:
     return term
 
 
+def integers(term: Any) -> list[int]:
+    """A list of integers as Python ints. Erlang sends a list whose every
+    element is 0..255 as STRING_EXT, which decodes to a str: a column of
+    small counts arrives that way."""
+    if isinstance(term, str):
+        return [ord(c) for c in term]
+    return list(term)
+
+
 def format_term(term: Any) -> str:
     """Render a decoded term roughly as Erlang's ``~p`` would, on one line."""
     if isinstance(term, bool):

@@ -213,6 +213,7 @@ class TlsChannel:
                                      server_side=False,
                                      server_hostname=server_name)
         self._lock = threading.Lock()
+        self._timeout: float | None = None
 
     def handshake(self, deadline: float) -> None:
         while True:
@@ -247,6 +248,11 @@ class TlsChannel:
             self._flush()
 
     def recv(self, size: int) -> bytes:
+        """Like socket.recv: at most ``size`` bytes of plaintext, within the
+        timeout for the whole call, however many TLS records and raw reads
+        it takes (a peer sending a byte at a time cannot stretch it)."""
+        deadline = None if self._timeout is None else \
+            time.monotonic() + self._timeout
         while True:
             with self._lock:
                 try:
@@ -259,6 +265,11 @@ class TlsChannel:
                 self._flush()
             if data:
                 return data
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout("timed out")
+                self.sock.settimeout(left)
             raw = self.sock.recv(_RECV_SIZE)
             if not raw:
                 return b""
@@ -266,6 +277,7 @@ class TlsChannel:
                 self._incoming.write(raw)
 
     def settimeout(self, timeout: float | None) -> None:
+        self._timeout = timeout
         self.sock.settimeout(timeout)
 
     def getsockname(self) -> Any:
