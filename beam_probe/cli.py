@@ -7,6 +7,7 @@ that use them, because start-up is most of a one-query run's time.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import Any, Callable
@@ -14,9 +15,21 @@ from typing import Any, Callable
 import click
 
 from . import __version__
-from .errors import ProbeError, UsageError
+from .errors import OutputFailed, ProbeError, Terminated, UsageError
 
 DEFAULT_TIMEOUT = 15.0
+DEFAULT_CONNECT_TIMEOUT = 15.0
+# Limits are finite: threading waits overflow past ~10^7 years, and a day is
+# longer than any probe should wait.
+MAX_SECONDS = 86400.0
+
+# An error is one line; a peer controls some of what goes into it (an EPMD
+# listing, a node's badrpc reason), so it is cut here.
+MAX_ERROR_LINE = 1000
+
+# exit codes of the ends that are not errors of ours: Ctrl-C, `| head`
+# closing the pipe (as SIGPIPE would end us), SIGTERM.
+EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, EXIT_TERMINATED = 130, 141, 143
 
 EPILOG_NODE = """\b
 Node: NODE (name@host) if given, else --node, BEAM_PROBE_NODE, RELEASE_NODE.
@@ -26,6 +39,36 @@ TLS nodes (-proto_dist inet_tls): --ssl-dist-optfile FILE (the node's own),
 or --tls with --certfile, --keyfile, --cacertfile."""
 
 
+def error_line(text: str) -> None:
+    """One line on stderr: control characters escaped, length capped."""
+    from .render import printable
+
+    line = printable(" ".join(text.split("\n")))
+    if len(line) > MAX_ERROR_LINE:
+        line = line[:MAX_ERROR_LINE - 15] + " ... (cut short)"
+    click.echo(line, err=True)
+
+
+class PipeClosed(Exception):
+    """The reader of our standard output went away (`| head`)."""
+
+
+def write_out(text: str) -> None:
+    """Text and a newline on stdout, flushed, so that a closed or full
+    stdout is known here: OutputFailed, or PipeClosed for a closed pipe."""
+    stream = sys.stdout
+    if stream is None:
+        raise OutputFailed("standard output is closed")
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+    except BrokenPipeError:
+        raise PipeClosed() from None
+    except OSError as exc:
+        raise OutputFailed(f"cannot write to standard output: "
+                           f"{exc.strerror or exc}") from None
+
+
 class _Main(click.Group):
     """Turn every ProbeError into one line on stderr and its exit code."""
 
@@ -33,20 +76,46 @@ class _Main(click.Group):
         try:
             return super().invoke(ctx)
         except ProbeError as exc:
-            click.echo(f"beam-probe: {exc.label}: {exc}", err=True)
+            error_line(f"beam-probe: {exc.label}: {exc}")
             ctx.exit(exc.exit_code)
+        except PipeClosed:
+            ctx.exit(EXIT_PIPE_CLOSED)
         except KeyboardInterrupt:
-            click.echo("beam-probe: interrupted", err=True)
-            ctx.exit(130)
+            error_line("beam-probe: interrupted")
+            ctx.exit(EXIT_INTERRUPTED)
+        except Terminated:
+            error_line("beam-probe: terminated")
+            ctx.exit(EXIT_TERMINATED)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as exc:  # a bug of ours: still one line
             if os.environ.get("BEAM_PROBE_DEBUG"):
                 raise
-            click.echo(f"beam-probe: internal error: {type(exc).__name__}: "
-                       f"{exc} (set BEAM_PROBE_DEBUG=1 for a traceback)",
-                       err=True)
+            error_line(f"beam-probe: internal error: {type(exc).__name__}: "
+                       f"{exc} (set BEAM_PROBE_DEBUG=1 for a traceback)")
             ctx.exit(1)
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds within bounds (click's FloatRange lets
+    inf and nan through, which end in an internal error later)."""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float, maximum: float = MAX_SECONDS) -> None:
+        self.minimum = minimum
+        self.maximum = maximum
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not (math.isfinite(number)
+                and self.minimum <= number <= self.maximum):
+            self.fail(f"{value!r} is not between {self.minimum:g} and "
+                      f"{self.maximum:g} seconds", param, ctx)
+        return number
 
 
 # --certfile, --keyfile, --cacertfile: named as in OTP's ssl options.
@@ -69,7 +138,6 @@ def node_options(default_timeout: float = DEFAULT_TIMEOUT,
                          help="Target node, name@host (or a bare name for "
                               "this host)."),
             click.option("--cookie-file", metavar="FILE",
-                         type=click.Path(dir_okay=False),
                          help="Read the cookie from FILE (mode 400)."),
             click.option("--cookie", metavar="VALUE",
                          help="The cookie itself. Visible to other users in "
@@ -92,10 +160,15 @@ def node_options(default_timeout: float = DEFAULT_TIMEOUT,
                          envvar="BEAM_PROBE_SSL_DIST_OPTFILE",
                          help="Use TLS with the {client, [...]} options of "
                               "this file, the one the node is started with."),
-            click.option("--timeout", type=click.FloatRange(min=0.1),
+            click.option("--timeout", type=Seconds(0.1),
                          default=default_timeout, show_default=True,
                          metavar="SECONDS",
-                         help="Limit for connecting and for each call."),
+                         help="Limit for each call to the node."),
+            click.option("--connect-timeout", type=Seconds(0.1),
+                         default=DEFAULT_CONNECT_TIMEOUT, show_default=True,
+                         metavar="SECONDS",
+                         help="Limit for connecting (EPMD, TLS and the "
+                              "handshake, every read included)."),
             click.option("--format", "fmt", type=click.Choice(formats),
                          default=formats[0], show_default=True,
                          help="Output format."),
@@ -126,13 +199,15 @@ def _attach(node_arg: str | None, opts: dict[str, Any]):
                       cacertfile=opts["cacertfile"],
                       server_name=opts["tls_server_name"])
     return attach(node, cookie, timeout=opts["timeout"],
+                  connect_timeout=opts["connect_timeout"],
                   dist_port=opts["dist_port"], tls=tls)
 
 
 def _emit(opts: dict[str, Any], data: Any, text: Callable[[], str]) -> None:
     from . import render
 
-    click.echo(render.to_json(data) if opts["fmt"] == "json" else text())
+    write_out(render.to_json(data) if opts["fmt"] == "json"
+              else render.printable(text()))
 
 
 def _only_node(args: tuple[str, ...]) -> str | None:
@@ -203,7 +278,7 @@ class _Progress:
     """Stage and elapsed time on stderr while a scan runs, on a terminal only."""
 
     def __init__(self) -> None:
-        self.enabled = sys.stderr.isatty()
+        self.enabled = sys.stderr is not None and sys.stderr.isatty()
         self.message = ""
         self._thread = None
         self._stop = None
@@ -227,18 +302,23 @@ class _Progress:
             self._thread = threading.Thread(target=tick, daemon=True)
             self._thread.start()
 
+    def pause(self) -> None:
+        """Stop drawing and clear the line (output is about to start)."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
     def __enter__(self) -> "_Progress":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
+        self.pause()
 
 
-def _count(value: str, what: str = "N") -> int:
+def _count(value: str, what: str = "N", maximum: int | None = None) -> int:
     try:
         n = int(value)
     except ValueError:
@@ -246,6 +326,17 @@ def _count(value: str, what: str = "N") -> int:
             from None
     if n < 1:
         raise UsageError(f"{what} must be at least 1, not {n}")
+    if maximum is not None and n > maximum:
+        raise UsageError(f"{what} must be at most {maximum}, not {n}")
+    return n
+
+
+def _rows_count(value: str) -> int:
+    from .probes.processes import MAX_N, check_n
+
+    n = _count(value)
+    if n > MAX_N:
+        check_n(n)
     return n
 
 
@@ -255,8 +346,9 @@ def jobs_option(command: Callable) -> Callable:
         "--jobs", "-j", type=click.IntRange(min=0), default=0,
         show_default=True, metavar="J",
         help="Split the pass over every process into J slices run at once "
-             "on the node (0: one per online scheduler; 1: one scheduler, "
-             "as recon does). Each slice is a short-lived process.")(command)
+             "on the node, each a short-lived process (0: two per online "
+             "scheduler; 1: one scheduler, as recon does). The node uses at "
+             "most four per online scheduler.")(command)
 
 
 @main.command("bin-leak", epilog=EPILOG_NODE)
@@ -295,7 +387,7 @@ def bin_leak(args: tuple[str, ...], max_gc: int | None, dry_run: bool,
     if len(rest) != 1:
         raise UsageError("expected [NODE] N, e.g. beam-probe bin-leak "
                          "app@host 5")
-    n = _count(rest[0])
+    n = _rows_count(rest[0])
     with _attach(node, opts) as remote, _Progress() as progress:
         result = processes.bin_leak(remote, n, max_gc, progress, jobs,
                                     dry_run)
@@ -303,34 +395,90 @@ def bin_leak(args: tuple[str, ...], max_gc: int | None, dry_run: bool,
 
 
 @main.command("proc-count", epilog=EPILOG_NODE)
-@click.argument("args", nargs=-1, metavar="[NODE] ATTRIBUTE N")
+@click.argument("args", nargs=-1, metavar="[NODE] ATTRIBUTE (N | --all)")
+@click.option("--all", "every", is_flag=True,
+              help="Every process, largest first, streamed in chunks (N "
+                   "is at most 10000 otherwise).")
 @jobs_option
 @node_options(default_timeout=300.0)
-def proc_count(args: tuple[str, ...], jobs: int, **opts: Any) -> None:
+def proc_count(args: tuple[str, ...], every: bool, jobs: int,
+               **opts: Any) -> None:
     """The N processes with the largest ATTRIBUTE.
 
     Like recon:proc_count(ATTRIBUTE, N). ATTRIBUTE is one of memory,
     reductions, message_queue_len, total_heap_size, heap_size, stack_size,
     binary_memory (the summed sizes of the refc binaries a process
     references). Cost: one process_info pass over every process; no GC.
+    N is at most 10000; --all lists every process instead, streamed: the
+    node sends the next chunk only when the last is written.
 
     \b
     Examples:
       beam-probe proc-count app@db1 binary_memory 3
       BEAM_PROBE_NODE=app@db1 beam-probe proc-count memory 10
+      beam-probe proc-count app@db1 memory --all --format json > all.json
     """
     from . import render
     from .probes import processes
 
     node, rest = split_node(args)
-    if len(rest) != 2:
-        raise UsageError("expected [NODE] ATTRIBUTE N, e.g. beam-probe "
-                         "proc-count app@host binary_memory 3")
-    attribute, n = rest[0], _count(rest[1])
+    if len(rest) != (1 if every else 2):
+        raise UsageError("expected [NODE] ATTRIBUTE N, or [NODE] ATTRIBUTE "
+                         "--all, e.g. beam-probe proc-count app@host "
+                         "binary_memory 3")
+    attribute = rest[0]
     processes.check_attribute(attribute)
+    if every:
+        with _attach(node, opts) as remote, _Progress() as progress:
+            _emit_stream(opts, remote.node, attribute,
+                         processes.proc_count_all(remote, attribute,
+                                                  progress, jobs), progress)
+        return
+    n = _rows_count(rest[1])
     with _attach(node, opts) as remote, _Progress() as progress:
         result = processes.proc_count(remote, attribute, n, progress, jobs)
     _emit(opts, result, lambda: render.proc_count_text(result))
+
+
+def _emit_stream(opts: dict[str, Any], node: str, attribute: str,
+                 chunks: Any, progress: "_Progress") -> None:
+    """proc-count --all: each chunk written as it arrives, so neither the
+    node nor we hold the whole ranking. JSON is the same object as for N,
+    written piece by piece."""
+    import json
+
+    from . import render
+
+    summary: dict[str, int] = {}
+
+    def rows() -> Any:
+        summary.update((yield from chunks))
+
+    if opts["fmt"] == "json":
+        write_out(f'{{"node": {json.dumps(node)}, "attribute": '
+                  f'{json.dumps(attribute)}, "processes": [')
+        first = True
+        for chunk in rows():
+            progress.pause()
+            for row in chunk:
+                write_out(("  " if first else ", ") + json.dumps(row))
+                first = False
+        write_out(f'], "scanned": {summary["scanned"]}, '
+                  f'"sent": {summary["sent"]}}}')
+        return
+    write_out(render.printable(f"{node}: every process by {attribute}, "
+                               "largest first"))
+
+    def table_chunks() -> Any:
+        for chunk in rows():
+            progress.pause()
+            yield render.process_rows(chunk, "value")
+
+    for line in render.stream_table(
+            ("pid", attribute, "name", "current function", "initial call"),
+            table_chunks(), "lrlll"):
+        write_out(render.printable(line))
+    write_out(f"{summary['sent']} of {summary['scanned']} processes")
 
 
 @main.command("proc-window", epilog=EPILOG_NODE)
@@ -358,7 +506,7 @@ def proc_window(args: tuple[str, ...], jobs: int, **opts: Any) -> None:
     if len(rest) != 3:
         raise UsageError("expected [NODE] ATTRIBUTE N MILLISECONDS, e.g. "
                          "beam-probe proc-window app@host reductions 5 1000")
-    attribute, n = rest[0], _count(rest[1])
+    attribute, n = rest[0], _rows_count(rest[1])
     millis = _count(rest[2], "MILLISECONDS")
     processes.check_attribute(attribute)
     with _attach(node, opts) as remote, _Progress() as progress:
@@ -373,15 +521,19 @@ def proc_window(args: tuple[str, ...], jobs: int, **opts: Any) -> None:
 def proc_info(args: tuple[str, ...], **opts: Any) -> None:
     """One process, grouped as recon:info/1 groups it.
 
-    PID is as the node prints it (<0.123.0>, or 0.123.0 without the
-    brackets a shell would eat), or a registered name. Groups: meta,
-    signals, location, memory_used (with the refc binaries it references),
-    work. The mailbox and the process dictionary are never read.
+    PID is as Erlang or Elixir prints it (<0.123.0>, #PID<0.123.0>, or
+    0.123.0 without the brackets a shell would eat), or a registered name
+    in either language's syntax (code_server, :code_server, 'my name',
+    MyApp.Cache, Elixir.MyApp.Cache); names are looked up without
+    creating an atom. Groups: meta, signals, location, memory_used (with
+    the refc binaries it references), work. The mailbox and the process
+    dictionary are never read.
 
     \b
     Examples:
       beam-probe proc-info app@db1 '<0.4612.0>'
       beam-probe proc-info app@db1 code_server --format json
+      beam-probe proc-info app@db1 MyApp.Cache
     """
     from . import render
     from .probes import info
@@ -390,7 +542,7 @@ def proc_info(args: tuple[str, ...], **opts: Any) -> None:
     if len(rest) != 1:
         raise UsageError("expected [NODE] PID, e.g. beam-probe proc-info "
                          "app@host '<0.123.0>'")
-    info.target_text(rest[0])
+    info.target(rest[0])
     with _attach(node, opts) as remote:
         result = info.proc_info(remote, rest[0])
     _emit(opts, result, lambda: render.proc_info_text(result))

@@ -21,6 +21,11 @@ class CookieError(ProbeError):
     label = "cookie"
 
 
+class NoCookie(CookieError):
+    """No usable cookie on our side: none found, or a cookie file that is
+    unsafe, unreadable or malformed (not the node's doing)."""
+
+
 class NodeNotFound(ProbeError):
     """The node name is not registered with EPMD on its host."""
 
@@ -82,6 +87,13 @@ class NoSuchProcess(ProbeError):
     label = "no such process"
 
 
+class OutputFailed(ProbeError):
+    """Standard output could not be written: closed, or the disk is full."""
+
+    exit_code = 11
+    label = "output"
+
+
 class UsageError(ProbeError):
     """Arguments that make no sense (click's own usage errors also exit 2)."""
 
@@ -111,4 +123,15 @@ EXIT_CODES = [
     (RemoteError.exit_code, "the call failed on the node (badrpc)"),
     (NoSuchProcess.exit_code, "no live process with that pid or name on the "
                               "node"),
+    (OutputFailed.exit_code, "standard output could not be written (closed, "
+                             "or the disk is full)"),
+    (130, "interrupted (Ctrl-C, SIGINT)"),
+    (141, "standard output is a pipe whose reader closed it (as `head` "
+          "does); nothing more is written"),
+    (143, "terminated (SIGTERM)"),
 ]
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: stop as Ctrl-C stops (a BaseException, so that no
+    ``except Exception`` on the way swallows it)."""

@@ -1,76 +1,44 @@
 """Calling the target: plain rpc, and helper functions from erl_helpers/.
 
-Nothing is ever loaded into the target. A helper is a function written in a
-real ``.erl`` file under erl_helpers/ that calls only stock OTP modules; it is
-sent as source text, parsed by the target's own erl_scan and erl_parse, and
-run by erl_eval as a fun. Its heavy work is done by stock compiled functions
-taking external funs (``lists:zipwith(fun erlang:process_info/2, ...)``), so
-it runs at compiled speed; erl_eval only walks its few top-level calls.
+Every helper runs under the guard of erl_helpers/beam_probe_scan.erl
+(guard/3): a watchdog process on the node ends the call, and the workers it
+started, within moments of our connection going (Ctrl-C, kill -9, a network
+failure) or of the call's deadline. Nothing we start outlives us.
+
+This module is the one place where erl_eval:expr/5 is spelled: ``run`` on
+the attached node, ``fan_out`` through it to the nodes it is connected to.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from typing import Any
+from typing import Any, Iterator
 
-try:  # The builtin modules avoid loading OpenSSL through hashlib (~2 ms).
-    from _sha2 import sha256  # CPython 3.12+
-except ImportError:
-    try:
-        from _sha256 import sha256  # CPython 3.10, 3.11
-    except ImportError:  # pragma: no cover - other interpreters
-        from hashlib import sha256
+from .dist.connection import (MESSAGE, Connection, ReplyLimits,
+                              connect)
+from .dist.terms import Atom, Pid
+from .errors import RemoteError, TimedOut
+from .helpers import HelperForms, Local, Var, work_fun
 
-from .dist import etf
-from .dist.connection import Connection, connect
-from .dist.terms import Atom, ExportFun
-from .errors import RemoteError
+GUARD = "beam_probe_scan"
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-# Installed, the .erl files sit inside the package (pyproject maps them to
-# beam_probe/erl); in a source checkout they are in erl_helpers/ beside it.
-HELPER_DIRS = (os.path.join(_HERE, "erl"),
-               os.path.join(os.path.dirname(_HERE), "erl_helpers"))
+# The node stops a helper this long after we would have given up waiting
+# for it: we time out first and say so, then close the connection (which
+# stops it at once); a library caller that keeps the connection open has
+# the work stopped by this deadline instead.
+GUARD_MARGIN = 2.0
 
-A_ERL_SCAN = Atom("erl_scan")
-A_ERL_PARSE = Atom("erl_parse")
-A_ERL_EVAL = Atom("erl_eval")
-A_DOT = Atom("dot")
-A_OK = Atom("ok")
+A_NONE = Atom("none")
+A_VALUE = Atom("value")
+A_NODE = Atom("node")
+A_MORE = Atom("more")
+A_INFINITY = Atom("infinity")
+A_EXIT = Atom("EXIT")
+A_KILLED = Atom("killed")
 
 
-class Local:
-    """An argument to ``Remote.run``: another function of the same helper
-    file, passed as a fun. Helpers cannot call each other by name (erl_eval
-    runs one function, with no module around it), so a helper that needs
-    one takes it as an argument and beam-probe builds the fun from its
-    clauses."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-def cache_dir() -> str:
-    """$BEAM_PROBE_CACHE, else $XDG_CACHE_HOME/beam-probe, else
-    ~/.cache/beam-probe."""
-    explicit = os.environ.get("BEAM_PROBE_CACHE")
-    if explicit:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "beam-probe")
-
-
-def helper_path(module: str) -> str:
-    for folder in HELPER_DIRS:
-        path = os.path.join(folder, module + ".erl")
-        if os.path.exists(path):
-            return path
-    raise FileNotFoundError(f"helper source {module}.erl not found in "
-                            f"{' or '.join(HELPER_DIRS)}")
+def _millis(seconds: float | None) -> Any:
+    return A_INFINITY if seconds is None else max(0, int(seconds * 1000))
 
 
 class Remote:
@@ -80,7 +48,10 @@ class Remote:
         self.conn = conn
         self.timeout = timeout
         self.node = conn.peer_node
-        self._functions: dict[tuple[str, str], Any] = {}
+        self.helpers = HelperForms(self._plain_call)
+
+    def _plain_call(self, module: str, function: str, args: list) -> Any:
+        return self.call(module, function, args)
 
     def call(self, module: str, function: str, args: list | tuple = (),
              timeout: float | None = None) -> Any:
@@ -97,106 +68,79 @@ class Remote:
                                f"{m}:{f}/{len(a)}")
                 for ref, (m, f, a) in zip(refs, requests)]
 
+    def guarded(self, module: str, function: str, args: tuple,
+                watch: Any, deadline: float | None) -> tuple[Any, list]:
+        """The abstract form of ``guard(Watch, Deadline, fun() ->
+        Function(Args...) end)`` and its bindings, for erl_eval:expr/5 on
+        any node. ``watch`` is a term or a Var; ``deadline`` in seconds, or
+        None for no deadline (the watch alone ends it)."""
+        bindings: list = []
+        inner = self.helpers.call(module, function, args, bindings)
+        form = self.helpers.call(GUARD, "guard",
+                                 (watch, _millis(deadline), work_fun(inner)),
+                                 bindings)
+        # erl_eval reads a list of bindings as an orddict: sorted by name.
+        return form, sorted(bindings)
+
     def run(self, module: str, function: str, *args: Any,
             timeout: float | None = None) -> Any:
-        """Run ``function`` from erl_helpers/``module``.erl on the target."""
-        form, bindings = self.expression(module, function, *args)
-        # erl_eval:expr/5 with return format 'value' sends back the value
-        # alone, not the bindings (which would echo every argument back).
-        return self.call("erl_eval", "expr",
-                         [form, bindings, Atom("none"), Atom("none"),
-                          Atom("value")], timeout)
-
-    def expression(self, module: str, function: str,
-                   *args: Any) -> tuple[Any, list]:
-        """The abstract form of ``function(Args...)`` and its bindings, for
-        erl_eval:expr/5 here or on any node this one reaches."""
-        clauses = self._clauses(module, function)
-        line = 1
-        # Fun(Arg0, Arg1, ...) with Fun the helper's clauses as a fun;
-        # values travel as erl_eval bindings, Local arguments as funs.
-        actuals, bindings = [], []
-        for i, arg in enumerate(args):
-            if isinstance(arg, Local):
-                actuals.append((Atom("fun"), line, (
-                    Atom("clauses"), self._clauses(module, arg.name))))
-            else:
-                name = Atom(f"BeamProbeArg{i}")
-                actuals.append((Atom("var"), line, name))
-                bindings.append((name, arg))
-        call = (Atom("call"), line, (Atom("fun"), line,
-                                     (Atom("clauses"), clauses)), actuals)
-        return call, bindings
-
-    def _clauses(self, module: str, function: str) -> Any:
-        key = (module, function)
-        if key not in self._functions:
-            for name, clauses in self._helper_forms(module).items():
-                self._functions[(module, name)] = clauses
-        if key not in self._functions:
-            raise RemoteError(f"no function {function} in helper {module}.erl")
-        return self._functions[key]
-
-    def _helper_forms(self, module: str) -> dict[str, Any]:
-        """The helper's functions as abstract forms, from the on-disk cache
-        when this exact source was parsed before.
-
-        Parsing on the node costs two round trips and a few thousand tokens
-        each way, 6-10 ms of a 200 ms run (measured); the forms depend only
-        on the source text (the abstract format is stable across OTP
-        releases), so they are cached under its hash. A cache that cannot
-        be read or written is ignored.
-        """
-        with open(helper_path(module), "rb") as f:
-            source = f.read()
-        path = os.path.join(cache_dir(), f"{module}-"
-                            f"{sha256(source).hexdigest()[:20]}.etf")
+        """Run ``function`` from erl_helpers/``module``.erl on the target,
+        under the guard, and return its value."""
+        timeout = self.timeout if timeout is None else timeout
+        form, bindings = self.guarded(module, function, args,
+                                      self._watch(), timeout + GUARD_MARGIN)
         try:
-            with open(path, "rb") as f:
-                return dict(etf.decode(f.read()))
-        except (OSError, etf.DecodeError, TypeError, ValueError):
-            pass
-        forms = self._parse_helper(module, source.decode("utf-8"))
+            return self.call("erl_eval", "expr", _expr_args(form, bindings),
+                             timeout)
+        except RemoteError as exc:
+            raise _deadline(exc, timeout) from None
+
+    def stream(self, module: str, function: str, *args: Any,
+               timeout: float | None = None,
+               limit: int = 2) -> Iterator[Any]:
+        """Run a streaming helper: it takes our pid and a tag first, sends
+        ``{Tag, Sender, Chunk}`` messages and waits for ``{Tag, more}``
+        after each. Yields each chunk; the helper's own value, once it
+        ends, is the generator's return value. ``timeout`` bounds each
+        wait; the work has no deadline of its own (the guard stops it when
+        we go, and the helper when we stop asking)."""
+        timeout = self.timeout if timeout is None else timeout
+        tag = self.conn.new_ref()
+        box = self.conn.mailbox(tag, limit)
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(etf.encode(list(forms.items())))
-            os.replace(tmp, path)
-        except OSError:
-            pass
-        return forms
+            form, bindings = self.guarded(
+                module, function, (self.conn.pid, tag, *args),
+                self._watch(), None)
+            what = f"{module}:{function}"
+            self.conn.call_async("erl_eval", "expr",
+                                 _expr_args(form, bindings), box)
+            while True:
+                kind, item = box.get(timeout, what)
+                if kind == MESSAGE:
+                    sender, chunk = item if len(item) == 2 else (None, None)
+                    if not isinstance(sender, Pid):
+                        raise RemoteError(f"{what} sent a malformed chunk")
+                    yield chunk
+                    self.conn.send(sender, (tag, A_MORE))
+                else:
+                    return self.conn.result(item, what)
+        finally:
+            self.conn.close_mailbox(box)
 
-    def _parse_helper(self, module: str, source: str) -> dict[str, Any]:
-        """Scan and parse a helper file with the target's own parser.
+    def fan_out(self, nodes: list, module: str, function: str, *args: Any,
+                timeout: float) -> Any:
+        """``function`` on each of ``nodes`` at once, through the attached
+        node (erpc:multicall), each under a guard that watches the call on
+        the attached node: when we go, it goes, and so do they. Returns
+        erpc:multicall's list of {ok, Value} or {Class, Reason}."""
+        inner, bindings = self.guarded(module, function, args,
+                                       Var("BeamProbeWatch"),
+                                       timeout + GUARD_MARGIN)
+        return self.run(GUARD, "fan_out", nodes, inner, bindings,
+                        _millis(timeout), timeout=timeout + GUARD_MARGIN)
 
-        Two round trips per helper file and connection: one erl_scan of the
-        whole file, one lists:map of erl_parse:parse_form over its forms.
-        """
-        scanned = self.call("erl_scan", "string", [source])
-        if not (isinstance(scanned, tuple) and scanned[0] == A_OK):
-            raise RemoteError(f"the node could not scan {module}.erl: "
-                              f"{scanned!r}"[:300])
-        forms, current = [], []
-        for token in scanned[1]:
-            current.append(token)
-            if token[0] == A_DOT:
-                forms.append(current)
-                current = []
-        functions = [form for form in forms
-                     if form[0][0] == Atom("atom")]
-        parsed = self.call("lists", "map",
-                           [ExportFun(A_ERL_PARSE, Atom("parse_form"), 1),
-                            functions])
-        result = {}
-        for item in parsed:
-            if not (isinstance(item, tuple) and item[0] == A_OK):
-                raise RemoteError(f"the node could not parse {module}.erl: "
-                                  f"{item!r}"[:300])
-            form = item[1]
-            # {function, Anno, Name, Arity, Clauses}
-            result[str(form[2])] = form[4]
-        return result
+    def _watch(self) -> tuple:
+        return (A_NODE, Atom(self.conn.our_node))
 
     def close(self) -> None:
         self.conn.close()
@@ -208,12 +152,35 @@ class Remote:
         self.close()
 
 
+def _expr_args(form: Any, bindings: list) -> list:
+    # erl_eval:expr/5 with return format 'value' sends back the value alone,
+    # not the bindings (which would echo every argument back).
+    return [form, bindings, A_NONE, A_NONE, A_VALUE]
+
+
+def _deadline(exc: RemoteError, timeout: float) -> Exception:
+    """The guard's deadline kill, {badrpc, {'EXIT', killed}}, as what it
+    means."""
+    if "exception killed" in str(exc):
+        return TimedOut(f"the node stopped the work at its deadline "
+                        f"({timeout + GUARD_MARGIN:g} s)")
+    return exc
+
+
 def attach(node: str, cookie: bytes, *, timeout: float = 15.0,
-           dist_port: int | None = None, tls: Any = None) -> Remote:
+           connect_timeout: float | None = None,
+           dist_port: int | None = None, tls: Any = None,
+           limits: ReplyLimits | None = None) -> Remote:
     """Connect to ``node`` as a hidden node; the caller closes the Remote.
-    ``tls`` is a ``dist.tls.TlsSettings`` for nodes on TLS distribution."""
-    return Remote(connect(node, cookie, timeout=timeout, dist_port=dist_port,
-                          tls=tls), timeout)
+
+    ``timeout`` is the default limit of each call, ``connect_timeout`` (by
+    default the same) that of connecting. ``tls`` is a
+    ``dist.tls.TlsSettings`` for nodes on TLS distribution; ``limits`` a
+    ``ReplyLimits`` for callers that ask for bulk replies."""
+    conn = connect(node, cookie, dist_port=dist_port, tls=tls, limits=limits,
+                   timeout=timeout if connect_timeout is None
+                   else connect_timeout)
+    return Remote(conn, timeout)
 
 
-__all__ = ["Local", "Remote", "attach"]
+__all__ = ["Local", "Remote", "ReplyLimits", "Var", "attach"]

@@ -9,9 +9,23 @@ lines.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+import re
+from typing import Any, Iterable, Iterator, Sequence
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+# Control characters (C0 but newline, DEL, C1) and the Unicode bidi
+# overrides: a registered name, node name or EPMD name can hold any of
+# them, and raw they would move the cursor, recolour or rewrite the
+# operator's terminal, or reorder what it shows.
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f"
+                      "\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character written as an escape (\\x1b,
+    \\u202e); newlines are kept."""
+    return _CONTROL.sub(lambda m: ascii(m.group(0))[1:-1], text)
 
 
 def human_bytes(n: int | float) -> str:
@@ -54,6 +68,30 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
     return "\n".join(out)
 
 
+def stream_table(headers: Sequence[str], chunks: Iterable[list[Sequence[Any]]],
+                 align: str) -> Iterator[str]:
+    """A table whose rows arrive in chunks, one line at a time: the column
+    widths are those of the header and the first chunk (later cells that
+    are wider push their line out rather than hold every row back)."""
+    widths: list[int] | None = None
+    for chunk in chunks:
+        cells = [["" if c is None else str(c) for c in row] for row in chunk]
+        if widths is None:
+            widths = [max([len(h)] + [len(r[i]) for r in cells])
+                      for i, h in enumerate(headers)]
+            yield _line(headers, widths, align)
+            yield "  ".join("-" * w for w in widths)
+        for row in cells:
+            yield _line(row, widths, align)
+    if widths is None:
+        yield _line(headers, [len(h) for h in headers], align)
+
+
+def _line(row: Sequence[str], widths: Sequence[int], align: str) -> str:
+    return "  ".join(cell.rjust(w) if a == "r" else cell.ljust(w)
+                     for cell, w, a in zip(row, widths, align)).rstrip()
+
+
 def to_json(value: Any) -> str:
     import json
 
@@ -72,9 +110,13 @@ def memory_text(node: str, memory: dict[str, int]) -> str:
                                                 rows, "lrr")
 
 
-def _process_rows(processes: list[dict[str, Any]], key: str) -> list[tuple]:
-    return [(p["pid"], p[key], p["name"] or "", p["current_function"] or "",
-             p["initial_call"] or "") for p in processes]
+def process_rows(processes: list[dict[str, Any]], key: str) -> list[tuple]:
+    """Table rows: pid, the number, name, current function, initial call;
+    a process that exited before it could be described says so."""
+    return [(p["pid"], p[key],
+             "(exited)" if p.get("exited") else p["name"] or "",
+             p["current_function"] or "", p["initial_call"] or "")
+            for p in processes]
 
 
 def bin_leak_text(result: dict[str, Any]) -> str:
@@ -104,7 +146,7 @@ def bin_leak_text(result: dict[str, Any]) -> str:
     lines.append("")
     lines.append(table(("pid", "delta", "name", "current function",
                         "initial call"),
-                       _process_rows(result["processes"], "delta"), "lrlll"))
+                       process_rows(result["processes"], "delta"), "lrlll"))
     return "\n".join(lines)
 
 
@@ -114,7 +156,7 @@ def proc_count_text(result: dict[str, Any]) -> str:
               f"{result['scanned']} processes by {attribute}")
     return header + "\n\n" + table(
         ("pid", attribute, "name", "current function", "initial call"),
-        _process_rows(result["processes"], "value"), "lrlll")
+        process_rows(result["processes"], "value"), "lrlll")
 
 
 def proc_window_text(result: dict[str, Any]) -> str:
@@ -128,14 +170,14 @@ def proc_window_text(result: dict[str, Any]) -> str:
         "",
         table(("pid", "increase", "name", "current function",
                "initial call"),
-              _process_rows(result["processes"], "delta"), "lrlll"),
+              process_rows(result["processes"], "delta"), "lrlll"),
     ]
     if result["born"]:
         lines += ["", "born inside the window (value at the end, largest "
                       "first):",
                   table(("pid", attribute, "name", "current function",
                          "initial call"),
-                        _process_rows(result["born"], "value"), "lrlll")]
+                        process_rows(result["born"], "value"), "lrlll")]
     if result["dead"]:
         lines += ["", "dead inside the window (value at the start, largest "
                       "first):",

@@ -21,7 +21,7 @@ import socket
 import stat
 from typing import Any, Mapping
 
-from .errors import CookieError, UsageError
+from .errors import NoCookie, UsageError
 
 NODE_ENV = ("BEAM_PROBE_NODE", "RELEASE_NODE")
 COOKIE_ENV = ("BEAM_PROBE_COOKIE", "RELEASE_COOKIE")
@@ -54,30 +54,59 @@ def resolve_node(option: str | None,
                      "BEAM_PROBE_NODE or RELEASE_NODE")
 
 
+# erl reads the whole cookie file; a real one is a few dozen bytes.
+MAX_COOKIE_FILE = 4096
+
+
+def parse_cookie_file(data: bytes) -> bytes:
+    """The cookie in a cookie file's bytes, read as erl reads it (kernel's
+    auth:read_cookie/1): a run of printable ASCII (space included, so
+    leading and trailing spaces are part of the cookie), then only newlines,
+    carriage returns and spaces. Raises ValueError otherwise."""
+    end = 0
+    while end < len(data) and 0x20 <= data[end] <= 0x7E:
+        end += 1
+    if data[end:].strip(b"\n\r ") != b"":
+        raise ValueError("it holds characters erl does not accept in a "
+                         "cookie (printable ASCII only)")
+    if end == 0:
+        raise ValueError("it is empty")
+    return data[:end]
+
+
 def read_cookie_file(path: str) -> bytes:
+    from .files import error_text, read_regular
+
     try:
-        info = os.stat(path)
+        data, info = read_regular(path, MAX_COOKIE_FILE)
     except FileNotFoundError:
-        raise CookieError(f"cookie file {path} does not exist") from None
+        raise NoCookie(f"cookie file {path} does not exist") from None
     except OSError as exc:
-        raise CookieError(f"cannot read cookie file {path}: "
-                          f"{exc.strerror}") from None
+        raise NoCookie(f"cannot read cookie file {path}: "
+                       f"{error_text(exc)}") from None
+    except ValueError as exc:
+        raise NoCookie(f"cookie file: {exc}") from None
     if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         # erl refuses such a file too ("must be accessible by owner only"):
         # a cookie anyone can read lets anyone run code on the node.
-        raise CookieError(f"cookie file {path} is accessible by group or "
-                          f"others (mode {stat.S_IMODE(info.st_mode):o}); "
-                          f"run: chmod 400 {path}")
+        raise NoCookie(f"cookie file {path} is accessible by group or "
+                       f"others (mode {stat.S_IMODE(info.st_mode):o}); "
+                       f"run: chmod 400 {path}")
     try:
-        with open(path, "rb") as f:
-            data = f.read(4096)
-    except OSError as exc:
-        raise CookieError(f"cannot read cookie file {path}: "
-                          f"{exc.strerror}") from None
-    cookie = data.strip()
-    if not cookie:
-        raise CookieError(f"cookie file {path} is empty")
-    return cookie
+        return parse_cookie_file(data)
+    except ValueError as exc:
+        raise NoCookie(f"cookie file {path} is not usable: {exc}") from None
+
+
+def cookie_bytes(cookie: str, source: str) -> bytes:
+    """A cookie given as text, as the node digests it: OTP hashes the
+    cookie atom's characters as Latin-1 bytes (dist_util:gen_digest/2 over
+    atom_to_list/1), so 'cøøkie' is c, 0xF8, 0xF8, ..."""
+    try:
+        return cookie.encode("latin-1")
+    except UnicodeEncodeError:
+        raise NoCookie(f"the cookie from {source} has characters beyond "
+                       "Latin-1, which Erlang cannot digest") from None
 
 
 def resolve_cookie(cookie_file: str | None = None, cookie: str | None = None,
@@ -87,16 +116,18 @@ def resolve_cookie(cookie_file: str | None = None, cookie: str | None = None,
     if cookie_file:
         return read_cookie_file(cookie_file)
     if cookie:
-        return cookie.encode("utf-8")
+        return cookie_bytes(cookie, "--cookie")
     for var in COOKIE_ENV:
         if env.get(var):
-            return env[var].encode("utf-8")
+            return cookie_bytes(env[var], var)
     home = env.get("HOME") or os.path.expanduser("~")
     path = os.path.join(home, ".erlang.cookie")
-    if not os.path.exists(path):
-        raise CookieError("no cookie: pass --cookie-file, or set "
-                          "BEAM_PROBE_COOKIE or RELEASE_COOKIE, or create "
-                          f"{path}")
+    if not os.path.lexists(path):
+        raise NoCookie(
+            f"no cookie: {path} does not exist. The node's cookie is in "
+            "~/.erlang.cookie of the user that runs it, or, for a release, "
+            "in releases/COOKIE or RELEASE_COOKIE; give it with "
+            "--cookie-file, BEAM_PROBE_COOKIE or RELEASE_COOKIE")
     return read_cookie_file(path)
 
 

@@ -6,29 +6,118 @@
 %%
 %%   * only stock OTP modules are called, always as Module:Function;
 %%   * a function here never calls another function of this module by
-%%     name: the ones it needs (pmap, values, top) arrive as fun arguments,
-%%     which beam-probe builds from their clauses in this file;
+%%     name: the ones it needs (pmap, values, top, ...) arrive as fun
+%%     arguments, which beam-probe builds from their clauses in this file;
 %%   * per-process work is done by stock compiled functions taking external
 %%     funs (lists:zipwith(fun erlang:process_info/2, ...)) or compiled
 %%     match specifications (ets:match_spec_run/2), never by a fun written
 %%     here, because erl_eval interprets a fun for every element (about
 %%     1.4x the cost of recon's compiled loop over a million processes,
 %%     measured). A process that died makes process_info return
-%%     'undefined', which the match specifications simply do not match.
+%%     'undefined', which the match specifications simply do not match;
+%%   * every call runs under guard/3, so nothing started here outlives
+%%     beam-probe's connection;
+%%   * replies are maps, read by key on the Python side.
 %%
-%% The module compiles, so erlc checks the syntax (the test suite does).
+%% The module compiles, so erlc checks the syntax and the specs (the test
+%% suite does).
 -module(beam_probe_scan).
 
--export([pmap/3, values/3, top/2,
-         bin_leak/6, proc_count/6, proc_window/7, proc_info/1,
-         health/3]).
+-export([guard/3, others/0, pmap/3, values/3, top/2, describe/1,
+         bin_leak/8, proc_count/8, proc_count_all/10, proc_window/9,
+         proc_info/1, health/4, fan_out/4]).
+
+-type watch() :: {node, node()} | {process, pid()}.
+-type pairs() :: [{integer(), pid()}].
+-type memory() :: [{atom(), non_neg_integer()}].
+%% Columns rather than a map per row: building a map per row would take an
+%% interpreted fun per row; columns are made by compiled calls.
+-type rows() :: #{values := [integer()],
+                  pids := [pid()],
+                  infos := [[{atom(), term()}] | undefined]}.
+
+%% Run Work() in this process while a watchdog ends it when beam-probe is
+%% gone: when the connection of Watch = {node, Node} goes down (Ctrl-C,
+%% kill -9, network), when the process Watch = {process, Pid} ends (the
+%% call on another node that fanned this one out), or after TimeoutMs (a
+%% little more than the caller waits). Killing this process kills, through
+%% their links, the workers pmap/3 started. The watchdog itself ends with
+%% this process, so nothing is left behind either way.
+%%
+%% Our own processes (this one, the watchdog, and those of the connection)
+%% are kept in this process's dictionary for others/0: they are not the
+%% node's to report.
+-spec guard(watch(), timeout(), fun(() -> Result)) -> Result.
+guard(Watch, TimeoutMs, Work) ->
+    Caller = erlang:self(),
+    Watchdog =
+        erlang:spawn(
+          fun() ->
+                  Mine = erlang:monitor(process, Caller),
+                  %% monitor_node/2 on a node that is not connected would
+                  %% try to connect to it: check first.
+                  Up = case Watch of
+                           {node, Node} ->
+                               lists:member(Node, erlang:nodes(connected))
+                                   andalso erlang:monitor_node(Node, true);
+                           {process, Pid} ->
+                               erlang:is_reference(
+                                 erlang:monitor(process, Pid))
+                       end,
+                  Wait = case Up of
+                             true -> TimeoutMs;
+                             false -> 0
+                         end,
+                  receive
+                      {'DOWN', Mine, process, Caller, _} ->
+                          ok;
+                      {nodedown, _} ->
+                          erlang:exit(Caller, kill);
+                      {'DOWN', _, process, _, _} ->
+                          erlang:exit(Caller, kill)
+                  after Wait ->
+                      erlang:exit(Caller, kill)
+                  end
+          end),
+    Connection =
+        case Watch of
+            {node, Prober} ->
+                Owner = case net_kernel:node_info(Prober) of
+                            {ok, Info} -> proplists:get_all_values(owner, Info);
+                            _ -> []
+                        end,
+                Controllers = proplists:get_all_values(
+                                Prober, erlang:system_info(dist_ctrl)),
+                Owner ++ lists:filter(fun erlang:is_pid/1, Controllers);
+            {process, _} ->
+                []
+        end,
+    %% A guard inside a guard (a fan-out's call on the attached node) adds
+    %% to the list.
+    Before = case erlang:get('$beam_probe_ours') of
+                 undefined -> [];
+                 Known -> Known
+             end,
+    erlang:put('$beam_probe_ours', [Caller, Watchdog | Connection] ++ Before),
+    Work().
+
+%% Every process of the node but ours (see guard/3).
+-spec others() -> [pid()].
+others() ->
+    Ours = case erlang:get('$beam_probe_ours') of
+               undefined -> [erlang:self()];
+               List -> List
+           end,
+    lists:subtract(erlang:processes(), Ours).
 
 %% Fun over Jobs slices of List, each slice in a fresh process of its own,
-%% so one pass runs on up to Jobs schedulers at once. Results in slice
-%% order. Jobs 0 means two slices per online scheduler: a worker spends
-%% most of its pass waiting for the process it asked, and with two per
-%% scheduler one is always ready to run (measured at 100,000 processes on
-%% 2 schedulers: 1 worker 248 ms, 2: 217 ms, 4: 151 ms, 8: 171 ms).
+%% so one pass runs on several schedulers at once. Results in slice order.
+%% Jobs 0 means two slices per online scheduler: a worker spends most of
+%% its pass waiting for the process it asked, and with two per scheduler
+%% one is always ready to run (measured at 100,000 processes on 2
+%% schedulers: 1 worker 248 ms, 2: 217 ms, 4: 151 ms, 8: 171 ms). Jobs is
+%% clamped to four per online scheduler and to the length of List: more
+%% only costs memory (a --jobs of 100,000 once took a small node to 357 MB).
 %%
 %% Why processes: process_info(P, binary) on another process is a signal
 %% that P must be scheduled to answer (about 1.5-2.5 us each, measured), so
@@ -39,13 +128,19 @@
 %% copy them cost more than the rest of the pass besides process_info
 %% (measured: 340 ms against 60 ms over 100,000 processes). 16 words per
 %% pid covers the live lists; the heap is freed when the worker exits.
-%% Workers are monitored, not linked: one that fails fails the call with
-%% its reason, and none outlives its slice.
+%% Why links: killing this process (guard/3) kills the workers with it.
+%% This process traps exits meanwhile, so a worker's end is a message: its
+%% result, or the reason it failed, which fails the call. A worker that
+%% cannot be spawned (the node is at its process limit) is done here.
+-spec pmap(fun((list()) -> R), list(), non_neg_integer()) -> [R].
 pmap(Fun, List, Jobs0) ->
-    Jobs = case Jobs0 of
-               0 -> 2 * erlang:system_info(schedulers_online);
-               _ -> Jobs0
-           end,
+    Schedulers = erlang:system_info(schedulers_online),
+    Wanted = case Jobs0 of
+                 0 -> 2 * Schedulers;
+                 _ -> Jobs0
+             end,
+    Jobs = erlang:max(1, erlang:min(erlang:min(Wanted, 4 * Schedulers),
+                                    erlang:length(List))),
     Size = erlang:max(1, (erlang:length(List) + Jobs - 1) div Jobs),
     Split = fun Split(1, Rest) ->
                     [Rest];
@@ -58,27 +153,38 @@ pmap(Fun, List, Jobs0) ->
     %% erl_eval funs keep only the variables they use, so a worker copies
     %% its slice and Fun, not List.
     Run = fun(Slice) -> erlang:exit({beam_probe_done, Fun(Slice)}) end,
-    Options = [monitor, {min_heap_size, 16 * Size + 1000}],
-    Workers = lists:map(fun(Slice) ->
-                                erlang:spawn_opt(erlang, apply,
-                                                 [Run, [Slice]], Options)
+    Options = [link, {min_heap_size, 16 * Size + 1000}],
+    Trapping = erlang:process_flag(trap_exit, true),
+    Started = lists:map(fun(Slice) ->
+                                try
+                                    erlang:spawn_opt(erlang, apply,
+                                                     [Run, [Slice]], Options)
+                                catch
+                                    error:system_limit -> {done, Fun(Slice)}
+                                end
                         end,
                         Split(Jobs, List)),
-    lists:map(fun({Pid, Ref}) ->
-                      receive
-                          {'DOWN', Ref, process, Pid, {beam_probe_done, Result}} ->
-                              Result;
-                          {'DOWN', Ref, process, Pid, Reason} ->
-                              erlang:error({beam_probe_worker, Reason})
-                      end
-              end,
-              Workers).
+    Results = lists:map(fun({done, Result}) ->
+                                Result;
+                           (Pid) ->
+                                receive
+                                    {'EXIT', Pid, {beam_probe_done, Result}} ->
+                                        Result;
+                                    {'EXIT', Pid, Reason} ->
+                                        erlang:error({beam_probe_worker,
+                                                      Reason})
+                                end
+                        end,
+                        Started),
+    erlang:process_flag(trap_exit, Trapping),
+    Results.
 
 %% [{Value, Pid}] for the processes of Pids still alive, in Pids order.
 %% Attribute is any integer-valued process_info item, or binary_memory: the
 %% summed sizes of the refc binaries the process references. Unless Zeros,
 %% binary_memory leaves out the processes that reference none (most of
 %% them), so only the few holders are summed.
+-spec values(atom(), [pid()], boolean()) -> pairs().
 values(Attribute, Pids, Zeros) ->
     Item = case Attribute of
                binary_memory -> binary;
@@ -110,6 +216,7 @@ values(Attribute, Pids, Zeros) ->
 %% The N largest of [{Value, Pid}], kept in input order. Ties at the N-th
 %% value keep the last ones, as recon's reverse(keysort(...)) does; the
 %% caller orders by value, then later input first.
+-spec top(pairs(), non_neg_integer()) -> pairs().
 top(Pairs, N) ->
     Count = erlang:length(Pairs),
     if
@@ -134,14 +241,33 @@ top(Pairs, N) ->
             Above ++ lists:nthtail(erlang:length(Equal) - Wanted, Equal)
     end.
 
+%% The rows to show for [{Value, Pid}], in the same order: registered
+%% name, current function and initial call of each (never the dictionary
+%% or the mailbox); 'undefined' for a process that has exited since.
+-spec describe(pairs()) -> rows().
+describe(Pairs) ->
+    {Values, Pids} = lists:unzip(Pairs),
+    Items = [registered_name, current_function, initial_call],
+    #{values => Values,
+      pids => Pids,
+      infos => lists:zipwith(fun erlang:process_info/2, Pids,
+                             lists:duplicate(erlang:length(Pids), Items))}.
+
 %% recon's bin_leak: count every process's refc binary references, collect
 %% only the processes that hold any (one that holds none cannot free any),
 %% count again. At most MaxGc processes are collected, those holding most
-%% first; DryRun collects none and says how many would be.
-%% Returns {Scanned, Holders, Collected, MemoryBefore, MemoryAfter,
-%%          [{Delta, Pid}]}: the N largest falls, most first, processes
-%% that died meanwhile left out.
-bin_leak(N, MaxGc, DryRun, Jobs, Pmap, Top) ->
+%% first; DryRun collects none and says how many would be. Rows: the N
+%% largest falls, most first, processes that died meanwhile left out.
+-spec bin_leak(pos_integer(), non_neg_integer(), boolean(),
+               non_neg_integer(), fun(), fun(), fun(), fun()) ->
+          #{scanned := non_neg_integer(),
+            holders := non_neg_integer(),
+            collected := non_neg_integer(),
+            would_collect := non_neg_integer(),
+            memory_before := memory(),
+            memory_after := memory(),
+            rows := rows()}.
+bin_leak(N, MaxGc, DryRun, Jobs, Pmap, Top, Describe, Others) ->
     CountHolders =
         fun(Pids) ->
                 Infos = lists:zipwith(fun erlang:process_info/2, Pids,
@@ -166,8 +292,19 @@ bin_leak(N, MaxGc, DryRun, Jobs, Pmap, Top) ->
                                            [{length, '$1'}]},
                                           {'_', [], [-1]}]))
         end,
-    %% Not this process: it is ours, and holds the scan's own lists.
-    Pids = lists:delete(erlang:self(), erlang:processes()),
+    %% Memory once the workers' heaps are counted as freed: a heap freed on
+    %% another scheduler than the one that allocated it is handed back to
+    %% that one, which frees it only when it next gets to run (ERTS's
+    %% delayed deallocation). Read at once, memory still counted 7-41 MB of
+    %% exited counting workers at 100k-500k processes; after yielding for
+    %% 1 ms, nothing (measured).
+    Settled = fun() ->
+                      receive
+                      after 1 ->
+                          erlang:memory()
+                      end
+              end,
+    Pids = Others(),
     Holders = lists:append(Pmap(CountHolders, Pids, Jobs)),
     HolderCount = erlang:length(Holders),
     Chosen = case MaxGc < HolderCount of
@@ -175,14 +312,19 @@ bin_leak(N, MaxGc, DryRun, Jobs, Pmap, Top) ->
                  false -> Holders
              end,
     {Before, Victims} = lists:unzip(Chosen),
-    MemoryBefore = erlang:memory(),
+    MemoryBefore = Settled(),
+    Summary = #{scanned => erlang:length(Pids),
+                holders => HolderCount,
+                would_collect => erlang:length(Victims),
+                memory_before => MemoryBefore},
     case DryRun of
         true ->
-            {erlang:length(Pids), HolderCount, erlang:length(Victims),
-             MemoryBefore, MemoryBefore, []};
+            Summary#{collected => 0,
+                     memory_after => MemoryBefore,
+                     rows => Describe([])};
         false ->
             After = lists:append(Pmap(Collect, Victims, Jobs)),
-            MemoryAfter = erlang:memory(),
+            MemoryAfter = Settled(),
             Deltas = ets:match_spec_run(
                        lists:zip3(After, Before, Victims),
                        ets:match_spec_compile(
@@ -190,33 +332,80 @@ bin_leak(N, MaxGc, DryRun, Jobs, Pmap, Top) ->
                            [{{{'-', '$1', '$2'}, '$3'}}]}])),
             %% keysort is stable: reversed first, equal falls list the later
             %% process first, as recon's reverse(keysort(...)) does.
-            {erlang:length(Pids), HolderCount, erlang:length(Victims),
-             MemoryBefore, MemoryAfter,
-             lists:sublist(lists:keysort(1, lists:reverse(Deltas)), N)}
+            Summary#{collected => erlang:length(Victims),
+                     memory_after => MemoryAfter,
+                     rows => Describe(lists:sublist(
+                                        lists:keysort(1,
+                                                      lists:reverse(Deltas)),
+                                        N))}
     end.
 
-%% recon's proc_count: the N processes with the largest Attribute.
-%% Returns {Scanned, [{Value, Pid}]}: each slice's own top N, slices in
-%% process order; the caller merges them.
-proc_count(Attribute, N, Jobs, Pmap, Values, Top) ->
-    %% Not this process: it is ours, and holds the scan's own lists.
-    Pids = lists:delete(erlang:self(), erlang:processes()),
+%% recon's proc_count: the N processes with the largest Attribute. Each
+%% slice keeps its own top N, then the top N of those; rows in process
+%% order (the caller orders them by value, the later process first).
+-spec proc_count(atom(), pos_integer(), non_neg_integer(),
+                 fun(), fun(), fun(), fun(), fun()) ->
+          #{scanned := non_neg_integer(), rows := rows()}.
+proc_count(Attribute, N, Jobs, Pmap, Values, Top, Describe, Others) ->
+    Pids = Others(),
     Tops = Pmap(fun(Slice) -> Top(Values(Attribute, Slice, false), N) end,
                 Pids,
                 Jobs),
-    {erlang:length(Pids), lists:append(Tops)}.
+    #{scanned => erlang:length(Pids),
+      rows => Describe(Top(lists:append(Tops), N))}.
+
+%% Every process ranked by Attribute, largest first (equal values: the
+%% later process first, as recon orders them), sent to Sink as
+%% {Tag, self(), Rows} in chunks of Chunk rows. Flow control: the next
+%% chunk goes only when Sink answers {Tag, more}, so neither rex nor
+%% beam-probe ever holds the whole ranking; no answer within WaitMs ends
+%% the call.
+-spec proc_count_all(atom(), pid(), reference(), pos_integer(), timeout(),
+                     non_neg_integer(), fun(), fun(), fun(), fun()) ->
+          #{scanned := non_neg_integer(), sent := non_neg_integer()}.
+proc_count_all(Attribute, Sink, Tag, Chunk, WaitMs, Jobs, Pmap, Values,
+               Describe, Others) ->
+    Pids = Others(),
+    Pairs = lists:append(Pmap(fun(Slice) ->
+                                      Values(Attribute, Slice, false)
+                              end,
+                              Pids,
+                              Jobs)),
+    Ranked = lists:reverse(lists:keysort(1, Pairs)),
+    Send = fun Send([]) ->
+                   ok;
+               Send(Rest) ->
+                   Rows = lists:sublist(Rest, Chunk),
+                   erlang:send(Sink, {Tag, erlang:self(), Describe(Rows)}),
+                   receive
+                       {Tag, more} ->
+                           Send(lists:nthtail(erlang:length(Rows), Rest))
+                   after WaitMs ->
+                       erlang:exit(beam_probe_no_reader)
+                   end
+           end,
+    Send(Ranked),
+    #{scanned => erlang:length(Pids), sent => erlang:length(Ranked)}.
 
 %% recon's proc_window: the largest increases of Attribute over Millis
 %% milliseconds. Unlike recon, a process born or dead inside the window is
 %% not given its absolute value as a delta: those are counted and listed
-%% apart. Returns {ScannedFirst, ScannedLast, [{Delta, Pid}],
-%%                 BornCount, [{ValueAtEnd, Pid}],
-%%                 DeadCount, [{ValueAtStart, Pid}]}, each list a top N.
-proc_window(Attribute, N, Millis, Jobs, Pmap, Values, Top) ->
+%% apart (born: value at the end; dead: value at the start). Each row list
+%% is a top N in process order.
+-spec proc_window(atom(), pos_integer(), pos_integer(), non_neg_integer(),
+                  fun(), fun(), fun(), fun(), fun()) ->
+          #{scanned_first := non_neg_integer(),
+            scanned_last := non_neg_integer(),
+            rows := rows(),
+            born_count := non_neg_integer(),
+            born := rows(),
+            dead_count := non_neg_integer(),
+            dead := pairs()}.
+proc_window(Attribute, N, Millis, Jobs, Pmap, Values, Top, Describe,
+            Others) ->
     Snapshot = fun(Slice) -> Values(Attribute, Slice, true) end,
-    %% Not this process: it is ours. The workers of a pass are spawned after
-    %% its processes() and gone before the next, so neither pass sees them.
-    Others = fun() -> lists:delete(erlang:self(), erlang:processes()) end,
+    %% The workers of a pass are spawned after its others() and gone before
+    %% the next, so neither pass sees them.
     First = lists:append(Pmap(Snapshot, Others(), Jobs)),
     receive
     after Millis ->
@@ -243,22 +432,49 @@ proc_window(Attribute, N, Millis, Jobs, Pmap, Values, Top) ->
     Dead = ets:match_spec_run(
              maps:to_list(maps:without(LastPids, Start)),
              ets:match_spec_compile([{{'$1', '$2'}, [], [{{'$2', '$1'}}]}])),
-    {erlang:length(FirstPids), Count, Top(Deltas, N),
-     erlang:length(Born), Top(Born, N), erlang:length(Dead), Top(Dead, N)}.
+    #{scanned_first => erlang:length(FirstPids),
+      scanned_last => Count,
+      rows => Describe(Top(Deltas, N)),
+      born_count => erlang:length(Born),
+      born => Describe(Top(Born, N)),
+      dead_count => erlang:length(Dead),
+      dead => Top(Dead, N)}.
 
 %% One process, the way recon:info/1 groups it, without the dictionary and
 %% the mailbox; plus the count and summed size of its refc binaries.
-%% PidText is "<0.1.0>" or a registered name; no atom is ever created.
-%% Returns {ok, Pid, Items, BinaryCount, BinaryBytes}, or {error, Why}.
-proc_info(PidText) ->
-    Pid = case PidText of
-              [$< | _] ->
-                  try erlang:list_to_pid(PidText)
+%% Target is {pid, "<0.1.0>"} or {names, ["Name", ...]}: the registered
+%% names it may be (an Elixir alias is tried with and without its
+%% "Elixir." prefix), looked up with list_to_existing_atom/1, so no atom is
+%% ever created.
+-spec proc_info({pid, string()} | {names, [string()]}) ->
+          #{pid := pid(),
+            items := [{atom(), term()}],
+            binary_count := non_neg_integer(),
+            binary_memory := non_neg_integer()} |
+          {error, not_a_pid | no_such_name | {other_node, node()} |
+                  {not_alive, pid()}}.
+proc_info(Target) ->
+    Pid = case Target of
+              {pid, Text} ->
+                  try erlang:list_to_pid(Text)
                   catch error:badarg -> not_a_pid
                   end;
-              _ ->
-                  try erlang:whereis(erlang:list_to_existing_atom(PidText))
-                  catch error:badarg -> undefined
+              {names, Names} ->
+                  Known = lists:filtermap(
+                            fun(Name) ->
+                                    try erlang:list_to_existing_atom(Name) of
+                                        Atom ->
+                                            case erlang:whereis(Atom) of
+                                                undefined -> false;
+                                                Found -> {true, Found}
+                                            end
+                                    catch error:badarg -> false
+                                    end
+                            end,
+                            Names),
+                  case Known of
+                      [First | _] -> First;
+                      [] -> undefined
                   end
           end,
     Items = [registered_name, group_leader, status,
@@ -284,15 +500,24 @@ proc_info(PidText) ->
                                    undefined -> []
                                end,
                     {_, Sizes, _} = lists:unzip3(Binaries),
-                    {ok, Pid, Info, erlang:length(Binaries), lists:sum(Sizes)}
+                    #{pid => Pid,
+                      items => Info,
+                      binary_count => erlang:length(Binaries),
+                      binary_memory => lists:sum(Sizes)}
             end
     end.
 
 %% What `beam-probe check` measures on one node: erlang:memory(), the
 %% process count, atom count and limit, the largest binary_memory of one
-%% process and the longest message queue. Returns
-%% {Memory, ProcessCount, AtomCount, AtomLimit, TopBinaryMemory, MaxQueue}.
-health(Jobs, Pmap, Values) ->
+%% process and the longest message queue.
+-spec health(non_neg_integer(), fun(), fun(), fun()) ->
+          #{memory := memory(),
+            process_count := non_neg_integer(),
+            atom_count := non_neg_integer(),
+            atom_limit := non_neg_integer(),
+            top_binary_memory := non_neg_integer(),
+            max_queue := non_neg_integer()}.
+health(Jobs, Pmap, Values, Others) ->
     Largest = fun(Pairs) ->
                       {Numbers, _} = lists:unzip(Pairs),
                       lists:max([0 | Numbers])
@@ -301,8 +526,23 @@ health(Jobs, Pmap, Values) ->
                           {Largest(Values(binary_memory, Slice, false)),
                            Largest(Values(message_queue_len, Slice, false))}
                   end,
-                  lists:delete(erlang:self(), erlang:processes()), Jobs),
+                  Others(), Jobs),
     {Binaries, Queues} = lists:unzip(Slices),
-    {erlang:memory(), erlang:system_info(process_count),
-     erlang:system_info(atom_count), erlang:system_info(atom_limit),
-     lists:max([0 | Binaries]), lists:max([0 | Queues])}.
+    #{memory => erlang:memory(),
+      process_count => erlang:system_info(process_count),
+      atom_count => erlang:system_info(atom_count),
+      atom_limit => erlang:system_info(atom_limit),
+      top_binary_memory => lists:max([0 | Binaries]),
+      max_queue => lists:max([0 | Queues])}.
+
+%% Run the guarded expression Form on every node of Nodes at once
+%% (erpc:multicall), with BeamProbeWatch bound to {process, self()}: each
+%% node's guard watches this call, which the attached node's own guard
+%% ends when beam-probe goes. Replies as erpc:multicall gives them.
+-spec fan_out([node()], erl_parse:abstract_expr(), [{atom(), term()}],
+              timeout()) -> [{ok, term()} | {atom(), term()}].
+fan_out(Nodes, Form, Bindings, TimeoutMs) ->
+    Watching = orddict:store('BeamProbeWatch', {process, erlang:self()},
+                             Bindings),
+    erpc:multicall(Nodes, erl_eval, expr,
+                   [Form, Watching, none, none, value], TimeoutMs).

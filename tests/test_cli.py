@@ -86,7 +86,7 @@ def test_timeout_exit_6(target):
     server.listen()
     try:
         r = run_cli("ping", "a@127.0.0.1", "--dist-port",
-                    str(server.getsockname()[1]), "--timeout", "0.5",
+                    str(server.getsockname()[1]), "--connect-timeout", "0.5",
                     node=target)
         one_line_error(r, 6, "0.5 s")
     finally:

@@ -131,7 +131,8 @@ def _probe(port: int) -> tuple[int, str, str, float, int]:
     env = dict(os.environ, BEAM_PROBE_COOKIE=COOKIE.decode())
     return run_measured(
         [sys.executable, "-m", "beam_probe", "memory", "fake@127.0.0.1",
-         "--dist-port", str(port), "--timeout", str(TIMEOUT)], env)
+         "--dist-port", str(port), "--timeout", str(TIMEOUT),
+         "--connect-timeout", str(TIMEOUT)], env)
 
 
 @pytest.mark.parametrize("kind", list(BEFORE_HANDSHAKE) + list(

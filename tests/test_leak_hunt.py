@@ -7,6 +7,7 @@ import json
 import pytest
 
 from beam_probe.dist.terms import Atom
+from beam_probe.errors import RemoteError
 from beam_probe.probes import processes
 from beam_probe.remote import attach
 from conftest import run_cli
@@ -92,7 +93,8 @@ def test_cli_bin_leak_json_shape(leaky):
         j["memory_after"])
     first = j["processes"][0]
     assert set(first) == {"pid", "delta", "name", "current_function",
-                          "initial_call"}
+                          "initial_call", "exited"}
+    assert first["exited"] is False
     assert first["pid"].startswith("<0.") and first["delta"] < 0
     assert first["current_function"].startswith("beam_probe_workload:")
 
@@ -271,16 +273,26 @@ def test_proc_info_groups_like_recon(leaky):
 def test_cli_proc_info_errors_are_one_line(leaky):
     node, remote, _pids = leaky
     env = {"HOME": node.home}
-    atoms = remote.call("erlang", "system_info", [Atom("atom_count")])
-    for args, code, words in (
-            (["<0.32000.0>"], 10, "not alive"),
-            (["no_such_registered_name_here"], 10, "no process registered"),
-            (["<12.1.0>"], 2, "give pids"),
-            (["not a pid!"], 2, "PID must look like")):
-        r = run_cli("proc-info", node.node, *args, env=env)
-        assert r.returncode == code, (args, r.stderr)
-        assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    # Looking a name up never creates it.
-    assert remote.call("erlang", "system_info", [Atom("atom_count")]) == atoms
+    cases = ((["<0.32000.0>"], 10, "not alive"),
+             (["no_such_registered_name_here"], 10, "no process registered"),
+             (["<12.1.0>"], 2, "give pids"),
+             (["not a pid!"], 10, "no process registered"),
+             (["x" * 256], 2, "PID must look like"),
+             (["bad\x01name"], 2, "PID must look like"))
+    atoms = None
+    for _round in range(2):
+        # The first round may load stock modules erl_eval uses (their atoms
+        # come with them); the second must add none.
+        for args, code, words in cases:
+            r = run_cli("proc-info", node.node, *args, env=env)
+            assert r.returncode == code, (args, r.stderr)
+            assert words in r.stderr and \
+                len(r.stderr.strip().splitlines()) == 1
+        count = remote.call("erlang", "system_info", [Atom("atom_count")])
+        assert atoms is None or count <= atoms + 1  # at most a pool name
+        atoms = count
+    for name in ("no_such_registered_name_here", "not a pid!"):
+        with pytest.raises(RemoteError, match="badarg"):
+            remote.call("erlang", "list_to_existing_atom", [name])
     r = run_cli("proc-info", node.node, "init", "--format", "json", env=env)
     assert r.returncode == 0 and json.loads(r.stdout)["pid"] == "<0.0.0>"

@@ -212,7 +212,7 @@ def test_unusable_tls_settings_are_usage_errors(tls_node, pki, args,
 
 def test_tls_against_a_plain_node_is_named(nodes, pki):
     plain = nodes.start("25")
-    result = run_cli("ping", plain.node, *_mutual(pki), "--timeout", "2",
+    result = run_cli("ping", plain.node, *_mutual(pki), "--connect-timeout", "2",
                      node=plain)
     assert result.returncode == 6
     assert "-proto_dist inet_tls" in _one_line(result)

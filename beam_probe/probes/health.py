@@ -13,14 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 from ..dist.terms import Atom, format_term
-from ..remote import Local, Remote
+from ..helpers import Local
+from ..remote import Remote
 from .processes import HELPER
 
+LOCALS = (Local("pmap"), Local("values"), Local("others"))
 
-def _values(reply: Any) -> dict[str, Any]:
-    memory, process_count, atom_count, atom_limit, top_binary, max_queue = \
-        reply
-    memory = {str(key): value for key, value in memory}
+
+def _values(reply: dict) -> dict[str, Any]:
+    memory = {str(key): value for key, value in reply["memory"]}
     total = memory["total"]
     return {
         "total": total,
@@ -30,17 +31,17 @@ def _values(reply: Any) -> dict[str, Any]:
         "atom": memory["atom"],
         "binary_share": round(100.0 * memory["binary"] / total, 2)
         if total else 0.0,
-        "process_count": process_count,
-        "top_binary_memory": top_binary,
-        "max_queue": max_queue,
-        "atom_use": round(100.0 * atom_count / atom_limit, 2),
+        "process_count": reply["process_count"],
+        "top_binary_memory": reply["top_binary_memory"],
+        "max_queue": reply["max_queue"],
+        "atom_use": round(100.0 * reply["atom_count"] / reply["atom_limit"],
+                          2),
     }
 
 
 def measure(remote: Remote, jobs: int = 0) -> dict[str, Any]:
     """Every check value of the attached node."""
-    reply = remote.run(HELPER, "health", jobs, Local("pmap"),
-                       Local("values"))
+    reply = remote.run(HELPER, "health", jobs, *LOCALS)
     return {"node": remote.node, "values": _values(reply)}
 
 
@@ -54,15 +55,8 @@ def measure_cluster(remote: Remote, timeout: float,
     """
     others = remote.call("erlang", "nodes", [])
     nodes = [Atom(remote.node), *others]
-    form, bindings = remote.expression(HELPER, "health", jobs, Local("pmap"),
-                                       Local("values"))
-    millis = max(1, int(timeout * 1000))
-    replies = remote.call(
-        "erpc", "multicall",
-        [nodes, Atom("erl_eval"), Atom("expr"),
-         [form, bindings, Atom("none"), Atom("none"), Atom("value")],
-         millis],
-        timeout=timeout + remote.timeout)
+    replies = remote.fan_out(nodes, HELPER, "health", jobs, *LOCALS,
+                             timeout=timeout)
     results = []
     for node, reply in zip(nodes, replies):
         if reply[0] == Atom("ok"):

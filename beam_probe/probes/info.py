@@ -29,20 +29,39 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("work", ("reductions",)),
 )
 
-_PID = re.compile(r"<?(\d+)\.(\d+)\.(\d+)>?")
-_NAME = re.compile(r"[a-z][A-Za-z0-9_@.]*")
+# A pid as Erlang prints it (<0.123.0>), without the brackets a shell
+# would eat (0.123.0), or as Elixir prints it (#PID<0.123.0>).
+_PID = re.compile(r"(?:#PID)?<?(\d+)\.(\d+)\.(\d+)>?")
+
+# An atom is at most 255 characters (erl_parse).
+MAX_NAME = 255
 
 
-def target_text(spec: str) -> str:
-    """What the user typed as the text the node is given: a local pid as
-    "<0.123.0>" (also accepted as 0.123.0), or a registered name."""
+def target(spec: str) -> tuple[Atom, Any]:
+    """What the user typed, as the node's helper takes it: ``{pid, Text}``
+    or ``{names, [Candidate, ...]}``, the registered names it may mean.
+
+    Every form an Erlang or Elixir user types is accepted: ``code_server``,
+    ``'my name'`` (Erlang quoting), ``:code_server`` and ``:"my name"``
+    (Elixir atoms), ``Elixir.MyApp.Cache`` and the Elixir alias
+    ``MyApp.Cache`` (which is the atom 'Elixir.MyApp.Cache'). The node looks
+    names up without creating an atom."""
+    spec = spec.strip()
     match = _PID.fullmatch(spec)
     if match:
-        return "<{}.{}.{}>".format(*match.groups())
-    if _NAME.fullmatch(spec):
-        return spec
-    raise UsageError(f"PID must look like <0.123.0> or be a registered "
-                     f"name, not {spec!r}")
+        return Atom("pid"), "<{}.{}.{}>".format(*match.groups())
+    name = spec
+    if name.startswith(":"):
+        name = name[1:]
+    if len(name) >= 2 and name[0] == name[-1] and name[0] in "'\"":
+        name = name[1:-1]
+    if not name or len(name) > MAX_NAME or any(ord(c) < 32 for c in name):
+        raise UsageError(f"PID must look like <0.123.0> or #PID<0.123.0>, or "
+                         f"be a registered name, not {spec!r}")
+    names = [name]
+    if name[0].isupper() and not name.startswith("Elixir."):
+        names.append("Elixir." + name)
+    return Atom("names"), names
 
 
 def _plain(term: Any) -> Any:
@@ -95,9 +114,9 @@ def _value(key: str, value: Any) -> Any:
 
 def proc_info(remote: Remote, spec: str) -> dict[str, Any]:
     """One process the way recon:info/1 groups it."""
-    text = target_text(spec)
-    reply = remote.run(HELPER, "proc_info", text)
-    if reply[0] == Atom("error"):
+    kind, text = target(spec)
+    reply = remote.run(HELPER, "proc_info", (kind, text))
+    if isinstance(reply, tuple) and reply[0] == Atom("error"):
         why = reply[1]
         if why == Atom("not_a_pid"):
             raise UsageError(f"{spec!r} is not a pid of {remote.node}; give "
@@ -106,16 +125,15 @@ def proc_info(remote: Remote, spec: str) -> dict[str, Any]:
             raise NoSuchProcess(f"no process registered as {spec} on "
                                 f"{remote.node}")
         if isinstance(why, tuple) and why[0] == Atom("other_node"):
-            raise UsageError(f"{text} is a pid of another node ({why[1]}); "
+            raise UsageError(f"{spec} is a pid of another node ({why[1]}); "
                              f"give pids as {remote.node} prints them")
         if isinstance(why, tuple) and why[0] == Atom("not_alive"):
             raise NoSuchProcess(f"{why[1]} is not alive on {remote.node} "
                                 f"(it exited, or never existed)")
         raise RemoteError(f"proc_info failed: {format_term(why)}"[:300])
-    _ok, pid, items, binary_count, binary_memory = reply
-    fields = {str(key): value for key, value in items}
-    fields["binary_count"] = binary_count
-    fields["binary_memory"] = binary_memory
+    fields = {str(key): value for key, value in reply["items"]}
+    fields["binary_count"] = reply["binary_count"]
+    fields["binary_memory"] = reply["binary_memory"]
     groups = {group: {key: _value(key, fields[key]) for key in keys}
               for group, keys in GROUPS}
-    return {"node": remote.node, "pid": str(pid), **groups}
+    return {"node": remote.node, "pid": str(reply["pid"]), **groups}

@@ -1,0 +1,81 @@
+"""Reading the user's files safely: regular files only, never blocking, a
+bounded size, and trust checks for files whose contents run on nodes.
+
+A path that names a FIFO, a device or a socket would block a read forever
+or stream without end; a cron job must not hang on one. Files are opened
+with O_NONBLOCK (opening a FIFO does not wait for a writer) and checked
+with fstat on the open descriptor, so the check and the read are about the
+same file.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+class NotRegular(OSError):
+    """The path exists but is not a regular file."""
+
+
+def kind(mode: int) -> str:
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: str, flags: int = os.O_RDONLY) -> tuple[int, os.stat_result]:
+    """An open descriptor of ``path`` and its stat; NotRegular if it is not
+    a regular file. The caller closes the descriptor."""
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegular(f"{path} is {kind(info.st_mode)}, not a "
+                             "regular file")
+        return fd, info
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: str, limit: int) -> tuple[bytes, os.stat_result]:
+    """Up to ``limit`` bytes of a regular file, and its stat. Raises
+    OSError (NotRegular for FIFOs and the like); a file larger than
+    ``limit`` raises ValueError."""
+    fd, info = open_regular(path)
+    try:
+        if info.st_size > limit:
+            raise ValueError(f"{path} is {info.st_size} bytes, over the "
+                             f"{limit}-byte limit")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise ValueError(f"{path} is over the {limit}-byte limit")
+        return b"".join(chunks), info
+    finally:
+        os.close(fd)
+
+
+def trusted(info: os.stat_result) -> bool:
+    """Whether a file or folder is ours alone to write, as ssh asks of its
+    own files: owned by this user, and not writable by group or others."""
+    return info.st_uid == os.geteuid() and not info.st_mode & (
+        stat.S_IWGRP | stat.S_IWOTH)
+
+
+def error_text(exc: OSError) -> str:
+    """An OSError as a short phrase: 'No such file or directory'."""
+    if isinstance(exc, NotRegular):
+        return str(exc)
+    return exc.strerror or str(exc)
