@@ -561,22 +561,24 @@ def demo() -> None:
 
 
 class _PluginCommand(click.Command):
-    """A monitoring plugin: bad arguments are UNKNOWN (3), not click's 2."""
+    """A monitoring plugin: bad arguments are UNKNOWN (3), said on stdout as
+    a plugin line (Nagios shows stdout, and nothing else), not click's 2."""
 
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
         try:
             return super().make_context(*args, **kwargs)
         except click.UsageError as exc:
-            exc.exit_code = 3
-            raise
+            _plugin_exit(3, f"BEAM UNKNOWN - {exc.format_message()}")
+            raise  # not reached
 
 
 @main.command(cls=_PluginCommand, epilog=EPILOG_NODE + """
 
 \b
-Keys: total, processes, binary, ets, atom (bytes; 1KB = 1000 B, 1KiB =
-1024 B), binary_share and atom_use (percent), process_count, max_queue
-(counts), top_binary_memory (bytes).
+Keys: total, processes, binary, ets, atom (bytes), binary_share and
+atom_use (percent, at most 100), process_count, max_queue (counts),
+top_binary_memory (bytes). Units: k, M, G, T and KB, MB, GB, TB are powers
+of 1000; KiB, MiB, GiB, TiB powers of 1024.
 Exit: 0 OK, 1 WARNING, 2 CRITICAL (also: node unreachable), 3 UNKNOWN.""")
 @click.argument("args", nargs=-1, metavar="[NODE]")
 @click.option("--warn", "warn_specs", multiple=True, metavar="KEY=VALUE",
@@ -587,7 +589,7 @@ Exit: 0 OK, 1 WARNING, 2 CRITICAL (also: node unreachable), 3 UNKNOWN.""")
               help="Also write the node_exporter textfile PATH (atomically).")
 @click.option("--history", metavar="FILE",
               help="Append one JSON line per node and run to FILE.")
-@click.option("--trend", type=click.IntRange(min=1), default=None,
+@click.option("--trend", type=click.IntRange(min=1, max=1000), default=None,
               metavar="N", help="With --history: WARNING after N "
               "consecutive rises of binary memory [default: 5].")
 @click.option("--cluster", is_flag=True,
@@ -615,17 +617,21 @@ def check(args: tuple[str, ...], warn_specs: tuple[str, ...],
       beam-probe check app@db1 --cluster --format prometheus \\
           --textfile /var/lib/node_exporter/textfile/beam.prom
     """
-    from .checks.run import run_check
+    from .checks.run import CheckRequest, run_check
 
     node, rest = split_node(args)
     if rest:
         _plugin_exit(3, f"BEAM UNKNOWN - unexpected argument {rest[0]!r}")
     if trend is not None and not history:
         _plugin_exit(3, "BEAM UNKNOWN - --trend needs --history FILE")
+    request = CheckRequest(node=node, warn=warn_specs, crit=crit_specs,
+                           fmt=opts["fmt"], textfile=textfile,
+                           history=history, trend=trend, cluster=cluster,
+                           jobs=jobs, timeout=opts["timeout"])
     try:
-        code, text = run_check(lambda: _attach(node, opts), node, warn_specs,
-                               crit_specs, opts["fmt"], textfile, history,
-                               trend, cluster, jobs, opts["timeout"])
+        code, text = run_check(lambda: _attach(node, opts), request)
+    except (KeyboardInterrupt, Terminated):
+        code, text = 3, "BEAM UNKNOWN - interrupted before the check ended"
     except Exception as exc:  # a bug of ours: UNKNOWN, as plugins report it
         if os.environ.get("BEAM_PROBE_DEBUG"):
             raise
@@ -635,23 +641,41 @@ def check(args: tuple[str, ...], warn_specs: tuple[str, ...],
 
 
 def _plugin_exit(code: int, text: str) -> None:
-    click.echo(text)
+    """Print the plugin's output and end with its status. Output that
+    cannot be written still ends 0-3: UNKNOWN, said on stderr."""
+    from .render import printable
+
+    try:
+        write_out(printable(text))
+    except (OutputFailed, PipeClosed) as exc:
+        error_line(f"BEAM UNKNOWN - {exc or 'standard output is closed'}")
+        code = 3
     sys.exit(code)
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated()
 
 
 def run() -> None:
     """Entry point of the ``beam-probe`` script."""
+    import signal
+
+    # SIGTERM (kill, systemd, a scheduler's timeout) ends a run as Ctrl-C
+    # does: one line, a documented code, connections closed on the way out.
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         main(prog_name="beam-probe")
         code = 0
     except SystemExit as exc:  # click ends every run this way
         code = exc.code if isinstance(exc.code, int) else (
             0 if exc.code is None else 1)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BrokenPipeError:  # `beam-probe ... | head` closed the pipe early
-        code = code or 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except OSError:  # already reported where it was written
+            pass
     # Skip interpreter finalization: by now every connection is closed and
     # every file written and closed. Tearing down modules and threads costs
     # ~5 ms, an eighth of a one-query run (measured; see tests/bench_startup).

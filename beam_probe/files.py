@@ -29,10 +29,13 @@ def kind(mode: int) -> str:
     return "not a regular file"
 
 
-def open_regular(path: str, flags: int = os.O_RDONLY) -> tuple[int, os.stat_result]:
+def open_regular(path: str, flags: int = os.O_RDONLY,
+                 mode: int = 0o644) -> tuple[int, os.stat_result]:
     """An open descriptor of ``path`` and its stat; NotRegular if it is not
-    a regular file. The caller closes the descriptor."""
-    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    a regular file. ``mode`` is for a file O_CREAT makes. The caller closes
+    the descriptor."""
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+                 mode)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

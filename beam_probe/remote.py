@@ -159,9 +159,9 @@ def _expr_args(form: Any, bindings: list) -> list:
 
 
 def _deadline(exc: RemoteError, timeout: float) -> Exception:
-    """The guard's deadline kill, {badrpc, {'EXIT', killed}}, as what it
-    means."""
-    if "exception killed" in str(exc):
+    """The guard's deadline, {badrpc, {'EXIT', {beam_probe_deadline, Ms}}},
+    as what it means."""
+    if "beam_probe_deadline" in str(exc):
         return TimedOut(f"the node stopped the work at its deadline "
                         f"({timeout + GUARD_MARGIN:g} s)")
     return exc

@@ -36,49 +36,40 @@
                   pids := [pid()],
                   infos := [[{atom(), term()}] | undefined]}.
 
-%% Run Work() in this process while a watchdog ends it when beam-probe is
-%% gone: when the connection of Watch = {node, Node} goes down (Ctrl-C,
-%% kill -9, network), when the process Watch = {process, Pid} ends (the
-%% call on another node that fanned this one out), or after TimeoutMs (a
-%% little more than the caller waits). Killing this process kills, through
-%% their links, the workers pmap/3 started. The watchdog itself ends with
-%% this process, so nothing is left behind either way.
+%% Run Work() in a process of its own while this one, the call's own
+%% process, watches beam-probe: the connection of Watch = {node, Node}
+%% (gone on Ctrl-C, kill -9, a network failure), or the process Watch =
+%% {process, Pid} (the call on the attached node that fanned this one out).
+%% When it goes, the work is killed, and with it, through their links, the
+%% workers pmap/3 started; past TimeoutMs (a little more than the caller
+%% waits) too. Nothing is left behind either way.
 %%
-%% Our own processes (this one, the watchdog, and those of the connection)
-%% are kept in this process's dictionary for others/0: they are not the
+%% Why this process waits rather than works: when beam-probe is gone, it
+%% ends *normally* (exit(self(), normal) cannot be caught), and rex sends
+%% no reply for a call that ends normally. A reply, like any message to a
+%% pid of a node that is gone, would make the node try to connect back to
+%% it (measured: it started its DNS helper, inet_gethost_native, to look
+%% our host up).
+%%
+%% Our own processes (this one, the worker, and those of the connection)
+%% are kept in the worker's dictionary for others/0: they are not the
 %% node's to report.
 -spec guard(watch(), timeout(), fun(() -> Result)) -> Result.
 guard(Watch, TimeoutMs, Work) ->
-    Caller = erlang:self(),
-    Watchdog =
-        erlang:spawn(
-          fun() ->
-                  Mine = erlang:monitor(process, Caller),
-                  %% monitor_node/2 on a node that is not connected would
-                  %% try to connect to it: check first.
-                  Up = case Watch of
-                           {node, Node} ->
-                               lists:member(Node, erlang:nodes(connected))
-                                   andalso erlang:monitor_node(Node, true);
-                           {process, Pid} ->
-                               erlang:is_reference(
-                                 erlang:monitor(process, Pid))
-                       end,
-                  Wait = case Up of
-                             true -> TimeoutMs;
-                             false -> 0
-                         end,
-                  receive
-                      {'DOWN', Mine, process, Caller, _} ->
-                          ok;
-                      {nodedown, _} ->
-                          erlang:exit(Caller, kill);
-                      {'DOWN', _, process, _, _} ->
-                          erlang:exit(Caller, kill)
-                  after Wait ->
-                      erlang:exit(Caller, kill)
-                  end
-          end),
+    Watcher = erlang:self(),
+    %% monitor_node/2 on a node that is not connected would try to connect
+    %% to it: check first.
+    Up = case Watch of
+             {node, Node} ->
+                 lists:member(Node, erlang:nodes(connected))
+                     andalso erlang:monitor_node(Node, true);
+             {process, Pid} ->
+                 erlang:is_reference(erlang:monitor(process, Pid))
+         end,
+    case Up of
+        true -> ok;
+        false -> erlang:exit(Watcher, normal)
+    end,
     Connection =
         case Watch of
             {node, Prober} ->
@@ -92,14 +83,28 @@ guard(Watch, TimeoutMs, Work) ->
             {process, _} ->
                 []
         end,
-    %% A guard inside a guard (a fan-out's call on the attached node) adds
-    %% to the list.
-    Before = case erlang:get('$beam_probe_ours') of
-                 undefined -> [];
-                 Known -> Known
-             end,
-    erlang:put('$beam_probe_ours', [Caller, Watchdog | Connection] ++ Before),
-    Work().
+    {Worker, Done} =
+        erlang:spawn_monitor(
+          fun() ->
+                  erlang:put('$beam_probe_ours',
+                             [Watcher, erlang:self() | Connection]),
+                  erlang:exit({beam_probe_done, Work()})
+          end),
+    receive
+        {'DOWN', Done, process, Worker, {beam_probe_done, Result}} ->
+            Result;
+        {'DOWN', Done, process, Worker, Reason} ->
+            erlang:exit(Reason);
+        {nodedown, _} ->
+            erlang:exit(Worker, kill),
+            erlang:exit(Watcher, normal);
+        {'DOWN', _, process, _, _} ->
+            erlang:exit(Worker, kill),
+            erlang:exit(Watcher, normal)
+    after TimeoutMs ->
+        erlang:exit(Worker, kill),
+        erlang:exit({beam_probe_deadline, TimeoutMs})
+    end.
 
 %% Every process of the node but ours (see guard/3).
 -spec others() -> [pid()].
@@ -292,19 +297,43 @@ bin_leak(N, MaxGc, DryRun, Jobs, Pmap, Top, Describe, Others) ->
                                            [{length, '$1'}]},
                                           {'_', [], [-1]}]))
         end,
-    %% Memory once the workers' heaps are counted as freed: a heap freed on
-    %% another scheduler than the one that allocated it is handed back to
-    %% that one, which frees it only when it next gets to run (ERTS's
-    %% delayed deallocation). Read at once, memory still counted 7-41 MB of
-    %% exited counting workers at 100k-500k processes; after yielding for
-    %% 1 ms, nothing (measured).
+    %% What the node holds, not what we do: memory without this process's
+    %% own heap (erl_eval's garbage grows it between the two reads, by 5 MB
+    %% at 100k processes), read before the counting workers exist, and
+    %% again after the collections once the workers' heaps are freed. A heap
+    %% freed on a scheduler other than the one that allocated it is handed
+    %% back to that one, which frees it only when it next runs (ERTS's
+    %% delayed deallocation): 1.5-2 ms after the workers' 'DOWN' on OTP 28,
+    %% and 7-41 MB of exited workers were still counted when read at once
+    %% (measured at 100k-500k processes). So wait until the processes'
+    %% memory has not fallen for 3 ms running, 50 ms at most.
+    Settle = fun Settle(Last, Steady, Left) when Steady < 3, Left > 0 ->
+                     receive
+                     after 1 ->
+                         Now = erlang:memory(processes),
+                         case Now < Last of
+                             true -> Settle(Now, 0, Left - 1);
+                             false -> Settle(Last, Steady + 1, Left - 1)
+                         end
+                     end;
+                 Settle(_, _, _) ->
+                     ok
+             end,
     Settled = fun() ->
-                      receive
-                      after 1 ->
-                          erlang:memory()
-                      end
+                      Settle(erlang:memory(processes), 0, 50),
+                      {memory, Own} =
+                          erlang:process_info(erlang:self(), memory),
+                      lists:map(fun({Kind, Bytes})
+                                      when Kind =:= total;
+                                           Kind =:= processes ->
+                                        {Kind, Bytes - Own};
+                                   (Other) ->
+                                        Other
+                                end,
+                                erlang:memory())
               end,
     Pids = Others(),
+    MemoryBefore = Settled(),
     Holders = lists:append(Pmap(CountHolders, Pids, Jobs)),
     HolderCount = erlang:length(Holders),
     Chosen = case MaxGc < HolderCount of
@@ -312,7 +341,6 @@ bin_leak(N, MaxGc, DryRun, Jobs, Pmap, Top, Describe, Others) ->
                  false -> Holders
              end,
     {Before, Victims} = lists:unzip(Chosen),
-    MemoryBefore = Settled(),
     Summary = #{scanned => erlang:length(Pids),
                 holders => HolderCount,
                 would_collect => erlang:length(Victims),
@@ -360,10 +388,10 @@ proc_count(Attribute, N, Jobs, Pmap, Values, Top, Describe, Others) ->
 %% chunk goes only when Sink answers {Tag, more}, so neither rex nor
 %% beam-probe ever holds the whole ranking; no answer within WaitMs ends
 %% the call.
--spec proc_count_all(atom(), pid(), reference(), pos_integer(), timeout(),
+-spec proc_count_all(pid(), reference(), atom(), pos_integer(), timeout(),
                      non_neg_integer(), fun(), fun(), fun(), fun()) ->
           #{scanned := non_neg_integer(), sent := non_neg_integer()}.
-proc_count_all(Attribute, Sink, Tag, Chunk, WaitMs, Jobs, Pmap, Values,
+proc_count_all(Sink, Tag, Attribute, Chunk, WaitMs, Jobs, Pmap, Values,
                Describe, Others) ->
     Pids = Others(),
     Pairs = lists:append(Pmap(fun(Slice) ->

@@ -11,7 +11,7 @@
 %%   * Idle processes, to give the node a realistic process count.
 -module(beam_probe_workload).
 
--export([start/3, refill/1, stop/1]).
+-export([start/3, refill/1, stop/1, probes_running/1, named/1]).
 
 -define(BINARY_SIZE, 1024).
 -define(LEAKER_HEAP_WORDS, 100000).
@@ -49,6 +49,22 @@ refill(LeakerPids) ->
 stop({Leakers, Keepers, Idle}) ->
     [exit(P, kill) || P <- Leakers ++ Keepers ++ Idle],
     ok.
+
+%% Processes beam-probe started that still run, but Except's (the node of
+%% the test's own connection). rex gives a call the caller's group leader,
+%% a process on the beam_probe_N node, and every process the call spawns
+%% inherits it; it stays a pid of that node after the node is gone.
+probes_running(Except) ->
+    [P || P <- processes(),
+          {group_leader, Leader} <- [process_info(P, group_leader)],
+          node(Leader) =/= node(), node(Leader) =/= Except,
+          lists:prefix("beam_probe_", atom_to_list(node(Leader)))].
+
+%% A process registered as Name (an atom the test makes), for name lookups.
+named(Name) ->
+    Pid = spawn(fun idle/0),
+    true = register(Name, Pid),
+    Pid.
 
 leaker() ->
     receive

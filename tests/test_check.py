@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -58,26 +59,31 @@ def test_evaluate_worst_wins():
 
 def _seed(path, node, binaries, start=1_000_000.0, step=600.0):
     for i, value in enumerate(binaries):
-        history.append(str(path), node, {"binary": value}, now=start + i * step)
+        history.append(str(path), [history.record(node, {"binary": value},
+                                                  start + i * step)])
+
+
+def _load(path, node, need=100):
+    records, _skipped = history.load_tail(str(path), [node], need)
+    return records[node]
 
 
 def test_trend_fires_after_n_consecutive_rises(tmp_path):
     path = tmp_path / "h.jsonl"
     _seed(path, "a@h", [10, 20, 30, 40, 50])
-    records = history.load(str(path), "a@h")
-    assert history.trend(records, 5) is None          # 4 rises so far
+    assert history.trend(_load(path, "a@h"), 5) is None   # 4 rises so far
     _seed(path, "a@h", [60], start=1_000_000 + 5 * 600)
-    fired = history.trend(history.load(str(path), "a@h"), 5)
+    fired = history.trend(_load(path, "a@h"), 5)
     # 50 bytes over 5 * 10 minutes: 60 bytes per hour.
     assert fired["rises"] == 5 and fired["growth_per_hour"] == pytest.approx(60)
-    assert history.trend(history.load(str(path), "a@h"), 6) is None
+    assert history.trend(_load(path, "a@h"), 6) is None
 
 
 def test_trend_needs_every_step_to_rise(tmp_path):
     path = tmp_path / "h.jsonl"
     _seed(path, "a@h", [10, 20, 30, 30, 40, 50, 60])
-    assert history.trend(history.load(str(path), "a@h"), 5) is None
-    assert history.trend(history.load(str(path), "a@h"), 3)["rises"] == 3
+    assert history.trend(_load(path, "a@h"), 5) is None
+    assert history.trend(_load(path, "a@h"), 3)["rises"] == 3
 
 
 def test_history_keeps_nodes_apart_and_survives_junk(tmp_path):
@@ -86,10 +92,60 @@ def test_history_keeps_nodes_apart_and_survives_junk(tmp_path):
     with open(path, "a") as f:
         f.write('{"half a line\n')
     _seed(path, "b@h", [9])
-    assert [r["binary"] for r in history.load(str(path), "a@h")] == [1, 2]
+    assert [r["binary"] for r in _load(path, "a@h")] == [1, 2]
     lines = path.read_text().splitlines()
     assert json.loads(lines[0])["node"] == "a@h" and "time" in json.loads(
         lines[0])
+
+
+def test_a_torn_last_line_does_not_swallow_the_next_record(tmp_path):
+    path = tmp_path / "h.jsonl"
+    _seed(path, "a@h", [1])
+    with open(path, "a") as f:
+        f.write('{"node":"a@h","binary":5,"ep')      # a crash mid-write
+    _seed(path, "a@h", [2], start=1_000_600)
+    records, skipped = history.load_tail(str(path), ["a@h"], 10)
+    assert [r["binary"] for r in records["a@h"]] == [1, 2] and skipped == 1
+
+
+def test_bad_bytes_are_skipped_and_counted(tmp_path):
+    path = tmp_path / "h.jsonl"
+    _seed(path, "a@h", [1, 2])
+    with open(path, "ab") as f:
+        f.write(b'{"node":"a@h","binary":\xff}\n\x00\x01\n[1,2]\n"x"\n')
+    _seed(path, "a@h", [3], start=1_002_000)
+    records, skipped = history.load_tail(str(path), ["a@h"], 10)
+    assert [r["binary"] for r in records["a@h"]] == [1, 2, 3]
+    assert skipped == 4
+
+
+def test_only_the_tail_is_read(tmp_path, monkeypatch):
+    """A history of any size costs the same: the trend reads backwards only
+    as far as it needs."""
+    path = tmp_path / "h.jsonl"
+    line = json.dumps(history.record("old@h", {"binary": 1}, 1.0)) + "\n"
+    with open(path, "w") as f:
+        f.write(line * (40 * 1024 * 1024 // len(line)))  # ~40 MB
+    _seed(path, "a@h", list(range(1, 8)))
+    reads = []
+    real = os.pread
+    monkeypatch.setattr(os, "pread",
+                        lambda fd, n, at: reads.append(n) or real(fd, n, at))
+    records, _ = history.load_tail(str(path), ["a@h"], 6)
+    assert [r["binary"] for r in records["a@h"]] == [2, 3, 4, 5, 6, 7]
+    assert sum(reads) <= history.BLOCK
+    records, _ = history.load_tail(str(path), ["never@h"], 6)
+    assert records["never@h"] == [] and sum(reads) <= \
+        history.BLOCK + history.MAX_TAIL
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "h.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(history.HistoryError, match="FIFO"):
+        history.append(str(fifo), [history.record("a@h", {"binary": 1}, 1)])
+    with pytest.raises(OSError, match="FIFO"):
+        history.load_tail(str(fifo), ["a@h"], 5)
 
 
 # --- textfile ----------------------------------------------------------------
@@ -157,10 +213,31 @@ def test_exit_codes(target):
     assert r.returncode == 2 and r.stdout.startswith("BEAM CRITICAL")
     assert "process_count" in r.stdout
     for bad in (["--warn", "bogus=1"], ["--crit", "binary=80%"],
-                ["--no-such-option"], ["--trend", "3"]):
+                ["--no-such-option"], ["--trend", "3"],
+                ["--warn", "binary_share=150%"],
+                ["--warn", "binary=2GB", "--crit", "binary=1GB"],
+                ["--timeout", "nan"], ["--connect-timeout", "inf"],
+                ["--cookie-file", "/nonexistent/cookie"]):
         r = check(target, *bad)
         assert r.returncode == 3, (bad, r.stdout, r.stderr)
+        # Nagios shows stdout only: the reason must be there, on one line.
+        assert r.stdout.startswith("BEAM UNKNOWN - "), (bad, r.stdout)
+        assert len(r.stdout.strip().splitlines()) == 1, (bad, r.stdout)
         assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("binary=5m", ("binary", 5e6)), ("binary=5MB", ("binary", 5e6)),
+    ("binary=5MiB", ("binary", 5 * 2**20)), ("max_queue=2M", ("max_queue", 2e6)),
+    ("total=1g", ("total", 1e9)), ("binary_share=100%", ("binary_share", 100))])
+def test_one_rule_for_units(spec, expected):
+    assert thresholds.parse(spec) == expected
+
+
+def test_warning_above_critical_is_refused():
+    with pytest.raises(thresholds.ThresholdError, match="above the critical"):
+        thresholds.parse_both(["binary=2GB"], ["binary=1GB"])
+    assert thresholds.parse_both(["binary=1GB"], ["binary=1GB"])
 
 
 def test_unreachable_is_critical(target):
@@ -203,6 +280,54 @@ def test_history_and_trend(target, tmp_path):
     assert row["trend"]["rises"] == 4 and row["trend"]["growth_per_hour"] > 0
     assert any("rose 4 times" in p for p in row["problems"])
     assert len(path.read_text().splitlines()) == 5
+
+
+def _limit_file_size(limit):
+    import resource
+
+    def apply():
+        # Python ignores SIGXFSZ, so a write past the limit is short, then
+        # fails with EFBIG: what a full disk does to an append.
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_a_full_disk_is_reported_without_hiding_the_verdict(target, tmp_path):
+    path = tmp_path / "history.jsonl"
+    # Larger than the textfile, so the limit cuts only the history.
+    _seed(path, target.node, [1] + [0] * 39)
+    size = path.stat().st_size
+    prom = tmp_path / "beam.prom"
+    env = dict(os.environ, HOME=target.home)
+    cmd = [sys.executable, "-m", "beam_probe", "check", target.node,
+           "--history", str(path), "--crit", "process_count=1",
+           "--textfile", str(prom)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                       preexec_fn=_limit_file_size(size + 96))
+    # The thresholds' CRITICAL stands; the torn append is named.
+    assert r.returncode == 2 and r.stdout.startswith("BEAM CRITICAL"), r.stdout
+    assert "history" in r.stdout and "not written" in r.stdout
+    assert "process_count" in r.stdout and prom.exists()
+    # With room again, the next record starts on a line of its own.
+    r = check(target, "--history", str(path), "--format", "json")
+    assert r.returncode == 0, r.stdout
+    records, skipped = history.load_tail(str(path), [target.node], 100)
+    assert len(records[target.node]) == 41 and skipped == 1
+    r = check(target, "--history", str(path))
+    assert r.returncode == 0 and "history" not in r.stdout.split("|")[0]
+
+
+def test_a_damaged_history_never_blinds_the_check(target, tmp_path):
+    path = tmp_path / "history.jsonl"
+    path.write_bytes(b"\xff\xfe not a record\n" + b"\x00" * 100 + b"\n")
+    prom = tmp_path / "beam.prom"
+    r = check(target, "--history", str(path), "--warn", "process_count=1",
+              "--textfile", str(prom), "--format", "json")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    j = json.loads(r.stdout)
+    assert j["history_skipped_lines"] == 2
+    assert "process_count" in j["nodes"][0]["problems"][0]
+    assert f'beam_probe_up{{node="{target.node}"}} 1' in prom.read_text()
 
 
 def test_cluster_two_nodes_and_a_silent_one(nodes, otp):

@@ -5,6 +5,14 @@ memwatch (Node.js) emits its 'leak' event after five consecutive garbage
 collections in which the heap grew; here the sample is one check run and
 the value is binary memory: N consecutive rises (N+1 samples, each above
 the one before) is a WARNING, reported with the growth per hour over them.
+
+The file is appended to by many runs, some at once, for months. So: one
+write() per run (O_APPEND keeps concurrent runs' lines whole), every record
+starts on a line of its own (a run that crashed mid-write, or a full disk,
+leaves a torn last line that must not swallow the next record), a short
+write is reported rather than ignored, lines that cannot be read are
+skipped and counted, and only the tail the trend needs is read, so a file
+of any size costs the same.
 """
 
 from __future__ import annotations
@@ -16,48 +24,100 @@ from typing import Any
 
 DEFAULT_TREND = 5
 
+# Reading backwards from the end, in blocks of this size, up to this much:
+# a cluster of 50 nodes at ~400 bytes a record and a trend of 20 needs
+# ~420 KB; more is never read however large the file grows.
+BLOCK = 64 * 1024
+MAX_TAIL = 8 * 1024 * 1024
 
-def append(path: str, node: str, values: dict[str, Any],
-           now: float | None = None) -> dict[str, Any]:
-    """Append one record; one write() of one line, so concurrent runs
-    appending to the same file do not interleave within a line."""
-    now = time.time() if now is None else now
-    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
-              "epoch": round(now, 3), "node": node, **values}
-    line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+class HistoryError(Exception):
+    """The history file could not be written; str() says why."""
+
+
+def record(node: str, values: dict[str, Any], now: float) -> dict[str, Any]:
+    return {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+            "epoch": round(now, 3), "node": node, **values}
+
+
+def append(path: str, records: list[dict[str, Any]]) -> None:
+    """Append ``records``, one line each, in one write. Raises HistoryError
+    when the file cannot be opened or the write is short (a full disk)."""
+    from ..files import error_text, open_regular
+
+    data = "".join(json.dumps(r, separators=(",", ":")) + "\n"
+                   for r in records).encode()
     try:
-        os.write(fd, line)
+        fd, info = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    except OSError as exc:
+        raise HistoryError(error_text(exc)) from None
+    try:
+        if info.st_size and os.pread(fd, 1, info.st_size - 1) != b"\n":
+            # A torn last line (a crash or a full disk mid-write): start on
+            # a line of our own, or our record would be glued to it and lost.
+            data = b"\n" + data
+        written = os.write(fd, data)
+        if written != len(data):
+            raise HistoryError(f"only {written} of {len(data)} bytes were "
+                               "written (is the disk full?)")
+    except OSError as exc:
+        raise HistoryError(error_text(exc)) from None
     finally:
         os.close(fd)
-    return record
 
 
-def load_all(path: str) -> dict[str, list[dict[str, Any]]]:
-    """Every node's records, oldest first, read in one pass (a --cluster run
-    needs them all); unreadable lines are skipped (a crash mid-write must
-    not stop every later check)."""
-    by_node: dict[str, list[dict[str, Any]]] = {}
+def load_tail(path: str, nodes: list[str], need: int
+              ) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """The last ``need`` readable records of each of ``nodes``, oldest
+    first, and how many lines could not be read. Reads backwards from the
+    end of the file, at most MAX_TAIL bytes. A missing file is empty."""
+    from ..files import open_regular
+
+    wanted = set(nodes)
+    by_node: dict[str, list[dict[str, Any]]] = {node: [] for node in nodes}
+    skipped = 0
     try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict) \
-                        and isinstance(record.get("node"), str) \
-                        and isinstance(record.get("binary"), (int, float)) \
-                        and isinstance(record.get("epoch"), (int, float)):
-                    by_node.setdefault(record["node"], []).append(record)
+        fd, info = open_regular(path)
     except FileNotFoundError:
-        pass
-    return by_node
+        return by_node, 0
+    try:
+        end = info.st_size
+        carry = b""
+        while end > 0 and info.st_size - end < MAX_TAIL and any(
+                len(by_node[n]) < need for n in wanted):
+            start = max(0, end - BLOCK)
+            block = os.pread(fd, end - start, start) + carry
+            end = start
+            lines = block.split(b"\n")
+            # The first piece may be the end of a line that starts in an
+            # earlier block: keep it for the next round.
+            carry = lines.pop(0) if start > 0 else b""
+            for raw in reversed(lines):
+                if not raw.strip():
+                    continue
+                item = _parse(raw)
+                if item is None:
+                    skipped += 1
+                elif item["node"] in wanted and len(by_node[item["node"]]) \
+                        < need:
+                    by_node[item["node"]].append(item)
+    finally:
+        os.close(fd)
+    return {node: items[::-1] for node, items in by_node.items()}, skipped
 
 
-def load(path: str, node: str) -> list[dict[str, Any]]:
-    """This node's records, oldest first."""
-    return load_all(path).get(node, [])
+def _parse(raw: bytes) -> dict[str, Any] | None:
+    """One record, or None for a line that is not one of ours."""
+    try:
+        item = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if isinstance(item, dict) and isinstance(item.get("node"), str) \
+            and isinstance(item.get("binary"), (int, float)) \
+            and isinstance(item.get("epoch"), (int, float)) \
+            and isinstance(item.get("time"), str):
+        return item
+    return None
 
 
 def trend(records: list[dict[str, Any]], rises: int) -> dict[str, Any] | None:

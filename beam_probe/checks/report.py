@@ -10,6 +10,8 @@ from typing import Any
 from .thresholds import (BYTES, CRITICAL, KEYS, OK, PERCENT, STATUS_NAMES,
                          WARNING, evaluate, show)
 
+_STATUS_CODES = {name: code for code, name in STATUS_NAMES.items()}
+
 
 def judge(measured: list[dict[str, Any]], warn: dict[str, float],
           crit: dict[str, float],
@@ -34,6 +36,21 @@ def judge(measured: list[dict[str, Any]], warn: dict[str, float],
     return {"status": STATUS_NAMES[worst], "exit_code": worst,
             "nodes": [dict(row, status=STATUS_NAMES[row["status"]])
                       for row in rows]}
+
+
+def with_problems(report: dict[str, Any], problems: list[str],
+                  status: int) -> dict[str, Any]:
+    """The report with problems of our own (a history file or textfile
+    that could not be written) added to every node's, each node at least
+    ``status``: the thresholds' verdict stays, nothing hides it."""
+    nodes = []
+    for row in report["nodes"]:
+        code = max(_STATUS_CODES[row["status"]], status)
+        nodes.append(dict(row, status=STATUS_NAMES[code],
+                          problems=row["problems"] + problems))
+    worst = max(_STATUS_CODES[row["status"]] for row in nodes)
+    return dict(report, status=STATUS_NAMES[worst], exit_code=worst,
+                nodes=nodes)
 
 
 def _trend_text(fired: dict[str, Any]) -> str:
@@ -101,9 +118,6 @@ def nagios(report: dict[str, Any], warn: dict[str, float],
                                               if "values" in row else []))
         lines.append(f"{row['node']} {row['status']}: {detail}")
     return "\n".join(lines)
-
-
-_STATUS_CODES = {name: code for code, name in STATUS_NAMES.items()}
 
 # (metric name, help, value key or None for memory by type)
 _METRICS = (

@@ -2,67 +2,109 @@
 
 Plugin rules: every outcome is printed on stdout in the chosen format with
 its status, and the exit code is the status: 0 OK, 1 WARNING, 2 CRITICAL,
-3 UNKNOWN. Bad thresholds are UNKNOWN; a node that cannot be reached is
-CRITICAL (and, with --textfile, beam_probe_up 0 is still written, so an
-alert can fire on it).
+3 UNKNOWN. Bad thresholds and problems on our side (no usable cookie) are
+UNKNOWN; a node that cannot be reached is CRITICAL (and, with --textfile,
+beam_probe_up 0 is still written, so an alert can fire on it). A history
+file or textfile that cannot be written never hides the thresholds'
+verdict: it is one more problem, and the status at least WARNING.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import ProbeError, UsageError
+from ..errors import NoCookie, ProbeError, UsageError
 from ..render import to_json
 from . import history as hist
 from . import report as rep
-from .thresholds import UNKNOWN, ThresholdError, parse_all
+from .thresholds import UNKNOWN, WARNING, ThresholdError, parse_both
 
 
-def run_check(attach: Callable[[], Any], node_arg: str | None,
-              warn_specs: tuple[str, ...], crit_specs: tuple[str, ...],
-              fmt: str, textfile: str | None, history: str | None,
-              trend: int | None, cluster: bool, jobs: int,
-              timeout: float) -> tuple[int, str]:
+@dataclass(frozen=True)
+class CheckRequest:
+    """Everything a check run was asked, as the command line gave it."""
+
+    node: str | None = None
+    warn: tuple[str, ...] = ()
+    crit: tuple[str, ...] = ()
+    fmt: str = "nagios"
+    textfile: str | None = None
+    history: str | None = None
+    trend: int | None = None
+    cluster: bool = False
+    jobs: int = 0
+    timeout: float = 15.0
+
+
+@dataclass
+class _Notes:
+    """What went wrong on our side of a run that still has a verdict."""
+
+    problems: list[str] = field(default_factory=list)
+    history_skipped: int = 0
+
+
+def run_check(attach: Callable[[], Any], request: CheckRequest
+              ) -> tuple[int, str]:
+    """The exit code and the text to print for one check run."""
     try:
-        warn, crit = parse_all(warn_specs), parse_all(crit_specs)
+        warn, crit = parse_both(request.warn, request.crit)
     except ThresholdError as exc:
-        return UNKNOWN, _unknown(fmt, str(exc))
+        return UNKNOWN, _unknown(request.fmt, str(exc))
     try:
-        measured = _measure(attach, cluster, jobs, timeout)
-    except UsageError as exc:
-        return UNKNOWN, _unknown(fmt, str(exc))
+        measured = _measure(attach, request.cluster, request.jobs,
+                            request.timeout)
+    except (UsageError, NoCookie) as exc:
+        return UNKNOWN, _unknown(request.fmt, f"{exc.label}: {exc}")
     except ProbeError as exc:
         # Unreachable, refused, cookie rejected, timed out: CRITICAL.
-        measured = [{"node": node_arg or "(node)",
+        measured = [{"node": request.node or "(node)",
                      "error": f"{exc.label}: {exc}"}]
-    trends: dict[str, Any] = {}
-    if history:
-        try:
-            answered = [item for item in measured if "values" in item]
-            for item in answered:
-                hist.append(history, item["node"], item["values"])
-            records = hist.load_all(history)
-            for item in answered:
-                trends[item["node"]] = hist.trend(
-                    records.get(item["node"], []),
-                    trend or hist.DEFAULT_TREND)
-        except OSError as exc:
-            return UNKNOWN, _unknown(fmt, f"history file {history}: "
-                                          f"{exc.strerror or exc}")
+    notes = _Notes()
+    trends = _history(request, measured, notes) if request.history else {}
     result = rep.judge(measured, warn, crit, trends)
-    if textfile:
+    if request.textfile:
         try:
-            rep.write_atomically(textfile, rep.prometheus(result))
+            rep.write_atomically(request.textfile, rep.prometheus(result))
         except OSError as exc:
-            return UNKNOWN, _unknown(fmt, f"textfile {textfile}: "
-                                          f"{exc.strerror or exc}")
-    if fmt == "json":
+            notes.problems.append(f"textfile {request.textfile} not written: "
+                                  f"{exc.strerror or exc}")
+    if notes.problems:
+        result = rep.with_problems(result, notes.problems, WARNING)
+    if request.history:
+        result["history_skipped_lines"] = notes.history_skipped
+    if request.fmt == "json":
         text = to_json(result)
-    elif fmt == "prometheus":
+    elif request.fmt == "prometheus":
         text = rep.prometheus(result).rstrip("\n")
     else:
         text = rep.nagios(result, warn, crit)
     return result["exit_code"], text
+
+
+def _history(request: CheckRequest, measured: list[dict[str, Any]],
+             notes: _Notes) -> dict[str, Any]:
+    """Append this run's records and apply the trend rule; problems go to
+    ``notes``, never out as an exception."""
+    answered = [item for item in measured if "values" in item]
+    now = time.time()
+    try:
+        hist.append(request.history, [hist.record(item["node"],
+                                                  item["values"], now)
+                                      for item in answered])
+    except hist.HistoryError as exc:
+        notes.problems.append(f"history {request.history} not written: {exc}")
+    rises = request.trend or hist.DEFAULT_TREND
+    try:
+        records, notes.history_skipped = hist.load_tail(
+            request.history, [item["node"] for item in answered], rises + 1)
+    except OSError as exc:
+        notes.problems.append(f"history {request.history} not read: "
+                              f"{exc.strerror or exc}")
+        return {}
+    return {node: hist.trend(items, rises) for node, items in records.items()}
 
 
 def _measure(attach: Callable[[], Any], cluster: bool, jobs: int,
@@ -82,4 +124,4 @@ def _unknown(fmt: str, why: str) -> str:
     return f"BEAM UNKNOWN - {why}"
 
 
-__all__ = ["run_check"]
+__all__ = ["CheckRequest", "run_check"]

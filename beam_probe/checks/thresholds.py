@@ -3,9 +3,10 @@ status a set of values earns.
 
 A threshold is an upper bound: a value at or above it raises the status
 (the usual reading for memory, counts and shares; Nagios range syntax is
-not supported). Byte units are decimal (KB = 1000 bytes) or binary
-(KiB = 1024 bytes), as written; MB and MiB are both accepted because both
-are what people type.
+not supported). One rule for units, bytes and counts alike: a bare k, M,
+G, T or KB, MB, GB, TB is a power of 1000; KiB, MiB, GiB, TiB a power of
+1024 (case does not matter). A percentage is at most 100, and a warning
+threshold may not be above its critical one.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ KEYS: dict[str, str] = {
     "top_binary_memory": BYTES, "max_queue": COUNT, "atom_use": PERCENT,
 }
 
-_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
-               "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
-               "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30}
-_COUNT_UNITS = {"": 1, "k": 10**3, "m": 10**6}
+_COUNT_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BYTE_UNITS = {**_COUNT_UNITS, "b": 1, "kb": 10**3, "mb": 10**6,
+               "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20,
+               "gib": 2**30, "tib": 2**40}
 _VALUE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z%]*)\s*")
 
 
@@ -55,6 +56,9 @@ def parse(spec: str) -> tuple[str, float]:
         if unit not in ("", "%"):
             raise ThresholdError(f"{key} is a percentage (e.g. 80%), "
                                  f"not {text!r}")
+        if number > 100:
+            raise ThresholdError(f"{key} is a percentage: {text.strip()} "
+                                 "can never be reached")
         return key, number
     table = _BYTE_UNITS if kind == BYTES else _COUNT_UNITS
     if unit not in table:
@@ -66,6 +70,20 @@ def parse(spec: str) -> tuple[str, float]:
 
 def parse_all(specs: tuple[str, ...] | list[str]) -> dict[str, float]:
     return dict(parse(spec) for spec in specs)
+
+
+def parse_both(warn_specs: tuple[str, ...] | list[str],
+               crit_specs: tuple[str, ...] | list[str]
+               ) -> tuple[dict[str, float], dict[str, float]]:
+    """Warning and critical thresholds; a warning above its critical
+    threshold could never be seen, so it is refused."""
+    warn, crit = parse_all(warn_specs), parse_all(crit_specs)
+    for key in warn.keys() & crit.keys():
+        if warn[key] > crit[key]:
+            raise ThresholdError(
+                f"{key}: the warning threshold {show(key, warn[key])} is "
+                f"above the critical one {show(key, crit[key])}")
+    return warn, crit
 
 
 def evaluate(values: dict[str, Any], warn: dict[str, float],

@@ -6,6 +6,7 @@ Layouts from erl_dist_protocol, "EPMD Protocol". Requests are framed by a
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import time
@@ -14,6 +15,14 @@ from ..errors import (ConnectFailed, HostUnknown, NodeNotFound, ProtocolError,
                       TimedOut)
 
 EPMD_PORT = 4369
+
+
+def epmd_port() -> int:
+    """EPMD's port: ERL_EPMD_PORT when set, as erl itself reads it."""
+    try:
+        return int(os.environ.get("ERL_EPMD_PORT") or EPMD_PORT)
+    except ValueError:
+        return EPMD_PORT
 PORT_PLEASE2_REQ = 122
 PORT2_RESP = 119
 NAMES_REQ = 110
@@ -69,21 +78,21 @@ def _exchange(host: str, request: bytes, deadline: float,
             raise socket.timeout
         return left
 
+    port = epmd_port()
     try:
-        sock = socket.create_connection((host, EPMD_PORT),
-                                        timeout=remaining())
+        sock = socket.create_connection((host, port), timeout=remaining())
     except socket.gaierror:
         raise HostUnknown(f"host {host!r} is unknown (DNS lookup failed)") \
             from None
     except socket.timeout:
         raise TimedOut(f"timed out connecting to EPMD on {host}:"
-                       f"{EPMD_PORT}") from None
+                       f"{port}") from None
     except ConnectionRefusedError:
-        raise ConnectFailed(f"no EPMD on {host}:{EPMD_PORT} (connection "
+        raise ConnectFailed(f"no EPMD on {host}:{port} (connection "
                             "refused): is an Erlang node running there? For "
                             "a node without EPMD, give --dist-port") from None
     except OSError as exc:
-        raise ConnectFailed(f"cannot reach EPMD on {host}:{EPMD_PORT}: "
+        raise ConnectFailed(f"cannot reach EPMD on {host}:{port}: "
                             f"{exc.strerror or exc}") from None
     with sock:
         try:

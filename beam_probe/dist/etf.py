@@ -62,10 +62,10 @@ MAX_UNCOMPRESSED = 16 * 1024 * 1024
 # Items (list and tuple elements, map keys and values) one decode may
 # create. Bytes on the wire do not bound Python's memory: a one-element
 # tuple nested in a one-element tuple costs 2 bytes on the wire and 56 in
-# Python, so a 16 MiB frame of them would take ~450 MB. 2M items is at most
-# ~130 MB whatever their shape, and ten times what any reply of ours holds
+# Python, so a 16 MiB frame of them would take ~450 MB. 1M items is at most
+# ~60 MB whatever their shape, and six times what any reply of ours holds
 # (a 10,000-row table is ~150,000 items).
-MAX_ITEMS = 2_000_000
+MAX_ITEMS = 1_000_000
 
 # Interning atoms saves both the decode and the memory for the same few
 # hundred atoms repeated across a large reply. The cap bounds what a peer

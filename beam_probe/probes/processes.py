@@ -44,10 +44,11 @@ def _quiet(_message: str) -> None:
 
 
 def check_n(n: int) -> None:
-    if not 1 <= n <= MAX_N:
-        raise UsageError(f"N must be between 1 and {MAX_N}, not {n}"
-                         + ("; proc-count --all lists every process"
-                            if n > MAX_N else ""))
+    if n < 1:
+        raise UsageError(f"N must be at least 1, not {n}")
+    if n > MAX_N:
+        raise UsageError(f"N must be at most {MAX_N}, not {n} (proc-count "
+                         "--all lists every process)")
 
 
 def check_jobs(jobs: int) -> None:
@@ -155,8 +156,13 @@ def proc_count_all(remote: Remote, attribute: str,
                            ALL_CHUNK, int(remote.timeout * 1000), jobs,
                            Local("pmap"), Local("values"), Local("describe"),
                            Local("others"))
-    reply = yield from (rows(chunk, "value") for chunk in stream)
-    return {"scanned": reply["scanned"], "sent": reply["sent"]}
+    while True:
+        try:
+            chunk = next(stream)
+        except StopIteration as end:
+            return {"scanned": end.value["scanned"],
+                    "sent": end.value["sent"]}
+        yield rows(chunk, "value")
 
 
 # The window is spent on the node, inside the call: allow it on top of the
