@@ -253,3 +253,69 @@ def test_check_over_tls_and_its_plugin_codes(tls_node, pki):
                        pki["ca.pem"], node=tls_node)
     assert unusable.returncode == 3, unusable
     assert unusable.stdout.startswith("BEAM UNKNOWN"), unusable
+
+
+class _DrippingTlsNode:
+    """Completes TLS as a node would, then sends the first handshake
+    message in one TLS record whose bytes leave one at a time, 0.8 s
+    apart: each raw read then holds part of a record and no plaintext."""
+
+    def __init__(self, pki: dict[str, str]) -> None:
+        import socket
+        import ssl
+        import threading
+
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(pki["node.pem"], pki["node.key"])
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen()
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import ssl
+        import time
+
+        try:
+            conn, _ = self.server.accept()
+        except OSError:
+            return
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = self.context.wrap_bio(incoming, outgoing, server_side=True)
+        try:
+            with conn:
+                while True:
+                    try:
+                        tls.do_handshake()
+                        break
+                    except ssl.SSLWantReadError:
+                        conn.sendall(outgoing.read())
+                        incoming.write(conn.recv(65536))
+                conn.sendall(outgoing.read())
+                tls.write(b"\x00\x00\x00\x03sok")
+                for byte in outgoing.read():
+                    conn.sendall(bytes([byte]))
+                    time.sleep(0.8)
+        except (OSError, ssl.SSLError):
+            pass
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_a_record_dripped_over_tls_cannot_stretch_the_deadline(pki):
+    import time
+
+    peer = _DrippingTlsNode(pki)
+    started = time.monotonic()
+    try:
+        result = run_cli("ping", "x@127.0.0.1", "--dist-port", str(peer.port),
+                         "--tls", "--cacertfile", pki["ca.pem"],
+                         "--tls-server-name", "localhost",
+                         "--connect-timeout", "2",
+                         env={"BEAM_PROBE_COOKIE": "c"})
+    finally:
+        peer.close()
+    assert result.returncode == 6, result.stderr
+    assert time.monotonic() - started < 5
