@@ -1,0 +1,104 @@
+"""Every command's --format json, key by key and in order, with the type of
+each value: what scripts read must not change when the code behind it
+does. Written from the output of the code before the seams were redrawn
+(issue 11), and kept since."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_cli
+
+S, I, F, B = "str", "int", "float", "bool"
+S_OR_NULL = (S, "null")
+# A mapping the node defines (process_info's garbage_collection item gains
+# keys from release to release): any object.
+NODES_OWN = "object"
+
+MEMORY = {k: I for k in ("total", "processes", "processes_used", "system",
+                         "atom", "atom_used", "binary", "code", "ets")}
+
+
+def row(number: str) -> dict:
+    return {"pid": S, number: I, "name": S_OR_NULL,
+            "current_function": S_OR_NULL, "initial_call": S_OR_NULL,
+            "exited": B}
+
+
+SHAPES = {
+    "ping": (["ping"], {"node": S, "otp_release": S, "erts_version": S,
+                        "rtt_ms": F}),
+    "memory": (["memory"], {"node": S, "memory": MEMORY}),
+    "proc-count": (["proc-count", "memory", "2"], {
+        "node": S, "attribute": S, "scanned": I,
+        "processes": [row("value")]}),
+    "bin-leak": (["bin-leak", "2"], {
+        "node": S, "scanned": I, "holders": I, "collected": I,
+        "memory_before": MEMORY, "memory_after": MEMORY,
+        "processes": [row("delta")]}),
+    "bin-leak --dry-run": (["bin-leak", "2", "--dry-run"], {
+        "node": S, "scanned": I, "holders": I, "collected": I,
+        "memory_before": MEMORY, "memory_after": MEMORY,
+        "processes": [], "dry_run": B, "would_collect": I}),
+    "proc-window": (["proc-window", "memory", "2", "100"], {
+        "node": S, "attribute": S, "window_ms": I, "scanned_first": I,
+        "scanned_last": I, "processes": [row("delta")], "born_count": I,
+        "born": [row("value")], "dead_count": I,
+        "dead": [{"pid": S, "value": I}]}),
+    "proc-info": (["proc-info", "code_server"], {
+        "node": S, "pid": S,
+        "meta": {"registered_name": S_OR_NULL, "group_leader": S,
+                 "status": S},
+        "signals": {"links": [S], "monitors": [S], "monitored_by": [S],
+                    "trap_exit": B},
+        "location": {"initial_call": S_OR_NULL, "current_stacktrace": [S]},
+        "memory_used": {
+            "memory": I, "message_queue_len": I, "heap_size": I,
+            "total_heap_size": I,
+            "garbage_collection": NODES_OWN,
+            "binary_count": I, "binary_memory": I},
+        "work": {"reductions": I}}),
+    "check": (["check"], {
+        "status": S, "exit_code": I,
+        "nodes": [{"node": S,
+                   "values": {"total": I, "processes": I, "binary": I,
+                              "ets": I, "atom": I, "binary_share": F,
+                              "process_count": I, "top_binary_memory": I,
+                              "max_queue": I, "atom_use": F},
+                   "status": S, "problems": [S]}]}),
+}
+
+_TYPES = {str: S, int: I, float: F, bool: B, type(None): "null"}
+
+
+def conforms(value, shape, where="$"):
+    """Raise AssertionError naming the first place ``value`` departs from
+    ``shape``: dict keys in order, list elements each, scalar types."""
+    if isinstance(shape, dict):
+        assert isinstance(value, dict), where
+        assert list(value) == list(shape), (where, list(value), list(shape))
+        for key, sub in shape.items():
+            conforms(value[key], sub, f"{where}.{key}")
+    elif isinstance(shape, list):
+        assert isinstance(value, list), where
+        for i, item in enumerate(value):
+            conforms(item, shape[0], f"{where}[{i}]")
+    elif shape == NODES_OWN:
+        assert isinstance(value, dict), where
+    else:
+        allowed = shape if isinstance(shape, tuple) else (shape,)
+        kind = _TYPES[type(value)]
+        # A whole number of milliseconds may print without a fraction.
+        assert kind in allowed or (kind == I and F in allowed), \
+            (where, value, allowed)
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_json_is_unchanged(target, name):
+    args, shape = SHAPES[name]
+    r = run_cli(args[0], target.node, *args[1:], "--format", "json",
+                node=target)
+    assert r.returncode == 0, r.stderr
+    conforms(json.loads(r.stdout), shape)
