@@ -1,83 +1,21 @@
 """The errors beam-probe reports, each with its exit code.
 
 The CLI prints ``str(error)`` as one line and exits with ``error.exit_code``;
-the README's exit code table is generated from the same numbers.
+the README's exit code table is checked against EXIT_CODES. The errors of
+the distribution layer are defined in erldist.errors and re-exported here.
 """
 
 from __future__ import annotations
 
-
-class ProbeError(Exception):
-    """Base of every error meant for the operator rather than a traceback."""
-
-    exit_code = 1
-    label = "error"
-
-
-class CookieError(ProbeError):
-    """No usable cookie, an unsafe cookie file, or the node rejected it."""
-
-    exit_code = 3
-    label = "cookie"
+from .erldist.errors import (ConnectFailed, ConnectionLost, CookieError,
+                             HostUnknown, NodeNotFound, ProbeError,
+                             ProtocolError, RemoteError, TimedOut,
+                             TlsConfigError, TlsError, UsageError)
 
 
 class NoCookie(CookieError):
     """No usable cookie on our side: none found, or a cookie file that is
     unsafe, unreadable or malformed (not the node's doing)."""
-
-
-class NodeNotFound(ProbeError):
-    """The node name is not registered with EPMD on its host."""
-
-    exit_code = 4
-    label = "node not found"
-
-
-class HostUnknown(NodeNotFound):
-    """The host name does not resolve."""
-
-    label = "host unknown"
-
-
-class ConnectFailed(ProbeError):
-    """The host or port is unreachable, refused us, or refused the handshake."""
-
-    exit_code = 5
-    label = "cannot connect"
-
-
-class TlsError(ConnectFailed):
-    """TLS distribution could not be set up with the node."""
-
-    label = "TLS"
-
-
-class TimedOut(ProbeError):
-    """No answer within --timeout."""
-
-    exit_code = 6
-    label = "timed out"
-
-
-class ConnectionLost(ProbeError):
-    """The connection closed while a call was waiting for its answer."""
-
-    exit_code = 7
-    label = "connection lost"
-
-
-class ProtocolError(ProbeError):
-    """The peer sent something that is not valid Erlang distribution."""
-
-    exit_code = 8
-    label = "protocol error"
-
-
-class RemoteError(ProbeError):
-    """The call reached the node but failed there (badrpc, an exception)."""
-
-    exit_code = 9
-    label = "remote call failed"
 
 
 class NoSuchProcess(ProbeError):
@@ -92,19 +30,6 @@ class OutputFailed(ProbeError):
 
     exit_code = 11
     label = "output"
-
-
-class UsageError(ProbeError):
-    """Arguments that make no sense (click's own usage errors also exit 2)."""
-
-    exit_code = 2
-    label = "usage"
-
-
-class TlsConfigError(UsageError):
-    """A TLS option or -ssl_dist_optfile that cannot be used."""
-
-    label = "TLS settings"
 
 
 EXIT_CODES = [
@@ -135,3 +60,10 @@ EXIT_CODES = [
 class Terminated(BaseException):
     """SIGTERM arrived: stop as Ctrl-C stops (a BaseException, so that no
     ``except Exception`` on the way swallows it)."""
+
+
+__all__ = ["ConnectFailed", "ConnectionLost", "CookieError", "EXIT_CODES",
+           "HostUnknown", "NoCookie", "NoSuchProcess", "NodeNotFound",
+           "OutputFailed", "ProbeError", "ProtocolError", "RemoteError",
+           "Terminated", "TimedOut", "TlsConfigError", "TlsError",
+           "UsageError"]

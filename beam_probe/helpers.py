@@ -27,8 +27,8 @@ except ImportError:
     except ImportError:  # pragma: no cover - other interpreters
         from hashlib import sha256
 
-from .dist import etf
-from .dist.terms import Atom, ExportFun
+from .erldist import etf
+from .erldist.terms import Atom, ExportFun
 from .errors import RemoteError
 
 _HERE = os.path.dirname(os.path.abspath(__file__))

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import time
 
-from .dist import epmd
+from .erldist import epmd
 from .errors import ProbeError
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator
 
-from .dist.connection import (MESSAGE, Connection, ReplyLimits,
+from .erldist.connection import (MESSAGE, Connection, ReplyLimits,
                               connect)
-from .dist.terms import Atom, Pid
+from .erldist.terms import Atom, Pid
 from .errors import RemoteError, TimedOut
 from .helpers import HelperForms, Local, Var, work_fun
 

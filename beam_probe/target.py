@@ -19,9 +19,12 @@ from __future__ import annotations
 import os
 import socket
 import stat
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from .errors import NoCookie, UsageError
+from .errors import NoCookie, TlsConfigError, UsageError
+
+if TYPE_CHECKING:  # ssl is loaded only when TLS is asked for
+    from .erldist.tls import TlsSettings
 
 NODE_ENV = ("BEAM_PROBE_NODE", "RELEASE_NODE")
 COOKIE_ENV = ("BEAM_PROBE_COOKIE", "RELEASE_COOKIE")
@@ -149,8 +152,6 @@ def resolve_tls(tls: bool, optfile: str | None = None, *,
         if given:
             raise UsageError(f"{given[0]} and --ssl-dist-optfile both name "
                              "certificates: give one or the other")
-        from .dist.tls import settings_from_optfile
-
         settings = settings_from_optfile(optfile)
         if server_name:
             from dataclasses import replace
@@ -162,7 +163,95 @@ def resolve_tls(tls: bool, optfile: str | None = None, *,
             raise UsageError(f"{(given or ['--tls-server-name'])[0]} is for "
                              "TLS distribution: add --tls")
         return None
-    from .dist.tls import TlsSettings
+    from .erldist.tls import TlsSettings
 
     return TlsSettings(certfile=certfile, keyfile=keyfile,
                        cacertfile=cacertfile, server_name=server_name)
+
+
+# -ssl_dist_optfile: the node's own file, whose {client, Opts} part holds
+# what a node uses to connect to its peers: exactly our position. The ssl
+# options of that part that we apply are read here; the others (ciphers,
+# depth, reuse_sessions, verify_fun, ...) tune or extend OTP's ssl and have
+# no faithful equivalent, so they are ignored. An optfile is a few KB.
+MAX_OPTFILE = 1 << 20
+
+def settings_from_optfile(path: str) -> "TlsSettings":
+    """The ``{client, Opts}`` part of a node's ``-ssl_dist_optfile``."""
+    from .erldist.consult import ConsultError, parse_terms
+    from .files import error_text, read_regular
+
+    source = f"--ssl-dist-optfile {path}"
+    try:
+        data, _info = read_regular(path, MAX_OPTFILE)
+        text = data.decode("utf-8")
+    except OSError as exc:
+        raise TlsConfigError(f"cannot read {path}: {error_text(exc)}") \
+            from None
+    except UnicodeDecodeError:
+        raise TlsConfigError(f"{path} is not UTF-8 text") from None
+    except ValueError as exc:
+        raise TlsConfigError(str(exc)) from None
+    try:
+        terms = parse_terms(text)
+    except ConsultError as exc:
+        raise TlsConfigError(f"{path}: {exc}") from None
+    if len(terms) != 1 or not isinstance(terms[0], list):
+        raise TlsConfigError(f"{path} must hold one term, "
+                             "[{server, [...]}, {client, [...]}].")
+    client = None
+    for entry in terms[0]:
+        if isinstance(entry, tuple) and len(entry) == 2 and \
+                entry[0] == "client" and isinstance(entry[1], list):
+            client = entry[1]
+    if client is None:
+        raise TlsConfigError(f"{path} has no {{client, [...]}} options: "
+                             "those are the ones a node connects with")
+    return _client_settings(client, source, path)
+
+
+def _client_settings(options: list, source: str, path: str
+                     ) -> "TlsSettings":
+    from .erldist.terms import Atom
+    from .erldist.tls import VERSIONS, TlsSettings
+
+    found: dict[str, Any] = {}
+    for option in options:
+        if not (isinstance(option, tuple) and len(option) == 2
+                and isinstance(option[0], Atom)):
+            continue  # bare atoms and the like tune OTP's ssl only
+        key, value = str(option[0]), option[1]
+        if key in ("cert", "key", "cacerts", "certs_keys"):
+            raise TlsConfigError(f"{path}: option {key} (keys or certificates "
+                                 "written into the file) is not supported; "
+                                 "use certfile, keyfile and cacertfile")
+        found[key] = value
+
+    def text(key: str) -> str | None:
+        value = found.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        if not isinstance(value, str) or isinstance(value, Atom):
+            raise TlsConfigError(f"{path}: {key} must be a string")
+        return value
+
+    verify = found.get("verify", "verify_peer")
+    if verify not in ("verify_peer", "verify_none"):
+        raise TlsConfigError(f"{path}: verify must be verify_peer or "
+                             f"verify_none, not {verify}")
+    sni = found.get("server_name_indication")
+    versions = found.get("versions", [])
+    if not isinstance(versions, list) or any(
+            str(v) not in VERSIONS for v in versions):
+        raise TlsConfigError(f"{path}: versions may name only "
+                             f"{', '.join(sorted(VERSIONS))}")
+    return TlsSettings(
+        certfile=text("certfile"), keyfile=text("keyfile"),
+        cacertfile=text("cacertfile"), password=text("password"),
+        verify=verify == "verify_peer",
+        check_hostname=sni != "disable",
+        server_name=sni if isinstance(sni, str) and sni != "disable"
+        and not isinstance(sni, Atom) else None,
+        versions=tuple(str(v) for v in versions), source=source)

@@ -11,7 +11,7 @@ import sys
 import erlang as erlang_py
 from benchlib import median_seconds, report, start_node
 
-from beam_probe.dist import etf
+from beam_probe.erldist import etf
 from beam_probe.remote import ReplyLimits, attach
 
 SIZE = 20 * 1024 * 1024

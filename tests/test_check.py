@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from beam_probe.checks import history, report, thresholds
-from beam_probe.dist.terms import Atom
+from beam_probe.erldist.terms import Atom
 from beam_probe.remote import attach
 from conftest import REPO, run_cli
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from beam_probe.dist import epmd
-from beam_probe.dist.connection import NAME_POOL, connect
-from beam_probe.dist.terms import Atom
+from beam_probe.erldist import epmd
+from beam_probe.erldist.connection import NAME_POOL, connect
+from beam_probe.erldist.terms import Atom
 from beam_probe.errors import (ConnectFailed, ConnectionLost, CookieError,
                                NodeNotFound, RemoteError, TimedOut)
 from beam_probe.remote import attach

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_probe.dist import etf
-from beam_probe.dist.terms import (Atom, BitString, ExportFun, Fun,
+from beam_probe.erldist import etf
+from beam_probe.erldist.terms import (Atom, BitString, ExportFun, Fun,
                                    ImproperList, Pid, Port, Reference,
                                    format_term)
 

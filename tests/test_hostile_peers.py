@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from beam_probe.dist import handshake
+from beam_probe.erldist import handshake
 from conftest import run_measured
 
 COOKIE = b"hostile-test-cookie"
@@ -189,7 +189,7 @@ def test_hostile_peer_gets_one_line(kind):
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from beam_probe.dist import etf  # noqa: E402
+from beam_probe.erldist import etf  # noqa: E402
 
 
 @settings(max_examples=400, deadline=None)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from beam_probe.dist.terms import Atom
+from beam_probe.erldist.terms import Atom
 from beam_probe.errors import RemoteError
 from beam_probe.probes import processes
 from beam_probe.remote import attach

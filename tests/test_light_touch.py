@@ -8,7 +8,7 @@ import json
 import os
 import re
 
-from beam_probe.dist.terms import Atom
+from beam_probe.erldist.terms import Atom
 from conftest import REPO, run_cli
 
 COMMANDS = (["ping"], ["memory"], ["bin-leak", "3"], ["bin-leak", "3",

@@ -6,13 +6,13 @@ import struct
 
 import pytest
 
-from beam_probe.dist import epmd, frames
-from beam_probe.dist.handshake import (OUR_FLAGS, REQUIRED_PEER_FLAGS,
+from beam_probe.erldist import epmd, frames
+from beam_probe.erldist.handshake import (OUR_FLAGS, REQUIRED_PEER_FLAGS,
                                        ClientHandshake, CookieRejected,
                                        HandshakeError, NameBusy, NotAllowed,
                                        State, TlsRequired, WrongNode, digest,
                                        frame16, frame32, same_node)
-from beam_probe.dist.terms import Atom, Pid
+from beam_probe.erldist.terms import Atom, Pid
 from beam_probe.errors import ProtocolError
 
 COOKIE = b"secret"

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from beam_probe.dist.connection import NAME_POOL
-from beam_probe.dist.terms import Atom, ExportFun, integers
+from beam_probe.erldist.connection import NAME_POOL
+from beam_probe.erldist.terms import Atom, ExportFun, integers
 from beam_probe.errors import TimedOut
 from beam_probe.probes import processes
 from beam_probe.remote import attach
@@ -378,7 +378,7 @@ def _forged_health(remote):
 def test_a_planted_cache_is_used_only_if_it_is_ours(target, remote, tmp_path,
                                                     file_mode, folder_mode,
                                                     trusted):
-    from beam_probe.dist import etf
+    from beam_probe.erldist import etf
     from beam_probe.helpers import HelperForms, helper_path, sha256
 
     folder = tmp_path / "cache"
@@ -558,7 +558,7 @@ def test_helper_atoms_are_few(target, remote):
     """What our helpers bring to a node's atom table: variables are renamed
     V1..Vn, so all helpers share them. Counted as the atoms in the forms
     we send that a fresh node of this release lacks."""
-    from beam_probe.helpers import HelperForms, helper_path
+    from beam_probe.helpers import HelperForms
 
     forms = HelperForms(remote.call)._load("beam_probe_scan")
     seen = set()

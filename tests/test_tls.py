@@ -17,8 +17,8 @@ import subprocess
 
 import pytest
 
-from beam_probe.dist.terms import Atom
-from beam_probe.dist.tls import TlsSettings
+from beam_probe.erldist.terms import Atom
+from beam_probe.erldist.tls import TlsSettings
 from beam_probe.errors import TlsError
 from beam_probe.localnode import short_host
 from beam_probe.remote import attach

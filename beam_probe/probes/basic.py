@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..dist.terms import Atom
+from ..erldist.terms import Atom
 from ..remote import Remote
 
 

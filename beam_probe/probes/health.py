@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dist.terms import Atom, format_term
+from ..erldist.terms import Atom, format_term
 from ..helpers import Local
 from ..remote import Remote
 from .processes import HELPER

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..dist.terms import Atom, format_term, mfa
+from ..erldist.terms import Atom, format_term, mfa
 from ..errors import NoSuchProcess, RemoteError, UsageError
 from ..remote import Remote
 from .processes import HELPER

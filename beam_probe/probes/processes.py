@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
-from ..dist.terms import Atom, integers, mfa
+from ..erldist.terms import Atom, integers, mfa
 from ..errors import UsageError
 from ..helpers import Local
 from ..remote import Remote

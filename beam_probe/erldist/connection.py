@@ -2,9 +2,11 @@
 
 A plain blocking socket with one reader thread, not asyncio: asyncio costs
 ~33 ms to import, a quarter of the budget of a one-query run, and the work
-is a handful of request/reply exchanges. The reader thread matches replies
-to waiting calls (so several calls can be in flight), answers ticks, and
-answers io requests from code that prints on the node.
+is a handful of request/reply exchanges. The protocol itself is sans-IO
+(handshake.py before, session.py after the handshake); this module does the
+I/O: connecting, the name pool, deadlines, and the reader thread that feeds
+the session and hands replies to the calls waiting for them (several can be
+in flight, from any thread).
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..errors import (ConnectFailed, ConnectionLost, CookieError, ProbeError,
-                      ProtocolError, RemoteError, TimedOut)
+from .errors import (ConnectFailed, ConnectionLost, CookieError, ProbeError,
+                      ProtocolError, TimedOut)
 from . import epmd, etf, frames
 from .handshake import (ClientHandshake, CookieRejected, HandshakeError,
                         NameBusy, NotAllowed, State, TlsRequired, WrongNode)
-from .terms import Atom, Pid, Reference
+from .session import Session
+from .terms import Pid, Reference
 
 if TYPE_CHECKING:  # ssl is loaded only when TLS is asked for
     from .tls import TlsSettings
@@ -43,19 +46,7 @@ BUSY_WAIT = 0.05
 # our own after this long without sending.
 TICK_INTERVAL = 15.0
 
-# Output printed by code we call is kept for debugging, up to this much.
-MAX_CAPTURED_OUTPUT = 64 * 1024
-
 _RECV_SIZE = 1 << 20
-
-A_REX = Atom("rex")
-A_EMPTY = Atom("")
-A_GEN_CALL = Atom("$gen_call")
-A_CALL = Atom("call")
-A_BADRPC = Atom("badrpc")
-A_IO_REQUEST = Atom("io_request")
-A_IO_REPLY = Atom("io_reply")
-A_OK = Atom("ok")
 
 
 class _Pending:
@@ -154,7 +145,12 @@ class NodeAddress:
 
 
 class Connection:
-    """A live, handshaken connection. Use :func:`connect` to make one."""
+    """A live, handshaken connection. Use :func:`connect` to make one.
+
+    The protocol is the session's (session.py, sans-IO); this class does the
+    I/O around it: the socket, one reader thread feeding the session,
+    waiting for replies (several calls may be in flight, from any thread),
+    the tick we owe the node when we have been quiet, and the deadlines."""
 
     def __init__(self, sock: Any, our_node: str, peer_node: str,
                  creation: int, peer_flags: int, trailing: bytes = b"",
@@ -164,10 +160,11 @@ class Connection:
         self.our_node = our_node
         self.peer_node = peer_node
         self.peer_flags = peer_flags
-        self.pid = Pid(Atom(our_node), 1, 0, creation)
-        self.output: list[str] = []
-        self._creation = creation
-        self._ref_counter = 0
+        self.limits = limits or ReplyLimits()
+        self.session = Session(our_node, peer_node, creation,
+                               self.limits.max_bytes, self.limits.max_items)
+        self.pid = self.session.pid
+        self.output = self.session.output
         self._pending: dict[Reference, _Pending] = {}
         self._mailboxes: dict[Reference, Mailbox] = {}
         self._lock = threading.Lock()
@@ -175,12 +172,7 @@ class Connection:
         self._last_send = time.monotonic()
         self._closed = False
         self._failure: ProbeError | None = None
-        self.limits = limits or ReplyLimits()
-        self._reader = frames.FrameReader(self.limits.max_bytes)
-        self._decode_limits = {"max_items": self.limits.max_items,
-                               "max_uncompressed": self.limits.max_bytes}
-        self._captured = 0
-        self._backlog = self._reader.feed(trailing) if trailing else []
+        self._trailing = trailing
         self._thread = threading.Thread(target=self._read_loop,
                                         name="beam-probe-reader", daemon=True)
         self._thread.start()
@@ -201,20 +193,12 @@ class Connection:
         """Send a call and return its reference; collect it with wait(), or
         from ``mailbox`` (as a REPLY item) when one is given."""
         ref = self.new_ref()
-        pending = _Pending(mailbox)
         with self._lock:
             if self._failure is not None:
                 raise self._failure
-            self._pending[ref] = pending
-        # gen_server's call protocol, spoken to rex by hand: {'$gen_call',
-        # {From, Tag}, Request}; rex answers From with {Tag, Result}. Our pid
-        # is the group leader, so anything the call prints comes to us as
-        # io requests (answered in _on_message).
-        request = (A_GEN_CALL, (self.pid, ref),
-                   (A_CALL, Atom(module), Atom(function), list(args),
-                    self.pid))
-        self._send(frames.build((frames.REG_SEND, self.pid, A_EMPTY, A_REX),
-                                request))
+            self._pending[ref] = _Pending(mailbox)
+        _ref, data = self.session.call(module, function, args, ref)
+        self._send(data)
         return ref
 
     def wait(self, ref: Reference, timeout: float, what: str = "call") -> Any:
@@ -235,14 +219,11 @@ class Connection:
 
     def result(self, value: Any, what: str) -> Any:
         """A call's value, or RemoteError for ``{badrpc, Reason}``."""
-        if isinstance(value, tuple) and len(value) == 2 and \
-                value[0] == A_BADRPC:
-            raise RemoteError(f"{what} failed on {self.peer_node}: "
-                              f"{_describe_badrpc(value[1])}")
-        return value
+        return self.session.result(value, what)
 
     def mailbox(self, tag: Reference, limit: int = 4) -> Mailbox:
-        """Collect messages ``{tag, ...}`` sent to our pid; close() it."""
+        """Collect messages ``{tag, ...}`` sent to our pid; close it with
+        close_mailbox()."""
         box = Mailbox(tag, limit)
         with self._lock:
             if self._failure is not None:
@@ -256,8 +237,12 @@ class Connection:
 
     def send(self, to: Pid, message: Any) -> None:
         """Send ``message`` to the process ``to`` on the node."""
-        self._send(frames.build((frames.SEND, A_EMPTY, to), message,
-                                with_message=True))
+        self._send(self.session.send(to, message))
+
+    def new_ref(self) -> Reference:
+        """A reference of ours, unique on this connection."""
+        with self._lock:
+            return self.session.new_ref()
 
     def close(self) -> None:
         """Close the socket; the node sees a clean disconnect."""
@@ -279,15 +264,9 @@ class Connection:
 
     # -- internals -------------------------------------------------------------
 
-    def new_ref(self) -> Reference:
-        """A reference of ours, unique on this connection."""
-        with self._lock:
-            self._ref_counter += 1
-            n = self._ref_counter
-        return Reference(Atom(self.our_node), self._creation,
-                         (n & 0x3FFFF, n >> 18 & 0xFFFFFFFF, 0))
-
     def _send(self, data: bytes) -> None:
+        if not data:
+            return
         with self._send_lock:
             if self._failure is not None:
                 raise self._failure
@@ -315,26 +294,24 @@ class Connection:
 
     def _read_loop(self) -> None:
         try:
-            for frame in self._backlog:
-                self._on_frame(frame)
-            self._backlog = []
+            if self._trailing:
+                self._feed(self._trailing)
             self.sock.settimeout(TICK_INTERVAL / 3)
             while not self._closed:
                 try:
                     data = self.sock.recv(_RECV_SIZE)
                 except socket.timeout:
                     if time.monotonic() - self._last_send >= TICK_INTERVAL:
-                        self._send(frames.TICK)
+                        self._send(self.session.tick())
                     continue
                 if not data:
                     raise ConnectionLost(
                         f"{self.peer_node} closed the connection"
                         + (" in the middle of a call" if self._pending
                            else ""))
-                for frame in self._reader.feed(data):
-                    self._on_frame(frame)
+                self._feed(data)
                 if time.monotonic() - self._last_send >= TICK_INTERVAL:
-                    self._send(frames.TICK)
+                    self._send(self.session.tick())
         except ProbeError as exc:
             self._fail_all(exc)
         except (frames.FrameError, etf.DecodeError) as exc:
@@ -349,80 +326,29 @@ class Connection:
                 self._closed = True
                 self.sock.close()
 
-    def _on_frame(self, frame: bytes) -> None:
-        if not frame:
-            # A tick. Answering it means we send at least as often as the node
-            # expects, whatever its net_ticktime.
-            self._send(frames.TICK)
-            return
-        control, message = frames.parse(frame, **self._decode_limits)
-        op = control[0]
-        if op in (frames.SEND, frames.SEND_SENDER, frames.SEND_TT,
-                  frames.SEND_SENDER_TT, frames.ALIAS_SEND,
-                  frames.ALIAS_SEND_TT):
-            self._on_message(message)
-        elif op == frames.UNLINK_ID and len(control) >= 4:
-            # {35, Id, From, To}: the protocol requires an UNLINK_ID_ACK.
-            self._send(frames.build((frames.UNLINK_ID_ACK, control[1],
-                                     control[3], control[2])))
-        # Links, monitors and exits are not ours to act on: we never link.
+    def _feed(self, data: bytes) -> None:
+        events, reply = self.session.receive(data)
+        self._send(reply)
+        for tag, items in events:
+            self._deliver(tag, items)
 
-    def _on_message(self, message: Any) -> None:
-        if isinstance(message, tuple):
-            if len(message) >= 2 and isinstance(message[0], Reference):
-                with self._lock:
-                    pending = self._pending.get(message[0]) \
-                        if len(message) == 2 else None
-                    box = self._mailboxes.get(message[0])
-                if pending is not None and pending.mailbox is not None:
-                    with self._lock:
-                        self._pending.pop(message[0], None)
-                    pending.mailbox.put(REPLY, message[1])
-                elif pending is not None:
-                    pending.value = message[1]
-                    pending.event.set()
-                elif box is not None and not box.put(MESSAGE, message[1:]):
-                    raise ProtocolError(
-                        f"{self.peer_node} sent more than {box.limit} "
-                        "unanswered messages of a streamed reply")
-                return
-            if len(message) == 4 and message[0] == A_IO_REQUEST and \
-                    isinstance(message[1], Pid):
-                reply = self._io_reply(message[3])
-                self.send(message[1], (A_IO_REPLY, message[2], reply))
-
-    def _io_reply(self, request: Any) -> Any:
-        """Answer an io request as a sink that keeps a little of the output."""
-        if not isinstance(request, tuple) or not request:
-            return (Atom("error"), Atom("request"))
-        kind = request[0]
-        if kind == "put_chars":
-            chars = request[-1] if len(request) in (2, 3) else b""
-            text = chars.decode("utf-8", "replace") if isinstance(
-                chars, bytes) else str(chars)
-            if self._captured < MAX_CAPTURED_OUTPUT:
-                self.output.append(text)
-                self._captured += len(text)
-            return A_OK
-        if kind == "requests":
-            for sub in request[1] if isinstance(request[1], list) else []:
-                self._io_reply(sub)
-            return A_OK
-        if kind in ("setopts",):
-            return A_OK
-        if kind in ("getopts",):
-            return []
-        # Input of any kind: there is no terminal behind us.
-        return (Atom("error"), Atom("enotsup"))
-
-
-def _describe_badrpc(reason: Any) -> str:
-    from .terms import format_term
-
-    if isinstance(reason, tuple) and len(reason) == 2 and \
-            reason[0] == "EXIT":
-        return "exception " + format_term(reason[1])[:500]
-    return format_term(reason)[:500]
+    def _deliver(self, tag: Reference, items: tuple) -> None:
+        """A reply to a call, or a message for a mailbox; anything else
+        (a reply that came after its call timed out) is dropped."""
+        with self._lock:
+            pending = self._pending.get(tag) if len(items) == 1 else None
+            if pending is not None and pending.mailbox is not None:
+                del self._pending[tag]
+            box = self._mailboxes.get(tag)
+        if pending is not None and pending.mailbox is not None:
+            pending.mailbox.put(REPLY, items[0])
+        elif pending is not None:
+            pending.value = items[0]
+            pending.event.set()
+        elif box is not None and not box.put(MESSAGE, items):
+            raise ProtocolError(f"{self.peer_node} sent more than "
+                                f"{box.limit} unanswered messages of a "
+                                "streamed reply")
 
 
 def _our_host(address: NodeAddress, sock: socket.socket) -> str:

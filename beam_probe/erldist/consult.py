@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .dist.terms import Atom, ExportFun, ImproperList
+from .terms import Atom, ExportFun, ImproperList
 
 
 class ConsultError(ValueError):

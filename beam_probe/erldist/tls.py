@@ -7,9 +7,9 @@ Distribution". So TLS here is only a layer between the socket and
 connection.py: :func:`start` wraps a connected socket in a
 :class:`TlsChannel` that has the few socket methods the connection uses.
 
-Settings come from our own options (``--tls``, ``--certfile``, ...) or from
-the node's own ``-ssl_dist_optfile``, whose ``{client, Opts}`` part holds
-what a node uses to connect to its peers: exactly our position.
+Settings (TlsSettings) come from our own options (``--tls``,
+``--certfile``, ...) or from the node's own ``-ssl_dist_optfile``, read by
+beam_probe.target: configuration is the operator's, not the transport's.
 
 The ``ssl`` module is imported only here, and this module only when TLS is
 asked for: loading OpenSSL costs ~10 ms that a plain run need not pay.
@@ -25,15 +25,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..consult import ConsultError, parse_terms
-from ..errors import TimedOut, TlsConfigError, TlsError
-from .terms import Atom
+from .errors import TimedOut, TlsConfigError, TlsError
 
-# The ssl options of a -ssl_dist_optfile's client part that we apply. The
-# others (ciphers, depth, reuse_sessions, verify_fun, ...) tune or extend
-# OTP's ssl and have no faithful equivalent here; they are ignored.
-_VERSIONS = {"tlsv1.2": ssl.TLSVersion.TLSv1_2,
-             "tlsv1.3": ssl.TLSVersion.TLSv1_3}
+# TLS versions by the names OTP's ssl gives them.
+VERSIONS = {"tlsv1.2": ssl.TLSVersion.TLSv1_2,
+            "tlsv1.3": ssl.TLSVersion.TLSv1_3}
 
 _RECV_SIZE = 1 << 16
 
@@ -62,78 +58,6 @@ class TlsSettings:
                 f"certfile={self.certfile!r}, cacertfile={self.cacertfile!r})")
 
 
-def settings_from_optfile(path: str) -> TlsSettings:
-    """The ``{client, Opts}`` part of a node's ``-ssl_dist_optfile``."""
-    source = f"--ssl-dist-optfile {path}"
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read(1 << 20)
-    except OSError as exc:
-        raise TlsConfigError(f"cannot read {path}: "
-                             f"{exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise TlsConfigError(f"{path} is not UTF-8 text") from None
-    try:
-        terms = parse_terms(text)
-    except ConsultError as exc:
-        raise TlsConfigError(f"{path}: {exc}") from None
-    if len(terms) != 1 or not isinstance(terms[0], list):
-        raise TlsConfigError(f"{path} must hold one term, "
-                             "[{server, [...]}, {client, [...]}].")
-    client = None
-    for entry in terms[0]:
-        if isinstance(entry, tuple) and len(entry) == 2 and \
-                entry[0] == "client" and isinstance(entry[1], list):
-            client = entry[1]
-    if client is None:
-        raise TlsConfigError(f"{path} has no {{client, [...]}} options: "
-                             "those are the ones a node connects with")
-    return _client_settings(client, source, path)
-
-
-def _client_settings(options: list, source: str, path: str) -> TlsSettings:
-    found: dict[str, Any] = {}
-    for option in options:
-        if not (isinstance(option, tuple) and len(option) == 2
-                and isinstance(option[0], Atom)):
-            continue  # bare atoms and the like tune OTP's ssl only
-        key, value = str(option[0]), option[1]
-        if key in ("cert", "key", "cacerts", "certs_keys"):
-            raise TlsConfigError(f"{path}: option {key} (keys or certificates "
-                                 "written into the file) is not supported; "
-                                 "use certfile, keyfile and cacertfile")
-        found[key] = value
-
-    def text(key: str) -> str | None:
-        value = found.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", "replace")
-        if not isinstance(value, str) or isinstance(value, Atom):
-            raise TlsConfigError(f"{path}: {key} must be a string")
-        return value
-
-    verify = found.get("verify", "verify_peer")
-    if verify not in ("verify_peer", "verify_none"):
-        raise TlsConfigError(f"{path}: verify must be verify_peer or "
-                             f"verify_none, not {verify}")
-    sni = found.get("server_name_indication")
-    versions = found.get("versions", [])
-    if not isinstance(versions, list) or any(
-            str(v) not in _VERSIONS for v in versions):
-        raise TlsConfigError(f"{path}: versions may name only "
-                             f"{', '.join(sorted(_VERSIONS))}")
-    return TlsSettings(
-        certfile=text("certfile"), keyfile=text("keyfile"),
-        cacertfile=text("cacertfile"), password=text("password"),
-        verify=verify == "verify_peer",
-        check_hostname=sni != "disable",
-        server_name=sni if isinstance(sni, str) and sni != "disable"
-        and not isinstance(sni, Atom) else None,
-        versions=tuple(str(v) for v in versions), source=source)
-
-
 def make_context(settings: TlsSettings) -> ssl.SSLContext:
     """An SSLContext for the client side; TlsConfigError names the file
     that could not be used."""
@@ -141,7 +65,7 @@ def make_context(settings: TlsSettings) -> ssl.SSLContext:
     # OTP 25-28 offer TLS 1.2 and 1.3 for distribution by default.
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if settings.versions:
-        chosen = sorted(_VERSIONS[v] for v in settings.versions)
+        chosen = sorted(VERSIONS[v] for v in settings.versions)
         ctx.minimum_version, ctx.maximum_version = chosen[0], chosen[-1]
     if settings.verify:
         if settings.cacertfile:
@@ -368,5 +292,5 @@ def _reason(exc: ssl.SSLError) -> str:
     return str(exc.args[1] if len(exc.args) > 1 else exc)
 
 
-__all__ = ["TlsChannel", "TlsSettings", "failure",
-           "make_context", "settings_from_optfile", "start"]
+__all__ = ["TlsChannel", "TlsSettings", "VERSIONS", "failure",
+           "make_context", "start"]
