@@ -10,7 +10,11 @@ lines.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+
+if TYPE_CHECKING:
+    from .probes.results import (BinLeak, MemoryResult, Ping, ProcCount,
+                                 ProcessRow, ProcInfo, ProcWindow)
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -98,19 +102,20 @@ def to_json(value: Any) -> str:
     return json.dumps(value, indent=2, default=str)
 
 
-def ping_text(result: dict[str, Any]) -> str:
+def ping_text(result: Ping) -> str:
     return (f"{result['node']} is up: OTP {result['otp_release']}, "
             f"ERTS {result['erts_version']}, round trip "
             f"{result['rtt_ms']:.3f} ms")
 
 
-def memory_text(node: str, memory: dict[str, int]) -> str:
-    rows = [(key, value, human_bytes(value)) for key, value in memory.items()]
-    return f"{node}: erlang:memory()\n" + table(("type", "bytes", "size"),
-                                                rows, "lrr")
+def memory_text(result: MemoryResult) -> str:
+    rows = [(key, value, human_bytes(value))
+            for key, value in result["memory"].items()]
+    return f"{result['node']}: erlang:memory()\n" + table(
+        ("type", "bytes", "size"), rows, "lrr")
 
 
-def process_rows(processes: list[dict[str, Any]], key: str) -> list[tuple]:
+def process_rows(processes: list[ProcessRow], key: str) -> list[tuple]:
     """Table rows: pid, the number, name, current function, initial call;
     a process that exited before it could be described says so."""
     return [(p["pid"], p[key],
@@ -119,7 +124,7 @@ def process_rows(processes: list[dict[str, Any]], key: str) -> list[tuple]:
             for p in processes]
 
 
-def bin_leak_text(result: dict[str, Any]) -> str:
+def bin_leak_text(result: BinLeak) -> str:
     before, after = result["memory_before"], result["memory_after"]
     if result.get("dry_run"):
         return (f"{result['node']}: bin-leak dry run, nothing collected\n"
@@ -150,7 +155,7 @@ def bin_leak_text(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def proc_count_text(result: dict[str, Any]) -> str:
+def proc_count_text(result: ProcCount) -> str:
     attribute = result["attribute"]
     header = (f"{result['node']}: top {len(result['processes'])} of "
               f"{result['scanned']} processes by {attribute}")
@@ -159,7 +164,7 @@ def proc_count_text(result: dict[str, Any]) -> str:
         process_rows(result["processes"], "value"), "lrlll")
 
 
-def proc_window_text(result: dict[str, Any]) -> str:
+def proc_window_text(result: ProcWindow) -> str:
     attribute = result["attribute"]
     lines = [
         f"{result['node']}: largest increases of {attribute} over "
@@ -203,7 +208,7 @@ def _info_value(key: str, value: Any) -> str:
     return str(value)
 
 
-def proc_info_text(result: dict[str, Any]) -> str:
+def proc_info_text(result: ProcInfo) -> str:
     """Grouped key: value lines; the stack one frame per line."""
     lines = [f"{result['node']}: {result['pid']} (recon:info groups; no "
              "mailbox or dictionary read)"]

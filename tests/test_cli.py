@@ -99,18 +99,3 @@ def test_unsafe_cookie_file_refused(target, tmp_path):
     os.chmod(path, 0o644)
     r = run_cli("ping", target.node, "--cookie-file", str(path))
     one_line_error(r, 3, "chmod 400")
-
-
-def test_usage_errors(target):
-    r = run_cli("memory", target.node, "extra", node=target)
-    one_line_error(r, 2, "extra")
-    r = run_cli("memory", env={"HOME": "/nonexistent"})
-    one_line_error(r, 2, "no node")
-    r = run_cli("ping", "--timeout", "nope")
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-
-
-def test_help_has_examples():
-    r = run_cli("memory", "--help")
-    assert r.returncode == 0 and "Examples" in r.stdout
-    assert "RELEASE_COOKIE" in r.stdout

@@ -8,7 +8,7 @@ import pytest
 
 from beam_probe.erldist.terms import Atom
 from beam_probe.errors import RemoteError
-from beam_probe.probes import processes
+from beam_probe.probes import info, processes
 from beam_probe.remote import attach
 from conftest import run_cli
 
@@ -112,17 +112,6 @@ def test_cli_proc_count_node_from_env(leaky):
         text.stdout
 
 
-def test_cli_usage_errors(leaky):
-    node, _remote, _pids = leaky
-    env = {"HOME": node.home}
-    r = run_cli("proc-count", node.node, "bogus", "3", env=env)
-    assert r.returncode == 2 and "binary_memory" in r.stderr
-    r = run_cli("bin-leak", node.node, "0", env=env)
-    assert r.returncode == 2 and "at least 1" in r.stderr
-    r = run_cli("bin-leak", node.node, "many", env=env)
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-
-
 def test_max_gc_caps_collection(leaky):
     _node, remote, (leakers, _k, _i) = leaky
     remote.call("beam_probe_workload", "refill", [leakers])
@@ -177,13 +166,6 @@ def test_bin_leak_dry_run_collects_nothing(leaky):
                 env={"HOME": node.home})
     assert r.returncode == 0, r.stderr
     assert "dry run" in r.stdout and "garbage-collect" in r.stdout
-
-
-def test_cli_jobs_must_not_be_negative(leaky):
-    node, _remote, _pids = leaky
-    r = run_cli("proc-count", node.node, "memory", "3", "--jobs", "-1",
-                env={"HOME": node.home})
-    assert r.returncode == 2 and "Traceback" not in r.stderr
 
 
 # proc-window: a fresh node per OTP, because the test kills a process.
@@ -296,3 +278,16 @@ def test_cli_proc_info_errors_are_one_line(leaky):
             remote.call("erlang", "list_to_existing_atom", [name])
     r = run_cli("proc-info", node.node, "init", "--format", "json", env=env)
     assert r.returncode == 0 and json.loads(r.stdout)["pid"] == "<0.0.0>"
+
+
+def test_a_pid_of_another_node_prints_as_the_node_prints_it(nodes, otp):
+    target = nodes.start(otp)
+    other = nodes.start(otp, cookie=target.cookie)
+    with attach(target.node, target.cookie.encode()) as remote:
+        local, far = remote.call("beam_probe_workload", "linked_to",
+                                 [Atom(other.node)])
+        printed = "".join(remote.call("erlang", "pid_to_list", [far]))
+        assert not printed.startswith("<0.")
+        result = info.proc_info(remote, str(local))
+    assert result["signals"]["links"] == [printed]
+    assert str(far) != printed          # what printing it here would say

@@ -20,6 +20,7 @@ import pytest
 from beam_probe.erldist.connection import NAME_POOL
 from beam_probe.erldist.terms import Atom, ExportFun, integers
 from beam_probe.errors import TimedOut
+from beam_probe.helpers import Local
 from beam_probe.probes import processes
 from beam_probe.remote import attach
 from conftest import run_cli
@@ -162,7 +163,8 @@ def test_a_call_we_gave_up_on_is_stopped_by_its_deadline(target, remote):
     with attach(target.node, target.cookie.encode()) as caller:
         with pytest.raises(TimedOut):
             caller.run("beam_probe_scan", "proc_window", Atom("memory"), 3,
-                       60_000, 1, *processes.LOCALS, timeout=0.5)
+                       60_000, 1, *processes.LOCALS, Local("snapshots"),
+                       timeout=0.5)
         assert ours_running(remote) != []
         assert wait_for(lambda: not ours_running(remote), 5.0)
 
@@ -195,23 +197,14 @@ def test_huge_jobs_give_the_right_answer(target):
 def test_a_node_at_its_process_limit_is_still_scanned(nodes, otp):
     node = nodes.start(otp, args=("+P", "1024"))
     with attach(node.node, node.cookie.encode()) as remote:
+        # Three free slots once this call's own process is gone: the scan's
+        # call and its worker take two, so at most one of its pmap workers
+        # can be spawned and the others' slices run in the call.
+        remote.call("beam_probe_workload", "fill", [3])
+        result = processes.proc_count(remote, "memory", 3, jobs=200)
         limit = remote.call("erlang", "system_info", [Atom("process_limit")])
-        count = remote.call("erlang", "system_info", [Atom("process_count")])
-        # Leave room for this rpc, our probe's call and its watchdog only.
-        remote.call("beam_probe_workload", "start",
-                    [0, 0, limit - count - 6])
-        r = run_cli("proc-count", node.node, "memory", "3", "--jobs",
-                    "200", "--format", "json", node=node)
-        assert r.returncode == 0, r.stderr
-        assert json.loads(r.stdout)["scanned"] > limit - 20
-
-
-@pytest.mark.parametrize("args", [["proc-count", "memory", "10001"],
-                                  ["bin-leak", "20000"],
-                                  ["proc-window", "memory", "99999", "10"]])
-def test_n_is_bounded(args):
-    r = run_cli(args[0], "a@nowhere.invalid", *args[1:])
-    one_line(r, 2, "at most 10000")
+        assert len(result["processes"]) == 3
+        assert result["scanned"] > limit - 10
 
 
 def test_proc_count_all_streams_every_process(target, remote):
@@ -348,14 +341,6 @@ def test_a_fifo_cookie_file_is_refused(target, tmp_path):
     r, elapsed = _timed(["ping", target.node, "--cookie-file", str(fifo)])
     one_line(r, 3, "FIFO")
     assert elapsed < 5
-
-
-@pytest.mark.parametrize("value", ["inf", "nan", "1e308", "-1", "0"])
-def test_absurd_timeouts_are_usage_errors(value):
-    for option in ("--timeout", "--connect-timeout"):
-        r = run_cli("ping", "a@nowhere.invalid", option, value)
-        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-        assert "seconds" in r.stderr
 
 
 # --- 6. Only the user's own files are trusted to run code on nodes ----------

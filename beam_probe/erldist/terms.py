@@ -64,9 +64,11 @@ class Pid(_Frozen):
         _init(self, node=node, id=id, serial=serial, creation=creation)
 
     def __str__(self) -> str:
-        # Erlang prints a pid of the local node as <0.Id.Serial>; every pid
-        # beam-probe shows belongs to the node it inspects, so that is the form
-        # an operator can paste into that node's shell (list_to_pid/1).
+        # A node prints its own pids as <0.Id.Serial>, the form an operator
+        # pastes into its shell (list_to_pid/1); a pid of another node gets
+        # that node's index in the printing node's table instead of 0,
+        # which only the node knows: probes that show such pids ask it
+        # (erlang:pid_to_list/1) rather than print them here.
         return f"<0.{self.id}.{self.serial}>"
 
 

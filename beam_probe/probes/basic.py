@@ -7,13 +7,14 @@ from typing import Any
 
 from ..erldist.terms import Atom
 from ..remote import Remote
+from .results import MemoryResult, Ping
 
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else bytes(value).decode()
 
 
-def ping(remote: Remote) -> dict[str, Any]:
+def ping(remote: Remote) -> Ping:
     """The node's name, OTP release, ERTS version, and one round-trip time.
 
     Cost to the node: three trivial calls.
@@ -29,6 +30,8 @@ def ping(remote: Remote) -> dict[str, Any]:
             "erts_version": _text(version), "rtt_ms": round(rtt * 1000, 3)}
 
 
-def memory(remote: Remote) -> dict[str, int]:
+def memory(remote: Remote) -> MemoryResult:
     """erlang:memory(), in the node's own order. Cost: one cheap call."""
-    return {str(key): value for key, value in remote.call("erlang", "memory")}
+    return {"node": remote.node,
+            "memory": {str(key): value
+                       for key, value in remote.call("erlang", "memory")}}

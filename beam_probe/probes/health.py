@@ -15,12 +15,13 @@ from typing import Any
 from ..erldist.terms import Atom, format_term
 from ..helpers import Local
 from ..remote import Remote
+from .results import CheckValues, NodeHealth
 from .processes import HELPER
 
 LOCALS = (Local("pmap"), Local("values"), Local("others"))
 
 
-def _values(reply: dict) -> dict[str, Any]:
+def _values(reply: dict) -> CheckValues:
     memory = {str(key): value for key, value in reply["memory"]}
     total = memory["total"]
     return {
@@ -39,14 +40,14 @@ def _values(reply: dict) -> dict[str, Any]:
     }
 
 
-def measure(remote: Remote, jobs: int = 0) -> dict[str, Any]:
+def measure(remote: Remote, jobs: int = 0) -> NodeHealth:
     """Every check value of the attached node."""
     reply = remote.run(HELPER, "health", jobs, *LOCALS)
     return {"node": remote.node, "values": _values(reply)}
 
 
 def measure_cluster(remote: Remote, timeout: float,
-                    jobs: int = 0) -> list[dict[str, Any]]:
+                    jobs: int = 0) -> list[NodeHealth]:
     """Every check value of the attached node and of every node it is
     connected to (erlang:nodes()), fanned out by the node itself.
 

@@ -11,11 +11,12 @@ binaries never crosses the wire.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
-from ..erldist.terms import Atom, format_term, mfa
+from ..erldist.terms import Atom, Pid, format_term, mfa
 from ..errors import NoSuchProcess, RemoteError, UsageError
 from ..remote import Remote
+from .results import ProcInfo
 from .processes import HELPER
 
 # recon:info/1's groups and their process_info items, in recon's order.
@@ -94,16 +95,16 @@ def _frame(frame: Any) -> str:
     return text
 
 
-def _value(key: str, value: Any) -> Any:
+def _value(key: str, value: Any, shown: Callable[[Any], str]) -> Any:
     if key == "registered_name":
         return str(value) if isinstance(value, Atom) else None
     if key == "group_leader":
-        return str(value)
+        return shown(value)
     if key in ("links", "monitored_by"):
-        return [str(item) for item in value]
+        return [shown(item) for item in value]
     if key == "monitors":
         # {process, Pid} or {process, {Name, Node}}, and ports on OTP 26+.
-        return [format_term(item[1]) if isinstance(item, tuple) else
+        return [shown(item[1]) if isinstance(item, tuple) else
                 format_term(item) for item in value]
     if key == "initial_call":
         return mfa(value)
@@ -112,7 +113,7 @@ def _value(key: str, value: Any) -> Any:
     return _plain(value)
 
 
-def proc_info(remote: Remote, spec: str) -> dict[str, Any]:
+def proc_info(remote: Remote, spec: str) -> ProcInfo:
     """One process the way recon:info/1 groups it."""
     kind, text = target(spec)
     reply = remote.run(HELPER, "proc_info", (kind, text))
@@ -134,6 +135,14 @@ def proc_info(remote: Remote, spec: str) -> dict[str, Any]:
     fields = {str(key): value for key, value in reply["items"]}
     fields["binary_count"] = reply["binary_count"]
     fields["binary_memory"] = reply["binary_memory"]
-    groups = {group: {key: _value(key, fields[key]) for key in keys}
+    # A pid of another node as the node prints it (<5.81.0>): only it knows
+    # its own index for that node. Its own pids print as <0.N.M>.
+    texts = {pid: "".join(text) for pid, text in reply["pid_texts"]}
+
+    def shown(term: Any) -> str:
+        if isinstance(term, Pid):
+            return texts.get(term) or str(term)
+        return format_term(term)
+    groups = {group: {key: _value(key, fields[key], shown) for key in keys}
               for group, keys in GROUPS}
     return {"node": remote.node, "pid": str(reply["pid"]), **groups}

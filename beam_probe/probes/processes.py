@@ -8,12 +8,14 @@ few processes, so one round trip answers. Python orders and renders.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Callable, Generator
 
 from ..erldist.terms import Atom, integers, mfa
 from ..errors import UsageError
 from ..helpers import Local
 from ..remote import Remote
+from .results import (BinLeak, ProcCount, ProcCountAllSummary, ProcessRow,
+                      ProcWindow)
 
 HELPER = "beam_probe_scan"
 
@@ -62,7 +64,7 @@ def check_attribute(attribute: str) -> None:
                          f"{', '.join(ATTRIBUTES)}")
 
 
-def rows(reply: dict, key: str, order: bool = False) -> list[dict[str, Any]]:
+def rows(reply: dict, key: str, order: bool = False) -> list[ProcessRow]:
     """Rows from a describe/1 reply, the number under ``key``. With
     ``order``, largest first; equal values list the later process first,
     the order recon's reverse(keysort(...)) gives."""
@@ -93,7 +95,7 @@ def _memory(pairs: list) -> dict[str, int]:
 
 def bin_leak(remote: Remote, n: int, max_gc: int | None = None,
              progress: Progress = _quiet, jobs: int = 0,
-             dry_run: bool = False) -> dict[str, Any]:
+             dry_run: bool = False) -> BinLeak:
     """recon:bin_leak(N): who frees most refc binary references on a GC.
 
     Cost to the node: one process_info(P, binary) over every process (split
@@ -124,7 +126,7 @@ def bin_leak(remote: Remote, n: int, max_gc: int | None = None,
 
 
 def proc_count(remote: Remote, attribute: str, n: int,
-               progress: Progress = _quiet, jobs: int = 0) -> dict[str, Any]:
+               progress: Progress = _quiet, jobs: int = 0) -> ProcCount:
     """recon:proc_count(Attribute, N): the N largest processes by Attribute.
 
     Cost to the node: one process_info(P, Item) over every process, split
@@ -144,7 +146,8 @@ def proc_count(remote: Remote, attribute: str, n: int,
 
 def proc_count_all(remote: Remote, attribute: str,
                    progress: Progress = _quiet, jobs: int = 0
-                   ) -> Iterator[list[dict[str, Any]]]:
+                   ) -> Generator[list[ProcessRow], None,
+                                  ProcCountAllSummary]:
     """Every process by Attribute, largest first, in chunks of rows: the
     node sends the next chunk only when the last is taken, so a dump of a
     million processes never sits whole in the node's rex server or here.
@@ -172,7 +175,7 @@ MAX_WINDOW_MS = 3_600_000
 
 
 def proc_window(remote: Remote, attribute: str, n: int, millis: int,
-                progress: Progress = _quiet, jobs: int = 0) -> dict[str, Any]:
+                progress: Progress = _quiet, jobs: int = 0) -> ProcWindow:
     """recon:proc_window(Attribute, N, Millis): the largest increases.
 
     Two passes over every process, ``millis`` apart, each like proc_count's.
@@ -188,7 +191,8 @@ def proc_window(remote: Remote, attribute: str, n: int, millis: int,
     progress(f"reading {attribute} of every process, twice, "
              f"{millis} ms apart")
     reply = remote.run(HELPER, "proc_window", Atom(attribute), n, millis,
-                       jobs, *LOCALS, timeout=remote.timeout + millis / 1000)
+                       jobs, *LOCALS, Local("snapshots"),
+                       timeout=remote.timeout + millis / 1000)
     dead = reply["dead"]
     order = sorted(range(len(dead)), key=lambda i: (-dead[i][0], -i))
     born = rows(reply["born"], "value", order=True)

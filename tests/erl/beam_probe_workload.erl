@@ -11,7 +11,8 @@
 %%   * Idle processes, to give the node a realistic process count.
 -module(beam_probe_workload).
 
--export([start/3, refill/1, stop/1, probes_running/1, named/1]).
+-export([start/3, refill/1, stop/1, probes_running/1, named/1,
+         fill/1, linked_to/1]).
 
 -define(BINARY_SIZE, 1024).
 -define(LEAKER_HEAP_WORDS, 100000).
@@ -59,6 +60,23 @@ probes_running(Except) ->
           {group_leader, Leader} <- [process_info(P, group_leader)],
           node(Leader) =/= node(), node(Leader) =/= Except,
           lists:prefix("beam_probe_", atom_to_list(node(Leader)))].
+
+%% Idle processes until only Free more can be spawned on this node.
+fill(Free) ->
+    Count = erlang:system_info(process_limit)
+        - erlang:system_info(process_count) - Free,
+    [spawn(fun idle/0) || _ <- lists:seq(1, Count)],
+    Count.
+
+%% A local process linked to a process on Node; the pid of each.
+linked_to(Node) ->
+    Self = self(),
+    Local = spawn(fun() ->
+                          Far = spawn_link(Node, fun idle/0),
+                          Self ! {far, Far},
+                          idle()
+                  end),
+    receive {far, Far} -> {Local, Far} end.
 
 %% A process registered as Name (an atom the test makes), for name lookups.
 named(Name) ->

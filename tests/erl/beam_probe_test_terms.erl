@@ -45,6 +45,8 @@ terms() ->
      {utf8_atom, 'Ünïcödé_ατομο'},
      {empty_atom, ''},
      {long_atom, list_to_atom(lists:duplicate(255, $a))},
+     %% 400 bytes of UTF-8 (alpha is not latin-1): ATOM_UTF8_EXT.
+     {long_utf8_atom, list_to_atom(lists:duplicate(200, 16#3b1))},
      {booleans, {true, false, undefined}},
      {nil, []},
      {string, "a charlist"},

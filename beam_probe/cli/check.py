@@ -1,0 +1,127 @@
+"""`beam-probe check`: the monitoring plugin. Its own command, because a
+plugin speaks differently: every outcome is one line on stdout, and the
+exit code is the status (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN), bad
+arguments and unwritable output included."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from ..errors import OutputFailed, Terminated
+from . import options as opt
+from .tty import PipeClosed, error_line, write_out
+
+
+class PluginCommand(click.Command):
+    """Bad arguments are UNKNOWN (3), said on stdout as a plugin line
+    (Nagios shows stdout, and nothing else), not click's 2."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as exc:
+            plugin_exit(3, f"BEAM UNKNOWN - {exc.format_message()}")
+            raise  # not reached
+
+
+def plugin_exit(code: int, text: str) -> None:
+    """Print the plugin's output and end with its status. Output that
+    cannot be written still ends 0-3: UNKNOWN, said on stderr."""
+    from ..render import printable
+
+    try:
+        write_out(printable(text))
+    except (OutputFailed, PipeClosed) as exc:
+        error_line(f"BEAM UNKNOWN - {exc or 'standard output is closed'}")
+        code = 3
+    sys.exit(code)
+
+
+EPILOG = opt.EPILOG_NODE + """
+
+\b
+Keys: total, processes, binary, ets, atom (bytes), binary_share and
+atom_use (percent, at most 100), process_count, max_queue (counts),
+top_binary_memory (bytes). Units: k, M, G, T and KB, MB, GB, TB are powers
+of 1000; KiB, MiB, GiB, TiB powers of 1024.
+Exit: 0 OK, 1 WARNING, 2 CRITICAL (also: node unreachable), 3 UNKNOWN."""
+
+
+def check(args: tuple[str, ...], warn_specs: tuple[str, ...],
+          crit_specs: tuple[str, ...], textfile: str | None,
+          history: str | None, trend: int | None, cluster: bool, jobs: int,
+          **given: Any) -> None:
+    """A monitoring plugin: is NODE's memory within bounds?
+
+    Measures erlang:memory(), the process count, the largest binary_memory
+    of one process, the longest message queue and atom use, and compares
+    them with the thresholds. With no thresholds: OK whenever the node
+    answers. Output: a Nagios plugin line with perfdata (default), --format
+    json, or --format prometheus (also --textfile for node_exporter).
+
+    \b
+    Examples:
+      beam-probe check app@db1 --warn binary=500MB --crit binary=1GiB
+      beam-probe check app@db1 --warn binary_share=40% --crit max_queue=10k
+      beam-probe check app@db1 --history /var/lib/beam-probe/app.jsonl
+      beam-probe check app@db1 --cluster --format prometheus \\
+          --textfile /var/lib/node_exporter/textfile/beam.prom
+    """
+    from ..checks.run import CheckRequest, run_check
+
+    node, rest = opt.split_node(args)
+    if rest:
+        plugin_exit(3, f"BEAM UNKNOWN - unexpected argument {rest[0]!r}")
+    if trend is not None and not history:
+        plugin_exit(3, "BEAM UNKNOWN - --trend needs --history FILE")
+    request = CheckRequest(node=node, warn=warn_specs, crit=crit_specs,
+                           fmt=given["fmt"], textfile=textfile,
+                           history=history, trend=trend, cluster=cluster,
+                           jobs=jobs, timeout=given["timeout"])
+    try:
+        code, text = run_check(lambda: opt.attach(node, given), request)
+    except (KeyboardInterrupt, Terminated):
+        code, text = 3, "BEAM UNKNOWN - interrupted before the check ended"
+    except Exception as exc:  # a bug of ours: UNKNOWN, as plugins report it
+        if os.environ.get("BEAM_PROBE_DEBUG"):
+            raise
+        code, text = 3, (f"BEAM UNKNOWN - internal error: "
+                         f"{type(exc).__name__}: {exc}")
+    plugin_exit(code, text)
+
+
+def click_command() -> click.Command:
+    params = [
+        click.argument("args", nargs=-1, metavar="[NODE]"),
+        click.option("--warn", "warn_specs", multiple=True,
+                     metavar="KEY=VALUE",
+                     help="WARNING when KEY is at or above VALUE. "
+                          "Repeatable."),
+        click.option("--crit", "crit_specs", multiple=True,
+                     metavar="KEY=VALUE",
+                     help="CRITICAL when KEY is at or above VALUE. "
+                          "Repeatable."),
+        click.option("--textfile", metavar="PATH",
+                     help="Also write the node_exporter textfile PATH "
+                          "(atomically)."),
+        click.option("--history", metavar="FILE",
+                     help="Append one JSON line per node and run to FILE."),
+        click.option("--trend", type=click.IntRange(min=1, max=1000),
+                     default=None, metavar="N",
+                     help="With --history: WARNING after N consecutive "
+                          "rises of binary memory [default: 5]."),
+        click.option("--cluster", is_flag=True,
+                     help="Also check every node connected to NODE, fanned "
+                          "out by NODE itself over distribution."),
+        opt.JOBS_OPTION,
+        *opt.node_options(formats=("nagios", "json", "prometheus")),
+    ]
+    return click.command("check", cls=PluginCommand, help=check.__doc__,
+                         epilog=EPILOG)(opt.apply(params, check))
+
+
+__all__ = ["PluginCommand", "click_command", "plugin_exit"]

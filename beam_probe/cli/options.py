@@ -1,0 +1,144 @@
+"""The options commands share: which node and how to reach it, limits,
+output format, --jobs; and the attach they lead to."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import click
+
+DEFAULT_TIMEOUT = 15.0
+DEFAULT_CONNECT_TIMEOUT = 15.0
+# Limits are finite: threading waits overflow past ~10^7 years, and a day is
+# longer than any probe should wait.
+MAX_SECONDS = 86400.0
+
+EPILOG_NODE = """\b
+Node: NODE (name@host) if given, else --node, BEAM_PROBE_NODE, RELEASE_NODE.
+Cookie: --cookie-file, --cookie, BEAM_PROBE_COOKIE, RELEASE_COOKIE,
+~/.erlang.cookie (must be readable by its owner only).
+TLS nodes (-proto_dist inet_tls): --ssl-dist-optfile FILE (the node's own),
+or --tls with --certfile, --keyfile, --cacertfile."""
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds within bounds (click's FloatRange lets
+    inf and nan through, which end in an internal error later)."""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float, maximum: float = MAX_SECONDS) -> None:
+        self.minimum = minimum
+        self.maximum = maximum
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not (math.isfinite(number)
+                and self.minimum <= number <= self.maximum):
+            self.fail(f"{value!r} is not between {self.minimum:g} and "
+                      f"{self.maximum:g} seconds", param, ctx)
+        return number
+
+
+# --certfile, --keyfile, --cacertfile: named as in OTP's ssl options.
+TLS_FILE_OPTIONS = (
+    ("certfile", "With --tls: our client certificate (PEM), for nodes that "
+                 "require one."),
+    ("keyfile", "With --tls: the key of --certfile, if not in that file."),
+    ("cacertfile", "With --tls: the CA certificates that signed the node's "
+                   "(default: the system's)."),
+)
+
+
+def node_options(default_timeout: float = DEFAULT_TIMEOUT,
+                 formats: tuple[str, ...] = ("table", "json")) -> list:
+    """The click options every command that attaches to a node shares; the
+    first of ``formats`` is the default."""
+    return [
+        click.option("--node", "-n", metavar="NODE",
+                     help="Target node, name@host (or a bare name for this "
+                          "host)."),
+        click.option("--cookie-file", metavar="FILE",
+                     help="Read the cookie from FILE (mode 400)."),
+        click.option("--cookie", metavar="VALUE",
+                     help="The cookie itself. Visible to other users in ps: "
+                          "prefer --cookie-file or the environment."),
+        click.option("--dist-port", type=click.IntRange(1, 65535),
+                     metavar="PORT",
+                     help="Connect straight to this distribution port "
+                          "(nodes without EPMD)."),
+        click.option("--tls", is_flag=True, envvar="BEAM_PROBE_TLS",
+                     help="The node uses TLS distribution (-proto_dist "
+                          "inet_tls). Its certificate and host name are "
+                          "verified."),
+        *(click.option(f"--{name}", metavar="FILE",
+                       envvar=f"BEAM_PROBE_{name.upper()}", help=text)
+          for name, text in TLS_FILE_OPTIONS),
+        click.option("--tls-server-name", metavar="NAME",
+                     help="With --tls: the name the node's certificate must "
+                          "carry (default: the host of NODE)."),
+        click.option("--ssl-dist-optfile", metavar="FILE",
+                     envvar="BEAM_PROBE_SSL_DIST_OPTFILE",
+                     help="Use TLS with the {client, [...]} options of this "
+                          "file, the one the node is started with."),
+        click.option("--timeout", type=Seconds(0.1), default=default_timeout,
+                     show_default=True, metavar="SECONDS",
+                     help="Limit for each call to the node."),
+        click.option("--connect-timeout", type=Seconds(0.1),
+                     default=DEFAULT_CONNECT_TIMEOUT, show_default=True,
+                     metavar="SECONDS",
+                     help="Limit for connecting (EPMD, TLS and the "
+                          "handshake, every read included)."),
+        click.option("--format", "fmt", type=click.Choice(formats),
+                     default=formats[0], show_default=True,
+                     help="Output format."),
+    ]
+
+
+JOBS_OPTION = click.option(
+    "--jobs", "-j", type=click.IntRange(min=0), default=0, show_default=True,
+    metavar="J",
+    help="Split the pass over every process into J slices run at once on "
+         "the node, each a short-lived process (0: two per online "
+         "scheduler; 1: one scheduler, as recon does). The node uses at "
+         "most four per online scheduler.")
+
+
+def apply(options: list, f: Callable) -> Callable:
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def split_node(args: tuple[str, ...]) -> tuple[str | None, list[str]]:
+    """The first positional argument is the node when it contains '@'."""
+    if args and "@" in args[0]:
+        return args[0], list(args[1:])
+    return None, list(args)
+
+
+def attach(node_arg: str | None, opts: dict[str, Any]) -> Any:
+    """The Remote for NODE (or --node, or the environment), by the node
+    options; the caller closes it."""
+    from ..remote import attach as attach_remote
+    from ..target import (full_node_name, resolve_cookie, resolve_node,
+                          resolve_tls)
+
+    node = full_node_name(node_arg) if node_arg else resolve_node(
+        opts["node"])
+    cookie = resolve_cookie(opts["cookie_file"], opts["cookie"])
+    tls = resolve_tls(opts["tls"], opts["ssl_dist_optfile"],
+                      certfile=opts["certfile"], keyfile=opts["keyfile"],
+                      cacertfile=opts["cacertfile"],
+                      server_name=opts["tls_server_name"])
+    return attach_remote(node, cookie, timeout=opts["timeout"],
+                         connect_timeout=opts["connect_timeout"],
+                         dist_port=opts["dist_port"], tls=tls)
+
+
+__all__ = ["DEFAULT_TIMEOUT", "EPILOG_NODE", "JOBS_OPTION", "Seconds",
+           "apply", "attach", "node_options", "split_node"]

@@ -1,0 +1,102 @@
+"""Everything drawn on a terminal, and writing output at all.
+
+Progress lines and live views go to a terminal only; piped, a command's
+output is plain (tables or JSON, one write per line). Output is written
+here so that a closed or full stdout is known where it happens:
+OutputFailed (one line, exit 11), or PipeClosed when the reader of a pipe
+went away (`| head`: exit 141, nothing said).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any
+
+import click
+
+from ..errors import OutputFailed
+
+# An error is one line; a peer controls some of what goes into it (an EPMD
+# listing, a node's badrpc reason), so it is cut here.
+MAX_ERROR_LINE = 1000
+
+
+class PipeClosed(Exception):
+    """The reader of our standard output went away (`| head`)."""
+
+
+def is_terminal(stream: Any) -> bool:
+    return stream is not None and stream.isatty()
+
+
+def write_out(text: str) -> None:
+    """Text and a newline on stdout, flushed."""
+    stream = sys.stdout
+    if stream is None:
+        raise OutputFailed("standard output is closed")
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+    except BrokenPipeError:
+        raise PipeClosed() from None
+    except OSError as exc:
+        raise OutputFailed(f"cannot write to standard output: "
+                           f"{exc.strerror or exc}") from None
+
+
+def error_line(text: str) -> None:
+    """One line on stderr: control characters escaped, length capped."""
+    from ..render import printable
+
+    line = printable(" ".join(text.split("\n")))
+    if len(line) > MAX_ERROR_LINE:
+        line = line[:MAX_ERROR_LINE - 15] + " ... (cut short)"
+    click.echo(line, err=True)
+
+
+class Progress:
+    """Stage and elapsed time on stderr while a long call runs, redrawn in
+    place, on a terminal only. Call it with each stage's text."""
+
+    def __init__(self) -> None:
+        self.enabled = is_terminal(sys.stderr)
+        self.message = ""
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def __call__(self, message: str) -> None:
+        if not self.enabled:
+            return
+        self.message = message
+        if self._thread is None:
+            self._stop.clear()
+            started = time.monotonic()
+
+            def tick() -> None:
+                while not self._stop.wait(0.25):
+                    sys.stderr.write(f"\r\x1b[K{self.message} "
+                                     f"({time.monotonic() - started:.1f} s)")
+                    sys.stderr.flush()
+            self._thread = threading.Thread(target=tick, daemon=True)
+            self._thread.start()
+
+    def pause(self) -> None:
+        """Stop drawing and clear the line (output is about to start)."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pause()
+
+
+__all__ = ["PipeClosed", "Progress", "error_line", "is_terminal",
+           "write_out"]

@@ -1,0 +1,128 @@
+"""The shapes probes return: the seam between a probe and its renderers.
+
+Renderers read these by key; JSON is each of them as it is (json.dumps).
+They are TypedDicts rather than dataclasses because start-up is most of a
+one-query run: twelve TypedDicts cost ~1 ms to define, twelve frozen
+dataclasses ~13 ms (measured, click already loaded). At run time they are
+plain dicts, so the JSON users read is the result, key for key and in
+order (tests/test_json_shapes.py holds it).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, TypedDict
+
+# erlang:memory() in the node's own order: total, processes, ...
+Memory = Dict[str, int]
+
+
+class Ping(TypedDict):
+    node: str
+    otp_release: str
+    erts_version: str
+    rtt_ms: float
+
+
+class MemoryResult(TypedDict):
+    node: str
+    memory: Memory
+
+
+class ProcessRow(TypedDict):
+    """One process in a table of processes. The number is under "value"
+    (proc-count, born), or "delta" (bin-leak, proc-window): one of them."""
+
+    pid: str
+    name: Optional[str]
+    current_function: Optional[str]
+    initial_call: Optional[str]
+    exited: bool
+
+
+class ProcCount(TypedDict):
+    node: str
+    attribute: str
+    scanned: int
+    processes: List[ProcessRow]
+
+
+class ProcCountAllSummary(TypedDict):
+    """The end of proc-count --all, whose rows are streamed."""
+
+    scanned: int
+    sent: int
+
+
+class _BinLeak(TypedDict):
+    node: str
+    scanned: int
+    holders: int
+    collected: int
+    memory_before: Memory
+    memory_after: Memory
+    processes: List[ProcessRow]
+
+
+class BinLeak(_BinLeak, total=False):
+    # --dry-run only
+    dry_run: bool
+    would_collect: int
+
+
+class DeadRow(TypedDict):
+    pid: str
+    value: int
+
+
+class ProcWindow(TypedDict):
+    node: str
+    attribute: str
+    window_ms: int
+    scanned_first: int
+    scanned_last: int
+    processes: List[ProcessRow]
+    born_count: int
+    born: List[ProcessRow]
+    dead_count: int
+    dead: List[DeadRow]
+
+
+class ProcInfo(TypedDict):
+    """recon:info/1's groups, each a mapping of item to value."""
+
+    node: str
+    pid: str
+    meta: Dict[str, object]
+    signals: Dict[str, object]
+    location: Dict[str, object]
+    memory_used: Dict[str, object]
+    work: Dict[str, object]
+
+
+class CheckValues(TypedDict):
+    total: int
+    processes: int
+    binary: int
+    ets: int
+    atom: int
+    binary_share: float
+    process_count: int
+    top_binary_memory: int
+    max_queue: int
+    atom_use: float
+
+
+class _NodeHealth(TypedDict):
+    node: str
+
+
+class NodeHealth(_NodeHealth, total=False):
+    """One node of a check: its values, or why there are none."""
+
+    values: CheckValues
+    error: str
+
+
+__all__ = ["BinLeak", "CheckValues", "DeadRow", "Memory", "MemoryResult",
+           "NodeHealth", "Ping", "ProcCount", "ProcCountAllSummary",
+           "ProcInfo", "ProcWindow", "ProcessRow"]
