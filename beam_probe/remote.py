@@ -175,7 +175,7 @@ def attach(node: str, cookie: bytes, *, timeout: float = 15.0,
 
     ``timeout`` is the default limit of each call, ``connect_timeout`` (by
     default the same) that of connecting. ``tls`` is a
-    ``dist.tls.TlsSettings`` for nodes on TLS distribution; ``limits`` a
+    ``erldist.tls.TlsSettings`` for nodes on TLS distribution; ``limits`` a
     ``ReplyLimits`` for callers that ask for bulk replies."""
     conn = connect(node, cookie, dist_port=dist_port, tls=tls, limits=limits,
                    timeout=timeout if connect_timeout is None

@@ -24,17 +24,61 @@
 %% Returns {Leakers, Keepers, Idle} as lists of pids. The leakers start
 %% empty: refill/1 plants their leak.
 start(Leakers, Keepers, Idle) ->
-    LeakerPids = [spawn_opt(fun leaker/0,
-                            [{min_heap_size, ?LEAKER_HEAP_WORDS},
-                             {min_bin_vheap_size, ?LEAKER_VHEAP_WORDS}])
-                  || _ <- lists:seq(1, Leakers)],
-    KeeperPids = [spawn(fun() -> keeper(J) end)
-                  || J <- lists:seq(0, Keepers - 1)],
+    LeakerPids = spread(Leakers,
+                        fun(_) ->
+                                spawn_opt(fun leaker/0,
+                                          [{min_heap_size, ?LEAKER_HEAP_WORDS},
+                                           {min_bin_vheap_size,
+                                            ?LEAKER_VHEAP_WORDS}])
+                        end),
+    KeeperPids = spread(Keepers, fun(K) -> spawn(fun() -> keeper(K - 1) end) end),
     %% Keeper J also has 3 * J unread messages: distinct queue lengths.
     [[Pid ! {unread, K} || K <- lists:seq(1, 3 * J)]
      || {J, Pid} <- lists:zip(lists:seq(0, Keepers - 1), KeeperPids)],
-    IdlePids = [spawn(fun idle/0) || _ <- lists:seq(1, Idle)],
+    IdlePids = spread(Idle, fun(_) -> spawn(fun idle/0) end),
     {LeakerPids, KeeperPids, IdlePids}.
+
+%% Spawn(K) for K in 1..Count, from one spawner per scheduler, so that the
+%% processes start on every scheduler's run queue (and in its allocator
+%% instances) as a real node's do; spawned from one process they all begin
+%% on one scheduler, and a node with 16 of them is then measured in an
+%% unusual state that drifts as the scheduler balancing moves them
+%% (measured: the in-node reference went from 405 to 681 ms at 100k
+%% processes over one run on 16 cores). The pids come back in K order.
+spread(Count, Spawn) ->
+    Schedulers = erlang:system_info(schedulers_online),
+    Self = self(),
+    Tag = make_ref(),
+    [spawner(I, fun() ->
+                        Self ! {Tag, I, [Spawn(K)
+                                         || K <- lists:seq(I, Count,
+                                                           Schedulers)]}
+                end)
+     || I <- lists:seq(1, Schedulers)],
+    Shares = [receive {Tag, I, Pids} -> Pids end
+              || I <- lists:seq(1, Schedulers)],
+    interleave(Shares, [], []).
+
+%% A spawner kept on scheduler I. The scheduler option is undocumented
+%% (OTP 25 and 28 take it); without it the spawners still spread as the
+%% balancer moves them.
+spawner(I, Fun) ->
+    try
+        spawn_opt(Fun, [{scheduler, I}])
+    catch
+        error:badarg -> spawn(Fun)
+    end.
+
+%% The first of each share, then the second of each, ...: shares differ in
+%% length by one at most, the longer first, so this is K order.
+interleave([], [], Acc) ->
+    lists:reverse(Acc);
+interleave([], Rest, Acc) ->
+    interleave(lists:reverse(Rest), [], Acc);
+interleave([[] | Shares], Rest, Acc) ->
+    interleave(Shares, Rest, Acc);
+interleave([[Pid | Share] | Shares], Rest, Acc) ->
+    interleave(Shares, [Share | Rest], [Pid | Acc]).
 
 %% Make every leaker drop its batch of binaries again, and wait until done.
 refill(LeakerPids) ->
