@@ -55,16 +55,17 @@ Call = Callable[[str, str, list], Any]
 
 
 class Local:
-    """An argument to a helper: another function of the same helper file,
-    passed as a fun. Helpers cannot call each other by name (erl_eval runs
-    one function, with no module around it), so a helper that needs one
-    takes it as an argument and beam-probe builds the fun from its
-    clauses."""
+    """An argument to a helper: another function of a helper file (the same
+    one unless ``module`` is given), passed as a fun. Helpers cannot call
+    each other by name (erl_eval runs one function, with no module around
+    it), so a helper that needs one takes it as an argument and beam-probe
+    builds the fun from its clauses."""
 
-    __slots__ = ("name",)
+    __slots__ = ("name", "module")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, module: str | None = None) -> None:
         self.name = name
+        self.module = module
 
 
 class Var:
@@ -169,7 +170,7 @@ class HelperForms:
         actuals = []
         for arg in args:
             if isinstance(arg, Local):
-                actuals.append(self.fun(module, arg.name))
+                actuals.append(self.fun(arg.module or module, arg.name))
             elif isinstance(arg, Var):
                 actuals.append((A_VAR, 1, Atom(arg.name)))
             elif isinstance(arg, Form):

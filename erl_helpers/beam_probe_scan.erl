@@ -23,8 +23,8 @@
 %% suite does).
 -module(beam_probe_scan).
 
--export([guard/3, others/0, pmap/3, values/3, top/2, describe/1,
-         bin_leak/8, proc_count/8, proc_count_all/10, snapshots/6, proc_window/10,
+-export([guard/3, others/0, settled/1, pmap/3, values/3, top/2, describe/1,
+         bin_leak/9, proc_count/8, proc_count_all/10, snapshots/6, proc_window/10,
          proc_info/1, health/4, fan_out/4]).
 
 -type watch() :: {node, node()} | {process, pid()}.
@@ -258,13 +258,49 @@ describe(Pairs) ->
       infos => lists:zipwith(fun erlang:process_info/2, Pids,
                              lists:duplicate(erlang:length(Pids), Items))}.
 
+%% What the node holds, not what we do: erlang:memory() without this
+%% process's own heap (erl_eval's garbage grows it between two reads, by 5
+%% MB at 100k processes). With Wait, read once the memory of exited
+%% workers is freed: a heap freed on a scheduler other than the one that
+%% allocated it is handed back to that one, which frees it only when it
+%% next runs (ERTS's delayed deallocation): 1.5-2 ms after the workers'
+%% 'DOWN' on OTP 28, and 7-41 MB of exited workers were still counted when
+%% read at once (measured at 100k-500k processes). So wait until the
+%% processes' memory has not fallen for 3 ms running, 50 ms at most.
+-spec settled(boolean()) -> memory().
+settled(Wait) ->
+    Settle = fun Settle(Last, Steady, Left) when Steady < 3, Left > 0 ->
+                     receive
+                     after 1 ->
+                         Now = erlang:memory(processes),
+                         case Now < Last of
+                             true -> Settle(Now, 0, Left - 1);
+                             false -> Settle(Last, Steady + 1, Left - 1)
+                         end
+                     end;
+                 Settle(_, _, _) ->
+                     ok
+             end,
+    case Wait of
+        true -> Settle(erlang:memory(processes), 0, 50);
+        false -> ok
+    end,
+    {memory, Own} = erlang:process_info(erlang:self(), memory),
+    lists:map(fun({Kind, Bytes}) when Kind =:= total; Kind =:= processes;
+                                      Kind =:= processes_used ->
+                      {Kind, Bytes - Own};
+                 (Other) ->
+                      Other
+              end,
+              erlang:memory()).
+
 %% recon's bin_leak: count every process's refc binary references, collect
 %% only the processes that hold any (one that holds none cannot free any),
 %% count again. At most MaxGc processes are collected, those holding most
 %% first; DryRun collects none and says how many would be. Rows: the N
 %% largest falls, most first, processes that died meanwhile left out.
 -spec bin_leak(pos_integer(), non_neg_integer(), boolean(),
-               non_neg_integer(), fun(), fun(), fun(), fun()) ->
+               non_neg_integer(), fun(), fun(), fun(), fun(), fun()) ->
           #{scanned := non_neg_integer(),
             holders := non_neg_integer(),
             collected := non_neg_integer(),
@@ -272,7 +308,7 @@ describe(Pairs) ->
             memory_before := memory(),
             memory_after := memory(),
             rows := rows()}.
-bin_leak(N, MaxGc, DryRun, Jobs, Pmap, Top, Describe, Others) ->
+bin_leak(N, MaxGc, DryRun, Jobs, Pmap, Top, Describe, Others, Settled) ->
     CountHolders =
         fun(Pids) ->
                 Infos = lists:zipwith(fun erlang:process_info/2, Pids,
@@ -297,43 +333,10 @@ bin_leak(N, MaxGc, DryRun, Jobs, Pmap, Top, Describe, Others) ->
                                            [{length, '$1'}]},
                                           {'_', [], [-1]}]))
         end,
-    %% What the node holds, not what we do: memory without this process's
-    %% own heap (erl_eval's garbage grows it between the two reads, by 5 MB
-    %% at 100k processes), read before the counting workers exist, and
-    %% again after the collections once the workers' heaps are freed. A heap
-    %% freed on a scheduler other than the one that allocated it is handed
-    %% back to that one, which frees it only when it next runs (ERTS's
-    %% delayed deallocation): 1.5-2 ms after the workers' 'DOWN' on OTP 28,
-    %% and 7-41 MB of exited workers were still counted when read at once
-    %% (measured at 100k-500k processes). So wait until the processes'
-    %% memory has not fallen for 3 ms running, 50 ms at most.
-    Settle = fun Settle(Last, Steady, Left) when Steady < 3, Left > 0 ->
-                     receive
-                     after 1 ->
-                         Now = erlang:memory(processes),
-                         case Now < Last of
-                             true -> Settle(Now, 0, Left - 1);
-                             false -> Settle(Last, Steady + 1, Left - 1)
-                         end
-                     end;
-                 Settle(_, _, _) ->
-                     ok
-             end,
-    Settled = fun() ->
-                      Settle(erlang:memory(processes), 0, 50),
-                      {memory, Own} =
-                          erlang:process_info(erlang:self(), memory),
-                      lists:map(fun({Kind, Bytes})
-                                      when Kind =:= total;
-                                           Kind =:= processes ->
-                                        {Kind, Bytes - Own};
-                                   (Other) ->
-                                        Other
-                                end,
-                                erlang:memory())
-              end,
+    %% Memory is read before the counting workers exist, and after the
+    %% collections once their heaps are freed (settled/1).
     Pids = Others(),
-    MemoryBefore = Settled(),
+    MemoryBefore = Settled(true),
     Holders = lists:append(Pmap(CountHolders, Pids, Jobs)),
     HolderCount = erlang:length(Holders),
     Chosen = case MaxGc < HolderCount of
@@ -352,7 +355,7 @@ bin_leak(N, MaxGc, DryRun, Jobs, Pmap, Top, Describe, Others) ->
                      rows => Describe([])};
         false ->
             After = lists:append(Pmap(Collect, Victims, Jobs)),
-            MemoryAfter = Settled(),
+            MemoryAfter = Settled(true),
             Deltas = ets:match_spec_run(
                        lists:zip3(After, Before, Victims),
                        ets:match_spec_compile(

@@ -113,7 +113,7 @@ def bin_leak(remote: Remote, n: int, max_gc: int | None = None,
     reply = remote.run(HELPER, "bin_leak", n,
                        NO_GC_LIMIT if max_gc is None else max_gc, dry_run,
                        jobs, Local("pmap"), Local("top"), Local("describe"),
-                       Local("others"))
+                       Local("others"), Local("settled"))
     result = {"node": remote.node, "scanned": reply["scanned"],
               "holders": reply["holders"], "collected": reply["collected"],
               "memory_before": _memory(reply["memory_before"]),
