@@ -30,6 +30,11 @@ COMMANDS = (
     ("bin-leak", "5"),
     ("proc-info", "demo_cache"),
     ("proc-window", "reductions", "3", "500"),
+    # Without collections the binary floor rises: a leak, or garbage no
+    # one collects? With the binary holders collected, it stays flat: the
+    # idle workers' garbage, which bin-leak found above.
+    ("watch", "--interval", "0.5", "--count", "8", "--floor", "2"),
+    ("watch", "--interval", "0.5", "--count", "8", "--gc", "holders"),
 )
 
 

@@ -102,3 +102,52 @@ def test_json_is_unchanged(target, name):
                 node=target)
     assert r.returncode == 0, r.stderr
     conforms(json.loads(r.stdout), shape)
+
+
+SAMPLE = {"time": S, "epoch": F, "node": S, "total": I, "processes": I,
+          "binary": I, "ets": I, "atom": I, "code": I, "system": I,
+          "binary_share": F, "process_count": I, "process_limit": I,
+          "port_count": I, "port_limit": I, "atom_count": I,
+          "atom_limit": I, "atom_use": F, "ets_count": I, "ets_limit": I,
+          "alloc_used": I, "alloc_allocated": I, "alloc_usage": F,
+          "rss": (I, "null"), "gcs_per_s": (F, "null"),
+          "reclaimed_per_s": (I, "null"), "gc": S, "collected": I,
+          "gc_ms": F, "node_ms": F}
+FLOOR = {k: I for k in ("total", "processes", "binary", "ets", "atom_count",
+                        "process_count", "port_count")}
+STATS = {"first": I, "last": I, "min": I, "max": I, "per_hour": (I, "null")}
+SUMMARY = {"node": S, "samples": I, "down_samples": I, "seconds": F,
+           "gc": S, "interval": F,
+           "categories": {k: STATS for k in ("total", "processes", "binary",
+                                             "ets", "atom_count",
+                                             "process_count",
+                                             "port_count")},
+           "leaks": [{"category": S, "rises": I, "growth": I, "seconds": F,
+                      "per_hour": (I, "null")}]}
+
+
+@pytest.mark.parametrize("gc", ["none", "holders"])
+def test_watch_lines(target, gc):
+    r = run_cli("watch", target.node, "--count", "2", "--interval", "0.2",
+                "--gc", gc, node=target)
+    assert r.returncode == 0, r.stderr
+    *samples, summary = [json.loads(line) for line in r.stdout.splitlines()]
+    shape = dict(SAMPLE, floor=FLOOR) if gc == "none" else SAMPLE
+    for sample in samples:
+        conforms(sample, shape)
+    conforms(summary, {"summary": SUMMARY})
+
+
+def test_plot_json(target, tmp_path):
+    path = tmp_path / "w.jsonl"
+    r = run_cli("watch", target.node, "--count", "2", "--interval", "0.2",
+                "-o", str(path), node=target)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("plot", str(path), "--format", "json", "--metric",
+                "total,rss")
+    assert r.returncode == 0, r.stderr
+    points = [[F, (F, "null")]]
+    conforms(json.loads(r.stdout), {
+        "node": S, "samples": I, "skipped_lines": I, "first": F, "last": F,
+        "metrics": [S], "series": {"total": points, "rss": points},
+        "floors": {"total": points}, "leaks": []})

@@ -14,7 +14,9 @@ COMMANDS = (["ping"], ["memory"], ["bin-leak", "3"], ["bin-leak", "3",
             "--dry-run"], ["proc-count", "memory", "3"],
             ["proc-count", "binary_memory", "3"],
             ["proc-window", "reductions", "3", "50"],
-            ["proc-info", "code_server"], ["check"])
+            ["proc-info", "code_server"], ["check"],
+            ["watch", "--count", "2", "--interval", "0.2", "--gc", "holders"],
+            ["watch", "--count", "1", "--gc", "all"])
 
 
 def _run_all(node):

@@ -123,14 +123,12 @@ def _parse(raw: bytes) -> dict[str, Any] | None:
 def trend(records: list[dict[str, Any]], rises: int) -> dict[str, Any] | None:
     """If the last ``rises`` steps of binary memory all rose, the rule
     fires: {'rises': N, 'growth_per_hour': bytes, 'since': time}."""
-    if rises < 1 or len(records) < rises + 1:
+    from ..trend import Point, rising
+
+    window = records[-(rises + 1):] if rises >= 1 else []
+    rise = rising("binary", [Point(r["epoch"], r["binary"]) for r in window],
+                  rises)
+    if rise is None:
         return None
-    window = records[-(rises + 1):]
-    values = [r["binary"] for r in window]
-    if not all(later > earlier for earlier, later in zip(values,
-                                                            values[1:])):
-        return None
-    hours = (window[-1]["epoch"] - window[0]["epoch"]) / 3600
-    growth = (values[-1] - values[0]) / hours if hours > 0 else None
-    return {"rises": rises, "growth_per_hour": growth,
+    return {"rises": rises, "growth_per_hour": rise.per_hour,
             "since": window[0]["time"]}

@@ -5,6 +5,13 @@ draw the answer (the renderer). Everything between is done here, once:
 parsing and checking the arguments (before connecting, so a typo costs no
 connection), attaching, progress on a terminal, and the output.
 
+Three kinds of command share this: one question and its answer (the
+default); ``live``, whose probe gets a way to connect (and to connect
+again) and returns a stream of samples, drawn in place on a terminal and
+written as JSON lines otherwise, which Ctrl-C ends as a normal stop (exit
+0, with a summary); ``offline``, which reads files and attaches to
+nothing.
+
     @command("proc-count", "[NODE] ATTRIBUTE N", timeout=300.0, jobs=True,
              render=render.proc_count_text,
              example="app@db1 binary_memory 3")
@@ -16,12 +23,13 @@ connection), attaching, progress on a terminal, and the output.
 
 from __future__ import annotations
 
+import sys
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import click
 
-from ..errors import UsageError
+from ..errors import OutputFailed, UsageError
 from . import options as opt
 from .tty import Progress, write_out
 
@@ -71,12 +79,14 @@ def _pid(value: str) -> str:
 
 
 # Positional arguments by the name the usage line gives them: how each is
-# read and checked, and the attribute of the request it becomes.
+# read and checked, and the attribute of the request it becomes. A last
+# word ending in "..." takes the rest of the arguments, one or more.
 ARGUMENTS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "N": ("n", _rows),
     "ATTRIBUTE": ("attribute", _attribute),
     "MILLISECONDS": ("millis", _millis),
     "PID": ("pid", _pid),
+    "FILE...": ("files", str),
 }
 
 
@@ -99,10 +109,11 @@ class Declaration:
     def __init__(self, name: str, args: str, probe: Probe, render: Render,
                  timeout: float, jobs: bool, options: tuple,
                  example: str, metavar: str | None,
-                 check: Callable[[SimpleNamespace], None] | None) -> None:
+                 check: Callable[[SimpleNamespace], None] | None,
+                 kind: str = "call", summary: Render | None = None) -> None:
         self.name, self.args, self.probe, self.render = name, args, probe, \
             render
-        self.check = check
+        self.check, self.kind, self.summary = check, kind, summary
         self.timeout, self.jobs, self.options = timeout, jobs, options
         self.example = example
         self.metavar = metavar or args
@@ -114,8 +125,12 @@ class Declaration:
     def parse(self, args: tuple[str, ...]) -> tuple[str | None, dict]:
         """NODE (or None) and the positional arguments by name; every error
         is a UsageError, raised before anything connects."""
-        node, rest = opt.split_node(args)
+        node, rest = (None, list(args)) if self.kind == "offline" \
+            else opt.split_node(args)
         required = [w for w in self.words if not w.startswith("[")]
+        variadic = bool(self.words) and self.words[-1].endswith("...")
+        if variadic and len(rest) >= len(self.words):
+            rest = rest[:len(self.words) - 1] + [rest[len(self.words) - 1:]]
         if not len(required) <= len(rest) <= len(self.words):
             if not self.words:
                 raise UsageError(f"unexpected argument {rest[0]!r}: NODE is "
@@ -125,7 +140,12 @@ class Declaration:
         values = {}
         for i, word in enumerate(self.words):
             attribute, read = ARGUMENTS[word.strip("[]")]
-            values[attribute] = read(rest[i]) if i < len(rest) else None
+            if i >= len(rest):
+                values[attribute] = None
+            elif isinstance(rest[i], list):
+                values[attribute] = [read(item) for item in rest[i]]
+            else:
+                values[attribute] = read(rest[i])
         return node, values
 
     def click_command(self) -> click.Command:
@@ -134,11 +154,15 @@ class Declaration:
             request = SimpleNamespace(**given, **values)
             if self.check is not None:
                 self.check(request)
-            run(self, node, request, given)
+            {"call": run, "live": run_live,
+             "offline": run_offline}[self.kind](self, node, request, given)
 
         params = list(self.options) + ([opt.JOBS_OPTION] if self.jobs
                                        else [])
-        params += opt.node_options(default_timeout=self.timeout)
+        if self.kind == "offline":
+            params.append(opt.format_option())
+        else:
+            params += opt.node_options(default_timeout=self.timeout)
         callback = opt.apply(params, click.argument(
             "args", nargs=-1, metavar=self.metavar)(callback))
         return click.command(self.name, help=self.probe.__doc__,
@@ -152,14 +176,20 @@ def command(name: str, args: str, *, render: Render,
             timeout: float = opt.DEFAULT_TIMEOUT, jobs: bool = False,
             options: tuple = (), example: str = "app@db1",
             metavar: str | None = None,
-            check: Callable[[SimpleNamespace], None] | None = None
+            check: Callable[[SimpleNamespace], None] | None = None,
+            kind: str = "call", summary: Render | None = None
             ) -> Callable[[Probe], Probe]:
     """Declare a command; its function is the probe it calls, and its
     docstring the command's help. ``check`` looks at the whole request
-    (arguments and options together) before anything connects."""
+    (arguments and options together) before anything connects. A ``live``
+    command's probe takes a connect function instead of a node and returns
+    a Live; ``render`` then draws a frame of it, (live, width, height) ->
+    lines, and ``summary`` its summary. An ``offline`` command's probe gets
+    no node."""
     def declare(probe: Probe) -> Probe:
         DECLARED.append(Declaration(name, args, probe, render, timeout,
-                                    jobs, options, example, metavar, check))
+                                    jobs, options, example, metavar, check,
+                                    kind, summary))
         return probe
     return declare
 
@@ -178,6 +208,76 @@ def run(declared: Declaration, node: str | None, request: SimpleNamespace,
         write_out(render.to_json(result))
     else:
         write_out(render.printable(declared.render(result)))
+
+
+def run_offline(declared: Declaration, node: str | None,
+                request: SimpleNamespace, given: dict[str, Any]) -> None:
+    """Read, compute, write: no node involved."""
+    from .. import render
+
+    with Progress() as progress:
+        result = declared.probe(None, request, progress)
+    if given["fmt"] == "json":
+        write_out(render.to_json(result))
+    else:
+        write_out(render.printable(declared.render(result)))
+
+
+class Live(Protocol):
+    """What a live command's probe returns."""
+
+    def open(self) -> None: ...
+    def samples(self) -> Iterator[dict]: ...
+    def summary(self) -> dict: ...
+    def close(self) -> None: ...
+    def exit_code(self) -> int: ...
+
+
+def run_live(declared: Declaration, node: str | None,
+             request: SimpleNamespace, given: dict[str, Any]) -> None:
+    """Samples until the probe's count or duration is over, or Ctrl-C: on
+    a terminal a view redrawn in place, else one JSON line a sample; then
+    the summary. Ctrl-C is how a watch is meant to end: exit 0 (or the
+    probe's own exit code, such as --fail-on-leak's)."""
+    import json
+
+    from .. import render
+    from ..checks.history import HistoryError, append
+    from .tty import LiveView, is_terminal
+
+    live: Live = declared.probe(lambda: opt.attach(node, given), request,
+                                Progress())
+    fmt = given["fmt"]
+    view = LiveView() if fmt == "table" and is_terminal(sys.stdout) \
+        else None
+    output = getattr(request, "output", None)
+    try:
+        live.open()
+        for sample in live.samples():
+            if output:
+                try:
+                    append(output, [sample])
+                except HistoryError as exc:
+                    raise OutputFailed(f"{output}: {exc}") from None
+            if view is not None:
+                view.draw(lambda width, height: declared.render(
+                    live, width, height, True))
+            else:
+                write_out(json.dumps(sample, separators=(",", ":")))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        live.close()
+        if view is not None:
+            view.close()
+    summary = live.summary()
+    if view is not None:
+        write_out(render.printable(declared.summary(summary)))
+    else:
+        write_out(json.dumps({"summary": summary}, separators=(",", ":")))
+    code = live.exit_code()
+    if code:
+        raise click.exceptions.Exit(code)
 
 
 def _write_rows(rows: Rows, fmt: str, progress: Progress) -> None:
@@ -218,4 +318,5 @@ def _write_rows(rows: Rows, fmt: str, progress: Progress) -> None:
     write_out(rows.footer(summary))
 
 
-__all__ = ["ARGUMENTS", "DECLARED", "Declaration", "Rows", "command", "run"]
+__all__ = ["ARGUMENTS", "DECLARED", "Declaration", "Live", "Rows", "command",
+           "run", "run_live", "run_offline"]

@@ -93,10 +93,14 @@ def node_options(default_timeout: float = DEFAULT_TIMEOUT,
                      metavar="SECONDS",
                      help="Limit for connecting (EPMD, TLS and the "
                           "handshake, every read included)."),
-        click.option("--format", "fmt", type=click.Choice(formats),
-                     default=formats[0], show_default=True,
-                     help="Output format."),
+        format_option(formats),
     ]
+
+
+def format_option(formats: tuple[str, ...] = ("table", "json")) -> Any:
+    return click.option("--format", "fmt", type=click.Choice(formats),
+                        default=formats[0], show_default=True,
+                        help="Output format.")
 
 
 JOBS_OPTION = click.option(
@@ -141,4 +145,4 @@ def attach(node_arg: str | None, opts: dict[str, Any]) -> Any:
 
 
 __all__ = ["DEFAULT_TIMEOUT", "EPILOG_NODE", "JOBS_OPTION", "Seconds",
-           "apply", "attach", "node_options", "split_node"]
+           "apply", "attach", "format_option", "node_options", "split_node"]

@@ -98,5 +98,73 @@ class Progress:
         self.pause()
 
 
-__all__ = ["PipeClosed", "Progress", "error_line", "is_terminal",
+class LiveView:
+    """A view redrawn in place on the terminal, fitted to its size at each
+    draw and redrawn when the terminal is resized (SIGWINCH). ``draw`` takes
+    a function of (width, height) giving the lines; the view keeps it for
+    redraws. The last frame stays on the screen when the view closes."""
+
+    def __init__(self, stream: Any = None) -> None:
+        import signal
+
+        self.stream = stream or sys.stdout
+        self._make: Any = None
+        self._drawing = self._resized = False
+        self._started = False
+        self._previous = None
+        if hasattr(signal, "SIGWINCH"):
+            self._previous = signal.signal(signal.SIGWINCH, self._on_resize)
+
+    def size(self) -> tuple[int, int]:
+        import shutil
+
+        columns, rows = shutil.get_terminal_size((80, 24))
+        return max(20, columns), max(6, rows)
+
+    def draw(self, make: Any) -> None:
+        self._make = make
+        self._drawing = True
+        try:
+            while True:
+                self._resized = False
+                width, height = self.size()
+                lines = make(width, height - 1)
+                # Home, each line over the old one, the rest cleared; the
+                # first frame clears the screen and hides the cursor.
+                text = ("\x1b[?25l\x1b[2J" if not self._started else "")
+                text += "\x1b[H" + "".join(line + "\x1b[K\n"
+                                            for line in lines) + "\x1b[J"
+                self._started = True
+                self._write(text)
+                if not self._resized:
+                    return
+        finally:
+            self._drawing = False
+
+    def _on_resize(self, signum: int, frame: Any) -> None:
+        self._resized = True
+        if not self._drawing and self._make is not None:
+            self.draw(self._make)
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except BrokenPipeError:
+            raise PipeClosed() from None
+        except OSError as exc:
+            raise OutputFailed(f"cannot write to standard output: "
+                               f"{exc.strerror or exc}") from None
+
+    def close(self) -> None:
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGWINCH, self._previous)
+            self._previous = None
+        if self._started:
+            self._write("\x1b[?25h")
+
+
+__all__ = ["LiveView", "PipeClosed", "Progress", "error_line", "is_terminal",
            "write_out"]

@@ -123,6 +123,52 @@ class NodeHealth(_NodeHealth, total=False):
     error: str
 
 
+class _Sample(TypedDict):
+    time: str
+    epoch: float
+    node: str
+
+
+class Sample(_Sample, total=False):
+    """One watch sample, one JSON line. The names check --history uses
+    (total, processes, binary, ets, atom, binary_share, process_count,
+    atom_use) mean the same here, so watch files and check histories mix.
+    A sample of a node that could not be reached has ``down`` and
+    ``error`` after the first three keys, and nothing else."""
+
+    down: bool
+    error: str
+    total: int
+    processes: int
+    binary: int
+    ets: int
+    atom: int
+    code: int
+    system: int
+    binary_share: float
+    process_count: int
+    process_limit: int
+    port_count: int
+    port_limit: int
+    atom_count: int
+    atom_limit: int
+    atom_use: float
+    ets_count: int
+    ets_limit: int
+    alloc_used: int
+    alloc_allocated: int
+    alloc_usage: float
+    rss: Optional[int]
+    gcs_per_s: Optional[float]
+    reclaimed_per_s: Optional[int]
+    gc: str
+    collected: int
+    gc_ms: float
+    node_ms: float
+    floor: Dict[str, int]
+    leaks: List[dict]
+
+
 __all__ = ["BinLeak", "CheckValues", "DeadRow", "Memory", "MemoryResult",
            "NodeHealth", "Ping", "ProcCount", "ProcCountAllSummary",
-           "ProcInfo", "ProcWindow", "ProcessRow"]
+           "ProcInfo", "ProcWindow", "ProcessRow", "Sample"]

@@ -12,7 +12,7 @@
 -module(beam_probe_workload).
 
 -export([start/3, refill/1, stop/1, probes_running/1, named/1,
-         fill/1, linked_to/1]).
+         fill/1, linked_to/1, grow/1, sawtooth/2]).
 
 -define(BINARY_SIZE, 1024).
 -define(LEAKER_HEAP_WORDS, 100000).
@@ -127,6 +127,45 @@ named(Name) ->
     Pid = spawn(fun idle/0),
     true = register(Name, Pid),
     Pid.
+
+%% A leak of known rate: a process whose live refc binaries grow by
+%% BytesPerSecond, in 64 KB binaries, on the clock (the rate holds however
+%% late its timer fires). A collection frees none of them.
+grow(BytesPerSecond) ->
+    spawn(fun() ->
+                  grow(BytesPerSecond, erlang:monotonic_time(millisecond), 0,
+                       [])
+          end).
+
+grow(Rate, Start, Held, Binaries) ->
+    receive
+        stop -> erlang:length(Binaries)
+    after 10 ->
+        Due = Rate * (erlang:monotonic_time(millisecond) - Start) div 1000,
+        New = [binary:copy(<<0>>, 65536)
+               || _ <- lists:seq(1, (Due - Held) div 65536)],
+        grow(Rate, Start, Held + 65536 * erlang:length(New), New ++ Binaries)
+    end.
+
+%% No leak: a process that takes Bytes in ten steps over PeriodMs, then
+%% drops them all and collects, again and again.
+sawtooth(Bytes, PeriodMs) ->
+    spawn(fun() -> sawtooth(Bytes div 10, PeriodMs div 10, []) end).
+
+sawtooth(Step, Tick, dropped) ->
+    erlang:garbage_collect(),
+    sawtooth(Step, Tick, []);
+sawtooth(Step, Tick, Binaries) ->
+    receive
+        stop -> ok
+    after Tick ->
+        case erlang:length(Binaries) of
+            10 ->
+                sawtooth(Step, Tick, dropped);
+            _ ->
+                sawtooth(Step, Tick, [binary:copy(<<1>>, Step) | Binaries])
+        end
+    end.
 
 leaker() ->
     receive

@@ -1,0 +1,249 @@
+"""watch: is it really a leak? Sample the node's memory every few seconds,
+after forced collections or through the floor, and apply memwatch's rule.
+
+Each sample is one round trip (beam_probe_watch:sample/7 on the node):
+counters only unless a collection is asked for, so its cost does not grow
+with the node's processes. The samples come from a generator that keeps
+the interval (slots at start + k * interval, a late sample skips slots
+rather than drifting), survives the node going away (a ``down`` sample per
+slot, then a new connection when it is back), and holds constant memory
+however long it runs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterator
+
+from ..errors import ProbeError, UsageError
+from ..helpers import Local
+from ..remote import Remote
+from ..trend import (DEFAULT_FLOOR, DEFAULT_RISES, LEAK_CATEGORIES, Floor,
+                     LeakRule, Point, Series, Stats)
+from .results import Sample
+
+HELPER = "beam_probe_watch"
+SCAN = "beam_probe_scan"
+GC_MODES = ("none", "holders", "all")
+MIN_INTERVAL = 0.2
+NO_GC_LIMIT = 1 << 27
+# What the chart draws, and the summary reports.
+CHARTED = ("total", "processes", "binary", "ets")
+SUMMARISED = CHARTED + ("atom_count", "process_count", "port_count")
+# The memory categories of a sample, after erlang:memory()'s names.
+MEMORY_KEYS = ("total", "processes", "binary", "ets", "atom", "code",
+               "system")
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else bytes(value).decode(
+        "latin-1")
+
+
+def _rss(line: Any) -> int | None:
+    """VmRSS's value, "   39540 kB", in bytes (None when unknown)."""
+    if not isinstance(line, (bytes, bytearray, str)):
+        return None
+    parts = _text(line).split()
+    if len(parts) == 2 and parts[0].isdigit() and parts[1] == "kB":
+        return int(parts[0]) * 1024
+    return None
+
+
+def sample_node(remote: Remote, gc: str = "none",
+                max_gc: int | None = None, jobs: int = 0) -> dict:
+    """One raw sample of the attached node (the helper's map, by key)."""
+    from ..erldist.terms import Atom
+
+    return remote.run(HELPER, "sample", Atom(gc),
+                      NO_GC_LIMIT if max_gc is None else max_gc, jobs,
+                      Local("pmap", SCAN), Local("others", SCAN),
+                      Local("top", SCAN), Local("settled", SCAN))
+
+
+def record(node: str, raw: dict, epoch: float, gc: str,
+           previous: tuple[float, dict] | None) -> Sample:
+    """The JSON line of a raw sample; rates against the previous one of
+    the same node run (None for the first, or after a restart)."""
+    memory = {str(k): v for k, v in raw["memory"]}
+    total = memory["total"]
+    used, allocated = raw["alloc_used"], raw["alloc_allocated"]
+    out: Sample = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch)),
+        "epoch": round(epoch, 3), "node": node}
+    for key in MEMORY_KEYS:
+        out[key] = memory[key]  # type: ignore[literal-required]
+    out.update({
+        "binary_share": round(100.0 * memory["binary"] / total, 2)
+        if total else 0.0,
+        "process_count": raw["process_count"],
+        "process_limit": raw["process_limit"],
+        "port_count": raw["port_count"], "port_limit": raw["port_limit"],
+        "atom_count": raw["atom_count"], "atom_limit": raw["atom_limit"],
+        "atom_use": round(100.0 * raw["atom_count"] / raw["atom_limit"], 2),
+        "ets_count": raw["ets_count"], "ets_limit": raw["ets_limit"],
+        "alloc_used": used, "alloc_allocated": allocated,
+        "alloc_usage": round(used / allocated, 4) if allocated else 0.0,
+        "rss": _rss(raw["rss"]),
+        "gcs_per_s": None, "reclaimed_per_s": None,
+        "gc": gc, "collected": raw["collected"],
+        "gc_ms": round(raw["gc_us"] / 1000, 3),
+        "node_ms": round(raw["sample_us"] / 1000, 3)})
+    if previous is not None:
+        then, before = previous
+        seconds = epoch - then
+        gcs = raw["gc_count"] - before["gc_count"]
+        words = raw["gc_words_reclaimed"] - before["gc_words_reclaimed"]
+        if seconds > 0 and gcs >= 0 and words >= 0:
+            out["gcs_per_s"] = round(gcs / seconds, 1)
+            out["reclaimed_per_s"] = round(words * raw["wordsize"] / seconds)
+    return out
+
+
+class Watch:
+    """A watch in progress: ``samples()`` yields them; the state a view or
+    a summary needs (per-category stats, chart series, the leak rule) is
+    kept here, in constant memory, and survives an interrupted generator
+    (Ctrl-C ends the watch, not the summary)."""
+
+    def __init__(self, connect: Callable[[], Remote], *,
+                 interval: float = 5.0, count: int | None = None,
+                 duration: float | None = None, gc: str = "none",
+                 max_gc: int | None = None, jobs: int = 0,
+                 rises: int = DEFAULT_RISES, floor: int = DEFAULT_FLOOR,
+                 fail_on_leak: bool = False,
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if gc not in GC_MODES:
+            raise UsageError(f"--gc must be one of {', '.join(GC_MODES)}, "
+                             f"not {gc!r}")
+        if not interval >= MIN_INTERVAL:
+            raise UsageError(f"--interval must be at least {MIN_INTERVAL} "
+                             f"s, not {interval:g}")
+        self.connect, self.interval = connect, interval
+        self.count, self.duration = count, duration
+        self.gc, self.max_gc, self.jobs = gc, max_gc, jobs
+        self.clock, self.sleep = clock, sleep
+        self.fail_on_leak = fail_on_leak
+        self.rule = LeakRule(rises)
+        self.floors = {c: Floor(floor) for c in LEAK_CATEGORIES}
+        self.stats = {c: Stats() for c in SUMMARISED}
+        # A terminal 300 columns wide has 600 dot columns: 512 to 1,024
+        # points a series draw as well as any more, and cost a fifth of
+        # 2,048 to redraw at each sample.
+        self.series = {c: Series(1024) for c in CHARTED}
+        self.node = ""
+        self.taken = self.down = 0
+        self.started: float | None = None
+        self.last: Sample | None = None
+        self.remote: Remote | None = None
+
+    def open(self) -> None:
+        """The first connection: errors here are the user's to see."""
+        self.remote = self.connect()
+        self.node = self.remote.node
+
+    def close(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
+            self.remote = None
+
+    def samples(self) -> Iterator[Sample]:
+        if self.remote is None:
+            self.open()
+        started = self.started = self.clock()
+        previous: tuple[float, dict] | None = None
+        slot = 0
+        while True:
+            now = self.clock()
+            sample, raw = self._take(now, previous)
+            previous = (now, raw) if raw is not None else None
+            self._keep(sample)
+            yield sample
+            slot += 1
+            if self.count is not None and slot >= self.count:
+                return
+            # The next slot not yet begun: a slow sample skips slots.
+            now = self.clock()
+            due = started + slot * self.interval
+            if due < now:
+                slot += int((now - due) // self.interval) + 1
+                due = started + slot * self.interval
+            if self.duration is not None and due - started > self.duration:
+                return
+            self.sleep(max(0.0, due - self.clock()))
+
+    def _take(self, now: float, previous: tuple[float, dict] | None
+              ) -> tuple[Sample, dict | None]:
+        try:
+            if self.remote is None:
+                self.remote = self.connect()
+            raw = sample_node(self.remote, self.gc, self.max_gc, self.jobs)
+        except ProbeError as exc:
+            # Gone (stopped, restarted, unreachable), or it answered
+            # nonsense: a gap, and a new connection at the next slot.
+            self.close()
+            return self._down(now, exc), None
+        if previous is not None and raw["gc_count"] < previous[1][
+                "gc_count"]:
+            previous = None  # a restart: the counters began again
+        return record(self.node, raw, now, self.gc, previous), raw
+
+    def _down(self, now: float, exc: ProbeError) -> Sample:
+        self.down += 1
+        self.rule.gap()
+        for floor in self.floors.values():
+            floor.reset()
+        return {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                      time.gmtime(now)),
+                "epoch": round(now, 3), "node": self.node, "down": True,
+                "error": f"{exc.label}: {exc}"}
+
+    def _keep(self, sample: Sample) -> None:
+        """Floors, the leak rule, stats and chart series: one sample's
+        worth, added to the state."""
+        self.taken += 1
+        self.last = sample
+        epoch = sample["epoch"]
+        if sample.get("down"):
+            for series in self.series.values():
+                series.add(epoch, None)
+            return
+        # After forced collections the values are the post-GC values;
+        # without, the rule and the chart follow each category's floor.
+        watched = {c: sample[c] for c in LEAK_CATEGORIES}  # type: ignore
+        if self.gc == "none":
+            watched = {c: self.floors[c].add(v) for c, v in watched.items()}
+            sample["floor"] = watched
+        leaks = self.rule.add(epoch, watched)
+        if leaks:
+            sample["leaks"] = [rise.as_json() for rise in leaks]
+        for category, stats in self.stats.items():
+            stats.add(Point(epoch, sample[category]))  # type: ignore
+        for category, series in self.series.items():
+            series.add(epoch, watched[category])
+
+    @property
+    def leaked(self) -> bool:
+        return bool(self.rule.fired)
+
+    def exit_code(self) -> int:
+        """1 when --fail-on-leak was given and a leak was suspected."""
+        return 1 if self.fail_on_leak and self.leaked else 0
+
+    def summary(self) -> dict:
+        """First, last, min, max and growth per hour per category, and the
+        leaks suspected at any point of the run."""
+        seconds = (self.last["epoch"] - self.started
+                   if self.last is not None and self.started else 0.0)
+        return {"node": self.node, "samples": self.taken,
+                "down_samples": self.down, "seconds": round(seconds, 3),
+                "gc": self.gc, "interval": self.interval,
+                "categories": {c: s.as_json()
+                               for c, s in self.stats.items()},
+                "leaks": [rise.as_json()
+                          for rise in self.rule.fired.values()]}
+
+
+__all__ = ["CHARTED", "GC_MODES", "MIN_INTERVAL", "SUMMARISED", "Watch",
+           "record", "sample_node"]

@@ -1,0 +1,154 @@
+"""Text for watch and plot: the live view, a run's summary, leak lines.
+
+The live view is drawn to fit ``width`` x ``height`` character cells: the
+figures first, the chart takes what height is left, the verdict last.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from .chart import clock, line_chart
+from .render import human_bytes, table
+from .trend import BYTE_CATEGORIES
+
+LABELS = {"total": "total", "processes": "processes", "binary": "binary",
+          "ets": "ets", "atom_count": "atoms", "process_count":
+          "process count", "port_count": "port count"}
+
+
+def duration(seconds: float) -> str:
+    """125 -> '2 m 5 s'."""
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes} m"
+    if minutes:
+        return f"{minutes} m {secs} s"
+    return f"{secs} s"
+
+
+def amount(category: str, value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    if category in BYTE_CATEGORIES:
+        text = human_bytes(value)
+        return ("+" + text) if signed and value >= 0 else text
+    return f"{value:+,.0f}" if signed else f"{value:,.0f}"
+
+
+def leak_line(rise: dict) -> str:
+    """'binary +48.2 MiB over 5 rises (25 s), +1.4 GiB/h'."""
+    category = rise["category"]
+    text = (f"{LABELS.get(category, category)} "
+            f"{amount(category, rise['growth'], True)} over {rise['rises']} "
+            f"rises ({duration(rise['seconds'])})")
+    if rise["per_hour"] is not None:
+        text += f", {amount(category, rise['per_hour'], True)}/h"
+    return text
+
+
+def _or_dash(value: Any) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _how(watch: Any) -> str:
+    if watch.gc == "none":
+        window = watch.floors["total"].values.maxlen
+        return f"no forced GC: floors over {window} samples"
+    return "after GC of " + ("every process" if watch.gc == "all"
+                             else "binary holders")
+
+
+def frame(watch: Any, width: int, height: int, colour: bool = False
+          ) -> list[str]:
+    """The live view of a Watch, at most ``height`` lines of ``width``."""
+    last = watch.last
+    elapsed = (last["epoch"] - watch.started) if last and watch.started \
+        else 0.0
+    head = (f"{watch.node}: every {watch.interval:g} s, {_how(watch)}; "
+            f"{watch.taken} samples in {duration(elapsed)}")
+    lines = [head[:width]]
+    if last is None:
+        return lines + ["waiting for the first sample..."]
+    rows = []
+    for category, stats in watch.stats.items():
+        if stats.last is None:
+            continue
+        change = stats.last.value - stats.first.value
+        rows.append((LABELS[category], amount(category, stats.last.value),
+                     amount(category, change, True),
+                     amount(category, stats.per_hour, True) + "/h"
+                     if stats.per_hour is not None else "-"))
+    figures = table(("", "now", "since start", "per hour"), rows,
+                    "lrrr").split("\n")
+    lines += [line[:width] for line in figures]
+    if last.get("down"):
+        status = [f"node down at {clock(last['epoch'])}: {last['error']}; "
+                  f"trying again every {watch.interval:g} s"]
+    else:
+        rss = last.get("rss")
+        status = [
+            (f"GC {_or_dash(last['gcs_per_s'])}/s, "
+             f"reclaimed {human_bytes(last['reclaimed_per_s'] or 0)}/s; "
+             f"allocators {100 * last['alloc_usage']:.0f}% used of "
+             f"{human_bytes(last['alloc_allocated'])}"
+             + (f"; RSS {human_bytes(rss)}" if rss is not None else "")
+             + f"; {last['node_ms']:g} ms on the node")]
+    verdict = verdict_lines(watch)
+    room = height - len(lines) - len(status) - len(verdict)
+    if room >= 5:
+        series = [(f"{LABELS[c]}" + (" floor" if watch.gc == "none" else ""),
+                   list(points)) for c, points in watch.series.items()]
+        lines += line_chart(series, width, room, human_bytes, colour)
+    lines += status + verdict
+    return [line[:width] if "\x1b" not in line else line for line in lines]
+
+
+def verdict_lines(watch: Any) -> list[str]:
+    fired = watch.rule.fired
+    if not fired:
+        return [f"no leak suspected (rule: {watch.rule.rises} consecutive "
+                f"rises)"]
+    return ["leak suspected: " + leak_line(rise.as_json())
+            for rise in fired.values()]
+
+
+def summary_text(summary: dict) -> str:
+    rows = []
+    for category, stats in summary["categories"].items():
+        rows.append((LABELS[category], amount(category, stats["first"]),
+                     amount(category, stats["last"]),
+                     amount(category, stats["min"]),
+                     amount(category, stats["max"]),
+                     amount(category, stats["per_hour"], True) + "/h"
+                     if stats["per_hour"] is not None else "-"))
+    text = (f"{summary['node']}: {summary['samples']} samples in "
+            f"{duration(summary['seconds'])}"
+            + (f" ({summary['down_samples']} with the node down)"
+               if summary["down_samples"] else "") + "\n")
+    text += table(("", "first", "last", "min", "max", "per hour"), rows,
+                  "lrrrrr")
+    leaks = summary["leaks"]
+    text += "\n" + ("\n".join("leak suspected: " + leak_line(r)
+                              for r in leaks)
+                    if leaks else "no leak suspected")
+    return text
+
+
+def down_line(sample: dict) -> str:
+    return (f"{time.strftime('%H:%M:%S', time.localtime(sample['epoch']))} "
+            f"{sample['node']} down: {sample['error']}")
+
+
+def plot_text(title: str, series: Sequence[tuple[str, list]], width: int,
+              height: int, byte_values: bool, colour: bool = False) -> str:
+    label = human_bytes if byte_values else "{:,.0f}".format
+    return "\n".join([title] + line_chart(series, width, height - 1, label,
+                                          colour))
+
+
+__all__ = ["duration", "frame", "leak_line", "plot_text", "summary_text",
+           "verdict_lines"]

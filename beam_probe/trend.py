@@ -1,0 +1,219 @@
+"""Memory over time: memwatch's leak rule, the floor, a run's summary, and a
+series kept for a chart in bounded memory. Pure: values in, values out.
+
+memwatch (Node.js) emits its 'leak' event after five consecutive garbage
+collections in which the heap grew. On the BEAM there is no one heap to
+read after one collection, so the value is a category of memory (or a
+count) read after the collections beam-probe forced, or, without them,
+the category's floor: its running minimum over the last few samples,
+which a sawtooth (allocate, free) leaves flat and a leak lifts.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Iterable, Iterator, NamedTuple, Sequence
+
+# What the leak rule watches: memory categories (bytes) and counts.
+LEAK_CATEGORIES = ("total", "processes", "binary", "ets", "atom_count",
+                   "process_count", "port_count")
+BYTE_CATEGORIES = frozenset(("total", "processes", "binary", "ets",
+                             "atom", "code", "system", "alloc_used",
+                             "alloc_allocated", "rss"))
+
+DEFAULT_RISES = 5
+# A rise of memory smaller than this is noise, not a leak: an idle node's
+# process memory creeps by tens of KB a second between its own collections
+# (rex and the connection's processes answering us among them: measured
+# +50 KB per 0.2 s sample on an idle OTP 25 node, five rises running).
+NOISE_BYTES = 256 * 1024
+NOISE_SHARE = 0.005
+# The floor of a series: its minimum over this many samples (one minute at
+# the default 5 s interval). A sawtooth whose period is shorter stays flat;
+# a longer one needs --gc or a longer --floor.
+DEFAULT_FLOOR = 12
+
+
+class Point(NamedTuple):
+    epoch: float
+    value: float
+
+
+class Rise(NamedTuple):
+    """A leak suspected: ``rises`` consecutive rises of one category."""
+
+    category: str
+    rises: int
+    first: Point
+    last: Point
+
+    @property
+    def growth(self) -> float:
+        return self.last.value - self.first.value
+
+    @property
+    def seconds(self) -> float:
+        return self.last.epoch - self.first.epoch
+
+    @property
+    def per_hour(self) -> float | None:
+        return self.growth * 3600 / self.seconds if self.seconds > 0 else None
+
+    def as_json(self) -> dict:
+        return {"category": self.category, "rises": self.rises,
+                "growth": self.growth, "seconds": round(self.seconds, 3),
+                "per_hour": None if self.per_hour is None
+                else round(self.per_hour)}
+
+
+def rising(category: str, points: Sequence[Point], rises: int,
+           noise: float = 0.0) -> Rise | None:
+    """The Rise if the last ``rises`` steps of ``points`` all went up (so
+    ``rises`` + 1 points, each above the one before) by more than
+    ``noise`` in all; else None."""
+    if rises < 1 or len(points) < rises + 1:
+        return None
+    window = points[-(rises + 1):]
+    if all(later.value > earlier.value
+           for earlier, later in zip(window, window[1:])) \
+            and window[-1].value - window[0].value > noise:
+        return Rise(category, rises, window[0], window[-1])
+    return None
+
+
+def noise(category: str, value: float) -> float:
+    """How much a category may rise over a window without it meaning
+    anything: for memory, NOISE_BYTES or NOISE_SHARE of it, whichever is
+    more; for counts, nothing (five rises of a count are five more)."""
+    if category in BYTE_CATEGORIES:
+        return max(NOISE_BYTES, NOISE_SHARE * value)
+    return 0.0
+
+
+class Floor:
+    """The running minimum of a series over its last ``window`` values."""
+
+    def __init__(self, window: int = DEFAULT_FLOOR) -> None:
+        self.values: deque[float] = deque(maxlen=max(1, window))
+
+    def add(self, value: float) -> float:
+        self.values.append(value)
+        return min(self.values)
+
+    def reset(self) -> None:
+        """Forget the past (the node restarted: its old floor means
+        nothing now)."""
+        self.values.clear()
+
+
+class LeakRule:
+    """memwatch's rule over a stream of samples, per category: the
+    categories whose last ``rises`` steps all rose. Keeps ``rises`` + 1
+    points a category, however long the stream."""
+
+    def __init__(self, rises: int = DEFAULT_RISES,
+                 categories: Iterable[str] = LEAK_CATEGORIES) -> None:
+        self.rises = rises
+        self.points = {c: deque(maxlen=rises + 1) for c in categories}
+        self.fired: dict[str, Rise] = {}
+
+    def add(self, epoch: float, values: dict[str, float]) -> list[Rise]:
+        found = []
+        for category, points in self.points.items():
+            value = values.get(category)
+            if value is None:
+                continue
+            points.append(Point(epoch, value))
+            rise = rising(category, list(points), self.rises,
+                          noise(category, points[0].value))
+            if rise is not None:
+                found.append(rise)
+                best = self.fired.get(category)
+                if best is None or rise.growth >= best.growth:
+                    self.fired[category] = rise
+        return found
+
+    def gap(self) -> None:
+        """The node was away: a rise may not span the gap."""
+        for points in self.points.values():
+            points.clear()
+
+
+class Stats:
+    """First, last, least and most of one series, in constant memory."""
+
+    __slots__ = ("first", "last", "low", "high")
+
+    def __init__(self) -> None:
+        self.first: Point | None = None
+        self.last: Point | None = None
+        self.low = self.high = None
+
+    def add(self, point: Point) -> None:
+        if self.first is None:
+            self.first = point
+            self.low = self.high = point.value
+        self.last = point
+        self.low = min(self.low, point.value)
+        self.high = max(self.high, point.value)
+
+    @property
+    def per_hour(self) -> float | None:
+        if self.first is None or self.last is None:
+            return None
+        seconds = self.last.epoch - self.first.epoch
+        if seconds <= 0:
+            return None
+        return (self.last.value - self.first.value) * 3600 / seconds
+
+    def as_json(self) -> dict:
+        return {"first": self.first.value if self.first else None,
+                "last": self.last.value if self.last else None,
+                "min": self.low, "max": self.high,
+                "per_hour": None if self.per_hour is None
+                else round(self.per_hour)}
+
+
+class Series:
+    """A series for a chart, over a run of any length, in at most
+    ``capacity`` points: when full, neighbours are merged two by two (their
+    mean, at their mean time; a gap stays a gap) and every later pair of
+    samples makes one point. 10,000 samples or ten million cost the same
+    memory. The samples not yet merged show as one point at the latest
+    one's time, so a chart always reaches the last sample."""
+
+    def __init__(self, capacity: int = 2048) -> None:
+        self.capacity = max(4, capacity - capacity % 2)
+        self.points: list[tuple[float, float | None]] = []
+        self.stride = 1
+        self._pending: list[tuple[float, float | None]] = []
+
+    def add(self, epoch: float, value: float | None) -> None:
+        self._pending.append((epoch, value))
+        if len(self._pending) < self.stride:
+            return
+        self.points.append(_merge(self._pending))
+        self._pending = []
+        if len(self.points) >= self.capacity:
+            self.points = [_merge(self.points[i:i + 2])
+                           for i in range(0, len(self.points), 2)]
+            self.stride *= 2
+
+    def __iter__(self) -> Iterator[tuple[float, float | None]]:
+        yield from self.points
+        if self._pending:
+            yield self._pending[-1][0], _merge(self._pending)[1]
+
+
+def _merge(points: list[tuple[float, float | None]]
+           ) -> tuple[float, float | None]:
+    when = sum(epoch for epoch, _ in points) / len(points)
+    values = [v for _, v in points]
+    if any(v is None for v in values):
+        return when, None
+    return when, sum(values) / len(values)
+
+
+__all__ = ["BYTE_CATEGORIES", "DEFAULT_FLOOR", "DEFAULT_RISES",
+           "LEAK_CATEGORIES", "Floor", "LeakRule", "Point", "Rise",
+           "Series", "Stats", "rising"]

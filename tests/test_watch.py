@@ -1,0 +1,330 @@
+"""watch and plot: the leak rule on real nodes with leaks of known rate,
+sawtooths that must not be taken for leaks, the node going away and
+coming back, the live view through a pseudo-terminal, and plot's charts.
+The pure parts (the rule, the floor, bounded series, the chart) are
+tested with plain values."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+
+import pytest
+
+from beam_probe.erldist.terms import Atom
+from beam_probe.trend import (NOISE_BYTES, Floor, LeakRule, Point, Series,
+                              rising)
+from beam_probe.chart import line_chart
+from conftest import run_cli
+
+MB = 1024 * 1024
+
+
+def _watch(node, *args, timeout=120):
+    return run_cli("watch", node.node, "--cookie", node.cookie, *args,
+                   timeout=timeout)
+
+
+def _lines(stdout):
+    """The samples, and the summary line."""
+    items = [json.loads(line) for line in stdout.splitlines() if line]
+    assert "summary" in items[-1], items[-1]
+    return items[:-1], items[-1]["summary"]
+
+
+# --- the pure parts ---------------------------------------------------------
+
+def test_rising_needs_every_step_up_and_more_than_noise():
+    up = [Point(t, 100 * MB + t * MB) for t in range(6)]
+    assert rising("binary", up, 5).per_hour == pytest.approx(MB * 3600)
+    assert rising("binary", up, 6) is None  # not enough points
+    flat_step = up[:3] + [Point(3, up[2].value)] + up[4:]
+    assert rising("binary", flat_step, 5) is None
+    creeping = [Point(t, 100 * MB + t * 1000) for t in range(6)]
+    assert rising("binary", creeping, 5, noise=NOISE_BYTES) is None
+
+
+def test_floor_of_a_sawtooth_stays_flat_and_a_leak_lifts_it():
+    saw, leak = Floor(4), Floor(4)
+    saw_floors = [saw.add(10 + (i % 4) * 5) for i in range(20)]
+    leak_floors = [leak.add(10 + i) for i in range(20)]
+    assert set(saw_floors[4:]) == {10}
+    assert leak_floors[-5:] == [22, 23, 24, 25, 26]  # 3 behind
+
+
+def test_leak_rule_fires_per_category_and_not_across_a_gap():
+    rule = LeakRule(rises=3)
+    for t in range(3):
+        rule.add(t, {"binary": 10 * MB * (t + 1), "ets": 5 * MB})
+    rule.gap()
+    assert rule.add(3, {"binary": 40 * MB, "ets": 5 * MB}) == []
+    for t in range(4, 7):
+        found = rule.add(t, {"binary": 10 * MB * (t + 1), "ets": 5 * MB})
+    assert [r.category for r in found] == ["binary"]
+    assert set(rule.fired) == {"binary"}
+
+
+def test_series_memory_is_bounded_however_long_the_run():
+    series = Series(capacity=64)
+    for i in range(100_000):
+        series.add(float(i), None if 500 <= i < 510 else float(i))
+    points = list(series)
+    assert len(points) <= 64
+    assert points[0][0] < 2048 and points[-1][0] == 99_999
+    assert any(value is None for _, value in points)  # the gap survives
+
+
+def test_chart_fits_its_box_and_breaks_at_gaps():
+    points = [(float(i), float(i % 7) if i != 20 else None)
+              for i in range(40)]
+    lines = line_chart([("a", points), ("b", [(0.0, 1.0), (39.0, 6.0)])],
+                       60, 12)
+    assert len(lines) == 12
+    assert all(len(line) <= 60 for line in lines)
+    assert any(0x2800 < ord(c) <= 0x28FF for c in "".join(lines))
+    assert "a" in lines[-1] and "b" in lines[-1]
+    assert line_chart([("a", [])], 60, 12) == ["(no data yet)"]
+
+
+# --- real nodes -------------------------------------------------------------
+
+@pytest.mark.parametrize("gc", ["holders", "none"])
+def test_a_steady_leak_is_reported_with_its_rate(nodes, otp, gc):
+    node = nodes.start(otp)
+    rate = 4 * MB  # bytes a second
+    with_floor = ["--floor", "2"] if gc == "none" else []
+    from beam_probe.remote import attach
+
+    with attach(node.node, node.cookie.encode()) as r:
+        r.call("beam_probe_workload", "grow", [rate])
+        result = _watch(node, "--interval", "0.5", "--count", "9",
+                        "--gc", gc, "--fail-on-leak", *with_floor)
+    assert result.returncode == 1, result.stderr  # --fail-on-leak
+    samples, summary = _lines(result.stdout)
+    assert len(samples) == 9
+    leaks = {leak["category"]: leak for leak in summary["leaks"]}
+    assert "binary" in leaks, summary
+    assert leaks["binary"]["per_hour"] == pytest.approx(rate * 3600,
+                                                        rel=0.10)
+    assert summary["categories"]["binary"]["per_hour"] == pytest.approx(
+        rate * 3600, rel=0.10)
+    fired = [s for s in samples if "leaks" in s]
+    assert fired and all(s["gc"] == gc for s in samples)
+    assert ("floor" in samples[0]) == (gc == "none")
+
+
+def test_a_sawtooth_is_not_a_leak(nodes, otp):
+    node = nodes.start(otp)
+    from beam_probe.remote import attach
+
+    with attach(node.node, node.cookie.encode()) as r:
+        r.call("beam_probe_workload", "sawtooth", [8 * MB, 1000])
+        result = _watch(node, "--interval", "0.25", "--count", "20",
+                        "--floor", "6")
+    assert result.returncode == 0, result.stderr
+    samples, summary = _lines(result.stdout)
+    binary = [s["binary"] for s in samples]
+    assert max(binary) - min(binary) > 4 * MB  # it did saw
+    assert summary["leaks"] == []
+    assert all("leaks" not in s for s in samples)
+
+
+def test_gc_holders_brings_an_idle_binary_leak_to_its_floor(nodes, otp):
+    node = nodes.start(otp)
+    from beam_probe.remote import attach
+
+    with attach(node.node, node.cookie.encode()) as r:
+        workload = r.call("beam_probe_workload", "start", [20, 0, 0])
+        r.call("beam_probe_workload", "refill", [workload[0]])
+        # 20 leakers drop 100 + 7 * I binaries of 1 KiB: about 3.5 MB.
+        planted = sum(100 + 7 * i for i in range(1, 21)) * 1024
+        before = dict(r.call("erlang", "memory"))[Atom("binary")]
+        result = _watch(node, "--interval", "0.3", "--count", "2",
+                        "--gc", "holders")
+    assert result.returncode == 0, result.stderr
+    samples, _ = _lines(result.stdout)
+    assert samples[0]["collected"] >= 20
+    assert samples[0]["binary"] < before - 0.9 * planted
+
+
+def test_node_gone_and_back_is_a_gap_then_a_reconnect(nodes):
+    node = nodes.start("25")
+    import subprocess
+    import sys
+
+    env = dict(os.environ, BEAM_PROBE_COOKIE=node.cookie)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "beam_probe", "watch", node.node,
+         "--interval", "0.3", "--duration", "12"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2.0)
+        node.stop()
+        time.sleep(1.5)
+        node.start()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    samples, summary = _lines(out)
+    kinds = ["down" if s.get("down") else "up" for s in samples]
+    first_down, last_down = kinds.index("down"), len(kinds) - 1 - \
+        kinds[::-1].index("down")
+    assert "up" in kinds[:first_down] and "up" in kinds[last_down:]
+    down = samples[first_down]
+    assert set(down) == {"time", "epoch", "node", "down", "error"}
+    assert summary["down_samples"] == kinds.count("down")
+    # The restarted node's counters began again: no negative rates.
+    assert all((s.get("gcs_per_s") or 0) >= 0 for s in samples)
+
+
+def test_samples_carry_check_history_fields_with_the_same_types(target,
+                                                               tmp_path):
+    history = tmp_path / "h.jsonl"
+    check = run_cli("check", target.node, "--cookie", target.cookie,
+                    "--history", str(history))
+    assert check.returncode == 0, check.stdout + check.stderr
+    record = json.loads(history.read_text().splitlines()[0])
+    watch_file = tmp_path / "w.jsonl"
+    result = _watch(target, "--count", "2", "--interval", "0.2",
+                    "--output", str(watch_file))
+    assert result.returncode == 0, result.stderr
+    samples, _ = _lines(result.stdout)
+    on_file = [json.loads(line) for line in
+               watch_file.read_text().splitlines()]
+    assert on_file == samples
+    only_check = {"top_binary_memory", "max_queue"}  # a process pass each
+    for key, value in record.items():
+        if key in only_check:
+            continue
+        assert key in samples[0], key
+        assert type(samples[0][key]) is type(value), key
+    # Both plot alike, mixed in one run.
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(history.read_text() + watch_file.read_text())
+    drawn = run_cli("plot", str(mixed), "--format", "json")
+    assert drawn.returncode == 0, drawn.stderr
+    assert json.loads(drawn.stdout)["samples"] == 3
+
+
+def test_the_live_view_on_a_terminal_has_the_chart_and_the_verdict(target):
+    import pty
+    import select
+    import sys
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: beam-probe on a 100 x 30 terminal
+        try:
+            os.environ["BEAM_PROBE_COOKIE"] = target.cookie
+            os.execv(sys.executable, [sys.executable, "-m", "beam_probe",
+                                      "watch", target.node, "--interval",
+                                      "0.2", "--count", "4"])
+        finally:
+            os._exit(127)
+    import fcntl
+    import termios
+
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    out = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 1)
+        if not ready:
+            continue
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        out += data
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    text = out.decode("utf-8", "replace")
+    frames = text.split("\x1b[H")
+    assert len(frames) >= 5  # the first draw, then one per sample
+    last = frames[-1]
+    assert "no leak suspected" in last
+    assert any(0x2800 < ord(c) <= 0x28FF for c in last)  # the chart
+    assert "total floor" in last
+    # The view fits 30 rows: the frame, then the summary after it.
+    frame = last.split("\x1b[J")[0]
+    assert frame.count("\n") <= 29
+    assert "first" in last.split("\x1b[J")[1]  # the summary table
+
+
+def test_plot_draws_a_history_file_in_the_terminal_and_a_png(tmp_path):
+    lines = []
+    for i in range(50):
+        lines.append(json.dumps({
+            "time": "2026-11-22T10:00:00Z", "epoch": 1795000000 + 60 * i,
+            "node": "app@db1", "total": 100 * MB + i * MB,
+            "processes": 40 * MB, "binary": 20 * MB + i * MB,
+            "ets": 5 * MB}))
+    lines.insert(10, "not json at all")
+    lines.insert(20, '{"node": "app@db1", "torn')
+    path = tmp_path / "h.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    text = run_cli("plot", str(path), "--metric", "binary,ets")
+    assert text.returncode == 0, text.stderr
+    assert "app@db1: 50 samples" in text.stdout
+    assert "2 lines skipped" in text.stdout
+    assert any(0x2800 < ord(c) <= 0x28FF for c in text.stdout)
+    as_json = json.loads(run_cli("plot", str(path), "--format", "json",
+                                 "--since", "1795001200").stdout)
+    assert as_json["samples"] == 30 and as_json["skipped_lines"] == 2
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "chart.png"
+    drawn = run_cli("plot", str(path), "-o", str(png))
+    assert drawn.returncode == 0, drawn.stderr
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (1000, 500)
+    assert len(data) > 20_000  # lines, labels and a legend, not a blank
+
+
+@pytest.mark.parametrize("args, message", [
+    (("watch", "x@y", "--interval", "0"), "--interval"),
+    (("watch", "x@y", "--gc", "some"), "--gc"),
+    (("plot",), "expected FILE..."),
+    (("plot", "/nonexistent/h.jsonl"), "cannot read /nonexistent/h.jsonl"),
+    (("plot", "/etc"), "cannot read /etc"),
+    (("plot", "/dev/null"), "character device, not a regular file"),
+    (("plot", "pyproject.toml"), "no samples to plot in the files"),
+    (("plot", "README.md", "--metric", "heap"), "unknown metric 'heap'"),
+    (("plot", "README.md", "--since", "yesterday"), "--since must be"),
+    (("plot", "README.md", "-o", "x.gif"), "--output must end in"),
+])
+def test_bad_input_gets_one_line(args, message):
+    from beam_probe.cli import invoke
+
+    import io
+    import contextlib
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), \
+            contextlib.redirect_stdout(io.StringIO()):
+        code = invoke(list(args))
+    assert code == 2, err.getvalue()
+    lines = err.getvalue().strip().splitlines()
+    assert message in lines[-1], lines
+    assert "Traceback" not in err.getvalue()
+
+
+def test_plot_refuses_a_mixed_cluster_file_without_node(tmp_path):
+    path = tmp_path / "cluster.jsonl"
+    path.write_text("".join(json.dumps({
+        "time": "t", "epoch": 1795000000 + i, "node": f"n{i % 2}@h",
+        "total": i}) + "\n" for i in range(6)))
+    result = run_cli("plot", str(path), "--metric", "total")
+    assert result.returncode == 2
+    assert "--node" in result.stderr
+    picked = run_cli("plot", str(path), "--metric", "total", "--node",
+                     "n1@h", "--format", "json")
+    assert json.loads(picked.stdout)["samples"] == 3
