@@ -34,7 +34,8 @@ class OutputFailed(ProbeError):
 
 EXIT_CODES = [
     (0, "success"),
-    (1, "unexpected error (a bug: please report it)"),
+    (1, "unexpected error (a bug: please report it); `watch "
+        "--fail-on-leak`: a leak was suspected"),
     (UsageError.exit_code, "bad arguments or options"),
     (CookieError.exit_code, "no cookie found, cookie file unsafe, or the node "
                             "rejected the cookie"),
@@ -42,15 +43,18 @@ EXIT_CODES = [
                              "registered with EPMD there"),
     (ConnectFailed.exit_code, "host unreachable, connection refused, the "
                               "node refused the handshake, or TLS failed"),
-    (TimedOut.exit_code, "no answer within --timeout"),
+    (TimedOut.exit_code, "no answer within --timeout, or no connection "
+                         "within --connect-timeout"),
     (ConnectionLost.exit_code, "the connection closed in the middle of a call"),
     (ProtocolError.exit_code, "the peer sent malformed distribution data"),
     (RemoteError.exit_code, "the call failed on the node (badrpc)"),
     (NoSuchProcess.exit_code, "no live process with that pid or name on the "
                               "node"),
-    (OutputFailed.exit_code, "standard output could not be written (closed, "
-                             "or the disk is full)"),
-    (130, "interrupted (Ctrl-C, SIGINT)"),
+    (OutputFailed.exit_code, "standard output, or `watch --output` FILE, "
+                             "could not be written (closed, or the disk is "
+                             "full)"),
+    (130, "interrupted (Ctrl-C, SIGINT); `watch` ends on Ctrl-C as a "
+          "normal stop, exit 0"),
     (141, "standard output is a pipe whose reader closed it (as `head` "
           "does); nothing more is written"),
     (143, "terminated (SIGTERM)"),
