@@ -158,8 +158,12 @@ def line_chart(series: Sequence[tuple[str, Points]], width: int,
     left, right = x_label(x_low), x_label(x_high)
     lines.append(" " * (margin + 1) + left
                  + right.rjust(max(1, columns - len(left))))
-    legend = []
+    # The legend, as many entries as fit the width (escapes take no room).
+    legend, room = [], width - margin - 1
     for index, (name, _) in enumerate(series):
+        room -= len(name) + 5
+        if room < 0:
+            break
         mark = "━━"
         if colour:
             mark = f"\x1b[{COLOURS[index % len(COLOURS)]}m{mark}\x1b[0m"

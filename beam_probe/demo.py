@@ -16,7 +16,7 @@ import time
 
 from .errors import ProbeError
 from .localnode import LocalNode, compile_erl
-from .remote import helper_path
+from .helpers import helper_path
 
 # How long the demo service runs before the first probe: enough requests
 # (one every 20 ms) for the leak to stand out from a fresh node's noise.

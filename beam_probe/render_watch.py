@@ -100,8 +100,9 @@ def frame(watch: Any, width: int, height: int, colour: bool = False
     verdict = verdict_lines(watch)
     room = height - len(lines) - len(status) - len(verdict)
     if room >= 5:
-        series = [(f"{LABELS[c]}" + (" floor" if watch.gc == "none" else ""),
-                   list(points)) for c, points in watch.series.items()]
+        # Without --gc the lines are the floors: the header says so.
+        series = [(LABELS[c], list(points))
+                  for c, points in watch.series.items()]
         lines += line_chart(series, width, room, human_bytes, colour)
     lines += status + verdict
     return [line[:width] if "\x1b" not in line else line for line in lines]

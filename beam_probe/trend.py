@@ -23,11 +23,12 @@ BYTE_CATEGORIES = frozenset(("total", "processes", "binary", "ets",
 
 DEFAULT_RISES = 5
 # A rise of memory smaller than this is noise, not a leak: an idle node's
-# process memory creeps by tens of KB a second between its own collections
-# (rex and the connection's processes answering us among them: measured
-# +50 KB per 0.2 s sample on an idle OTP 25 node, five rises running).
-NOISE_BYTES = 256 * 1024
-NOISE_SHARE = 0.005
+# process memory creeps between its own collections (rex and the
+# connection's processes answering us among them): measured +50 KB per
+# 0.2 s sample on an idle OTP 25 node, and +275 KB over five 0.5 s samples
+# on the 68-process demo node, five rises running each time.
+NOISE_BYTES = 1024 * 1024
+NOISE_SHARE = 0.01
 # The floor of a series: its minimum over this many samples (one minute at
 # the default 5 s interval). A sawtooth whose period is shorter stays flat;
 # a longer one needs --gc or a longer --floor.

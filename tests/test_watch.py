@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import time
 
@@ -183,6 +184,30 @@ def test_node_gone_and_back_is_a_gap_then_a_reconnect(nodes):
     assert all((s.get("gcs_per_s") or 0) >= 0 for s in samples)
 
 
+def test_ctrl_c_is_a_normal_end_with_a_summary(target):
+    import signal
+    import subprocess
+    import sys
+
+    env = dict(os.environ, BEAM_PROBE_COOKIE=target.cookie)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "beam_probe", "watch", target.node,
+         "--interval", "0.2"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    samples, summary = _lines(out)
+    assert samples and summary["samples"] == len(samples)
+    assert err == ""
+
+
 def test_samples_carry_check_history_fields_with_the_same_types(target,
                                                                tmp_path):
     history = tmp_path / "h.jsonl"
@@ -223,7 +248,7 @@ def test_the_live_view_on_a_terminal_has_the_chart_and_the_verdict(target):
             os.environ["BEAM_PROBE_COOKIE"] = target.cookie
             os.execv(sys.executable, [sys.executable, "-m", "beam_probe",
                                       "watch", target.node, "--interval",
-                                      "0.2", "--count", "4"])
+                                      "0.3", "--count", "8"])
         finally:
             os._exit(127)
     import fcntl
@@ -232,7 +257,13 @@ def test_the_live_view_on_a_terminal_has_the_chart_and_the_verdict(target):
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
     out = b""
     deadline = time.monotonic() + 60
+    resized = False
     while time.monotonic() < deadline:
+        if not resized and out.count(b"\x1b[J") >= 3:
+            # The terminal shrinks mid-watch: the next frames fit it.
+            fcntl.ioctl(fd, termios.TIOCSWINSZ,
+                        struct.pack("HHHH", 20, 70, 0, 0))
+            resized = True
         ready, _, _ = select.select([fd], [], [], 1)
         if not ready:
             continue
@@ -246,16 +277,20 @@ def test_the_live_view_on_a_terminal_has_the_chart_and_the_verdict(target):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     text = out.decode("utf-8", "replace")
-    frames = text.split("\x1b[H")
-    assert len(frames) >= 5  # the first draw, then one per sample
+    # Every frame ends by clearing what is below it; the summary follows
+    # the last one.
+    *frames, summary = text.split("\x1b[J")
+    assert len(frames) >= 8  # one per sample, and one more per resize
     last = frames[-1]
-    assert "no leak suspected" in last
-    assert any(0x2800 < ord(c) <= 0x28FF for c in last)  # the chart
-    assert "total floor" in last
-    # The view fits 30 rows: the frame, then the summary after it.
-    frame = last.split("\x1b[J")[0]
-    assert frame.count("\n") <= 29
-    assert "first" in last.split("\x1b[J")[1]  # the summary table
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", last)
+    assert "no leak suspected" in plain
+    assert any(0x2800 < ord(c) <= 0x28FF for c in plain)  # the chart
+    assert "floors over 12 samples" in plain and "━━ total" in plain
+    # The view fits the resized 70 x 20 terminal.
+    visible = [line.strip("\r") for line in plain.split("\n")]
+    assert len([line for line in visible if line]) <= 19
+    assert max(len(line) for line in visible) <= 70
+    assert "first" in summary  # the summary table, after the view
 
 
 def test_plot_draws_a_history_file_in_the_terminal_and_a_png(tmp_path):

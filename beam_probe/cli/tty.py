@@ -102,7 +102,11 @@ class LiveView:
     """A view redrawn in place on the terminal, fitted to its size at each
     draw and redrawn when the terminal is resized (SIGWINCH). ``draw`` takes
     a function of (width, height) giving the lines; the view keeps it for
-    redraws. The last frame stays on the screen when the view closes."""
+    redraws. It draws below what is already on the screen, moving back up
+    over its last frame to redraw (what came before stays readable, as in
+    the demo); after a resize, which rewraps the old frame, it starts again
+    from the top of a cleared screen. The last frame stays when it
+    closes."""
 
     def __init__(self, stream: Any = None) -> None:
         import signal
@@ -111,14 +115,22 @@ class LiveView:
         self._make: Any = None
         self._drawing = self._resized = False
         self._started = False
+        self._height = 0  # lines of the frame on the screen
         self._previous = None
         if hasattr(signal, "SIGWINCH"):
             self._previous = signal.signal(signal.SIGWINCH, self._on_resize)
 
     def size(self) -> tuple[int, int]:
+        """The terminal's size now. Asked of the terminal itself before
+        $COLUMNS and $LINES: those are set once, and a resize changes only
+        the terminal's own figure."""
+        import os
         import shutil
 
-        columns, rows = shutil.get_terminal_size((80, 24))
+        try:
+            columns, rows = os.get_terminal_size(self.stream.fileno())
+        except (AttributeError, OSError, ValueError):
+            columns, rows = shutil.get_terminal_size((80, 24))
         return max(20, columns), max(6, rows)
 
     def draw(self, make: Any) -> None:
@@ -126,15 +138,18 @@ class LiveView:
         self._drawing = True
         try:
             while True:
-                self._resized = False
+                resized, self._resized = self._resized, False
                 width, height = self.size()
                 lines = make(width, height - 1)
-                # Home, each line over the old one, the rest cleared; the
-                # first frame clears the screen and hides the cursor.
-                text = ("\x1b[?25l\x1b[2J" if not self._started else "")
-                text += "\x1b[H" + "".join(line + "\x1b[K\n"
-                                            for line in lines) + "\x1b[J"
-                self._started = True
+                if not self._started:
+                    text = "\x1b[?25l"  # the cursor, hidden while we draw
+                elif resized:
+                    text = "\x1b[H\x1b[2J"
+                else:
+                    text = f"\r\x1b[{self._height}A" if self._height else ""
+                text += "".join(line + "\x1b[K\n" for line in lines)
+                text += "\x1b[J"
+                self._started, self._height = True, len(lines)
                 self._write(text)
                 if not self._resized:
                     return
