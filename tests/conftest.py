@@ -149,6 +149,28 @@ def run_cli(*args: str, env: dict | None = None, node: LocalNode | None = None,
                           timeout=timeout)
 
 
+def interrupt_cli(*args: str, after: float, cookie: str,
+                  timeout: float = 60) -> tuple[int, str, str]:
+    """Run the command line, press Ctrl-C (SIGINT) ``after`` seconds, and
+    return its exit code, stdout and stderr."""
+    import signal
+    import time
+
+    env = dict(os.environ, BEAM_PROBE_COOKIE=cookie)
+    proc = subprocess.Popen([sys.executable, "-m", "beam_probe", *args],
+                            env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(after)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out, err
+
+
 def run_measured(cmd: list[str], env: dict) -> tuple[int, str, str, float,
                                                      int]:
     """Exit code, stdout, stderr, seconds and peak RSS of one child.

@@ -151,3 +151,48 @@ def test_plot_json(target, tmp_path):
         "node": S, "samples": I, "skipped_lines": I, "first": F, "last": F,
         "metrics": [S], "series": {"total": points, "rss": points},
         "floors": {"total": points}, "leaks": []})
+
+
+MEMORY7 = {k: I for k in ("total", "processes", "binary", "ets", "atom",
+                          "code", "system")}
+SNAP_SUMMARY = {"node": S, "time": S, "memory": MEMORY7, "alloc_used": I,
+                "alloc_allocated": I, "processes": I, "ets_tables": I,
+                "ports": I, "atoms": I}
+MAYBE_I = (I, "null")
+DIFF3 = {
+    "before": SNAP_SUMMARY, "after": SNAP_SUMMARY, "middle": SNAP_SUMMARY,
+    "suspects": {
+        "born_and_kept": [{"what": S, "count": I, "bytes": I,
+                           "binary_bytes": I, "growth": I}],
+        "growing_processes": [{"pid": S, "what": S, "name": S_OR_NULL,
+                               "rising": [S], "memory": [I],
+                               "binary_bytes": [I]}],
+        "groups_rising": [{"what": S, "counts": [I]}],
+        "ets": [{"name": S, "id": S, "owner": S, "born": B,
+                 "rows": [MAYBE_I], "bytes": [MAYBE_I]}],
+        "ports_born_and_kept": [S],
+        "atoms": {"added": [I], "rising": B}},
+    "change": {"size_bytes": I, "memory": MEMORY7,
+               "details": [{"what": S, "size_bytes": I, "binary_bytes": I,
+                            "+": I, "-": I, "before": I, "after": I}],
+               "groups": I},
+    "ets": [{"name": S, "id": S, "owner": S, "new": B, "rows_before": I,
+             "rows_after": I, "bytes_before": I, "bytes_after": I}],
+    "atoms": {"added": I, "names": [S], "all_named": B},
+    "ports": {"before": I, "after": I, "new": [S], "new_count": I}}
+
+
+def test_snapshot_and_leak_hunt_json(target, tmp_path):
+    r = run_cli("snapshot", target.node, "-o", str(tmp_path / "a"),
+                "--format", "json", node=target)
+    assert r.returncode == 0, r.stderr
+    conforms(json.loads(r.stdout), {
+        "node": S, "file": S, "bytes": I, "time": S, "gc": S,
+        "processes": I, "ets_tables": I, "ports": I})
+    r = run_cli("leak-hunt", target.node, "--interval", "0", "--format",
+                "json", node=target)
+    assert r.returncode == 0, r.stderr
+    conforms(json.loads(r.stdout), {
+        "node": S, "interval": F, "gc": S, "taken": I, "files": [S],
+        "saved": S_OR_NULL, "interrupted": B, "compared": I,
+        "diff": DIFF3})

@@ -18,7 +18,7 @@ from beam_probe.erldist.terms import Atom
 from beam_probe.trend import (NOISE_BYTES, Floor, LeakRule, Point, Series,
                               rising)
 from beam_probe.chart import line_chart
-from conftest import run_cli
+from conftest import interrupt_cli, run_cli
 
 MB = 1024 * 1024
 
@@ -185,24 +185,9 @@ def test_node_gone_and_back_is_a_gap_then_a_reconnect(nodes):
 
 
 def test_ctrl_c_is_a_normal_end_with_a_summary(target):
-    import signal
-    import subprocess
-    import sys
-
-    env = dict(os.environ, BEAM_PROBE_COOKIE=target.cookie)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "beam_probe", "watch", target.node,
-         "--interval", "0.2"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        time.sleep(2.5)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, err
+    code, out, err = interrupt_cli("watch", target.node, "--interval", "0.2",
+                                   after=2.5, cookie=target.cookie)
+    assert code == 0, err
     samples, summary = _lines(out)
     assert samples and summary["samples"] == len(samples)
     assert err == ""

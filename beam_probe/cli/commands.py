@@ -339,5 +339,136 @@ def plot(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
                          progress)
 
 
-__all__ = ["DECLARED", "bin_leak", "memory", "ping", "plot", "proc_count",
-           "proc_info", "proc_window", "watch"]
+GC_OPTION = click.option(
+    "--gc", type=click.Choice(("none", "holders", "all")), default="holders",
+    show_default=True,
+    help="Collect before each snapshot: holders (processes holding refc "
+         "binaries), all (every process: costly), none.")
+MAX_GC_OPTION = click.option(
+    "--max-gc", type=click.IntRange(min=0), metavar="COUNT",
+    help="With --gc holders: collect at most COUNT processes.")
+
+
+def _snapshot_text(result: dict) -> str:
+    from .. import render_diff
+
+    return render_diff.snapshot_text(result)
+
+
+@command("snapshot", "[NODE]", timeout=SCAN_TIMEOUT, jobs=True,
+         render=_snapshot_text, example="app@db1 -o a.snapshot", options=(
+             click.option("--output", "-o", metavar="FILE", required=True,
+                          help="The file to write (replaced if it "
+                               "exists)."),
+             GC_OPTION, MAX_GC_OPTION))
+def snapshot(remote: Any, request: SimpleNamespace,
+             progress: Progress) -> Any:
+    """The whole node at one moment, to a file, for diff.
+
+    After the collection --gc asks for: erlang:memory(), allocator and
+    count figures, every process (pid, group, registered name, memory,
+    refc binary count and bytes, message queue length, heap, current
+    function, initial call), every ETS table and port, and the newest
+    atoms. A process's group is what made it: its label (OTP 28), else
+    proc_lib's '$initial_call' (read as that one key, OTP 26.2+), else its
+    registered name, else its initial call, else its parent's name. The
+    mailbox and the dictionary are never read. The pass runs in slices as
+    proc-count's does; the file is compressed (a few MB for a million
+    processes).
+
+    \b
+    Examples:
+      beam-probe snapshot app@db1 -o a.snapshot
+      beam-probe snapshot app@db1 -o b.snapshot --gc none
+    """
+    from ..probes import snapshot as snapshots
+
+    return snapshots.snapshot(remote, request.output, request.gc,
+                              request.jobs, request.max_gc, progress)
+
+
+def _diff_text(result: dict) -> str:
+    from .. import render_diff
+
+    return render_diff.diff_text(result)
+
+
+@command("diff", "FILE...", kind="offline", render=_diff_text,
+         example="a.snapshot b.snapshot c.snapshot", options=(
+             click.option("--force", is_flag=True,
+                          help="Compare snapshots of different nodes, or "
+                               "of two runs of one node."),))
+def diff(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
+    """Compare two or three snapshots: what grew, by what made it.
+
+    Two: memwatch's HeapDiff. Memory before, after and the change; per
+    group (what made the processes), + born, - died, and the change in
+    memory and refc binary bytes, largest growth first; ETS tables new or
+    grown; atoms added (with their names when the node let them be read);
+    ports. Three: the three-snapshot rule first: what was born between
+    the first and the second and is still alive at the third, grouped;
+    long-lived processes that grew in both intervals; groups whose count
+    rose twice; ETS tables born and kept or growing twice; atoms added in
+    both intervals. The files are given oldest first.
+
+    \b
+    Examples:
+      beam-probe diff a.snapshot b.snapshot
+      beam-probe diff a.snapshot b.snapshot c.snapshot --format json
+    """
+    from ..probes.heapdiff import heap_diff, load
+    from ..probes.snapshot import SnapshotError
+
+    if not 2 <= len(request.files) <= 3:
+        raise SnapshotError("diff compares two or three snapshot files "
+                            f"(given {len(request.files)})")
+    loaded = []
+    for path in request.files:
+        progress(f"reading {path}")
+        loaded.append(load(path))
+    progress("comparing")
+    return heap_diff(loaded, request.force)
+
+
+def _hunt_text(result: dict) -> str:
+    from .. import render_diff
+
+    return render_diff.leak_hunt_text(result)
+
+
+@command("leak-hunt", "[NODE]", timeout=SCAN_TIMEOUT, jobs=True,
+         render=_hunt_text, example="app@db1 --interval 60", options=(
+             click.option("--interval", type=Seconds(0.0), required=True,
+                          metavar="SECONDS",
+                          help="Time between snapshots."),
+             click.option("--snapshots", type=click.IntRange(2, 100),
+                          default=3, show_default=True, metavar="N",
+                          help="How many snapshots to take."),
+             GC_OPTION, MAX_GC_OPTION,
+             click.option("--save", metavar="DIR",
+                          help="Keep the snapshot files in DIR.")))
+def leak_hunt(remote: Any, request: SimpleNamespace,
+              progress: Progress) -> Any:
+    """The three-snapshot method in one command.
+
+    Takes --snapshots snapshots (3) --interval seconds apart, each after
+    the collection --gc asks for (holders), then prints the diff of the
+    first, the second and the last: the suspects first, each with the
+    command to look closer. Ctrl-C keeps what was taken and diffs it when
+    there are two or more. --save DIR keeps the files for diff.
+
+    \b
+    Examples:
+      beam-probe leak-hunt app@db1 --interval 60
+      beam-probe leak-hunt app@db1 --interval 300 --save /tmp/hunt
+    """
+    from ..probes import snapshot as snapshots
+
+    return snapshots.leak_hunt(remote, request.snapshots, request.interval,
+                               request.gc, request.save, request.jobs,
+                               request.max_gc, progress)
+
+
+__all__ = ["DECLARED", "bin_leak", "diff", "leak_hunt", "memory", "ping",
+           "plot", "proc_count", "proc_info", "proc_window", "snapshot",
+           "watch"]

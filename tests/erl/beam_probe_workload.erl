@@ -13,6 +13,10 @@
 
 -export([start/3, refill/1, stop/1, probes_running/1, named/1,
          fill/1, linked_to/1, grow/1, sawtooth/2]).
+%% The three-snapshot scenario (test_snapshot.py).
+-export([scene/0, plant/3, tick/2, noise/1, stop_noise/1]).
+%% Callbacks: the scene's supervisor, and its proc_lib workers.
+-export([init/1, start_leak_worker/0, leak_worker/1, noise_loop/0]).
 
 -define(BINARY_SIZE, 1024).
 -define(LEAKER_HEAP_WORDS, 100000).
@@ -165,6 +169,76 @@ sawtooth(Step, Tick, Binaries) ->
             _ ->
                 sawtooth(Step, Tick, [binary:copy(<<1>>, Step) | Binaries])
         end
+    end.
+
+%% Before the first snapshot: a supervisor (bp_leak_sup) for the workers
+%% to come, a named ETS table (bp_leak_table, its owner registered as
+%% bp_table_owner) and a process that hoards refc binaries
+%% (bp_bin_hoarder). All long-lived.
+scene() ->
+    {ok, Sup} = supervisor:start_link({local, bp_leak_sup}, ?MODULE, sup),
+    erlang:unlink(Sup),
+    Self = self(),
+    Owner = spawn(fun() ->
+                          ets:new(bp_leak_table, [named_table, public, set]),
+                          Self ! table_ready,
+                          idle()
+                  end),
+    receive table_ready -> ok end,
+    register(bp_table_owner, Owner),
+    register(bp_bin_hoarder, spawn(fun() -> hoard([]) end)),
+    tick(0, 0),
+    ok.
+
+%% Between the first and second snapshots: Workers proc_lib processes
+%% under bp_leak_sup, and Atoms new atoms named Prefix1, Prefix2, ...
+plant(Workers, Atoms, Prefix) ->
+    [{ok, _} = supervisor:start_child(bp_leak_sup, [])
+     || _ <- lists:seq(1, Workers)],
+    _ = [list_to_atom(Prefix ++ integer_to_list(I)) || I <- lists:seq(1, Atoms)],
+    ok.
+
+%% Every interval (tick): Rows more rows in bp_leak_table, Bytes more refc
+%% binary bytes held by bp_bin_hoarder.
+tick(Rows, Bytes) ->
+    Base = ets:info(bp_leak_table, size),
+    ets:insert(bp_leak_table, [{Base + I, <<"row">>}
+                               || I <- lists:seq(1, Rows)]),
+    Ref = make_ref(),
+    bp_bin_hoarder ! {hoard, Bytes, self(), Ref},
+    receive {hoarded, Ref} -> ok end.
+
+%% Count short-lived processes, which stop_noise/1 ends.
+noise(Count) ->
+    [spawn(?MODULE, noise_loop, []) || _ <- lists:seq(1, Count)].
+
+stop_noise(Pids) ->
+    [exit(P, kill) || P <- Pids],
+    ok.
+
+noise_loop() ->
+    receive stop -> ok end.
+
+init(sup) ->
+    {ok, {#{strategy => simple_one_for_one},
+          [#{id => leak_worker,
+             start => {?MODULE, start_leak_worker, []}}]}}.
+
+start_leak_worker() ->
+    proc_lib:start_link(?MODULE, leak_worker, [self()]).
+
+leak_worker(Parent) ->
+    proc_lib:init_ack(Parent, {ok, self()}),
+    idle().
+
+hoard(Binaries) ->
+    receive
+        {hoard, 0, From, Ref} ->
+            From ! {hoarded, Ref},
+            hoard(Binaries);
+        {hoard, Bytes, From, Ref} ->
+            From ! {hoarded, Ref},
+            hoard([binary:copy(<<7>>, Bytes) | Binaries])
     end.
 
 leaker() ->

@@ -1,0 +1,148 @@
+"""Text for snapshot, diff and leak-hunt: memwatch's HeapDiff as tables,
+the three-snapshot suspects first."""
+
+from __future__ import annotations
+
+from .render import human_bytes, table
+
+SHOWN = 20
+
+
+def _signed_bytes(n: int) -> str:
+    return ("+" if n >= 0 else "") + human_bytes(n)
+
+
+def snapshot_text(result: dict) -> str:
+    return (f"{result['node']}: {result['processes']} processes, "
+            f"{result['ets_tables']} ETS tables, {result['ports']} ports "
+            f"(after --gc {result['gc']}) written to {result['file']} "
+            f"({human_bytes(result['bytes'])})")
+
+
+def diff_text(result: dict, look: bool = True) -> str:
+    before, after = result["before"], result["after"]
+    parts = [f"{after['node']}: {before['time']} -> "
+             + (f"{result['middle']['time']} -> " if "middle" in result
+                else "") + f"{after['time']}"]
+    if "suspects" in result:
+        parts.append(_suspects(result["suspects"], after["node"], look))
+    rows = [(kind, human_bytes(before["memory"][kind] or 0),
+             human_bytes(after["memory"][kind] or 0),
+             _signed_bytes(result["change"]["memory"][kind]))
+            for kind in result["change"]["memory"]]
+    rows.append(("processes", before["processes"], after["processes"],
+                 f"{after['processes'] - before['processes']:+d}"))
+    rows.append(("ETS tables", before["ets_tables"], after["ets_tables"],
+                 f"{after['ets_tables'] - before['ets_tables']:+d}"))
+    rows.append(("ports", before["ports"], after["ports"],
+                 f"{after['ports'] - before['ports']:+d}"))
+    rows.append(("atoms", before["atoms"], after["atoms"],
+                 f"{result['atoms']['added']:+d}"))
+    parts.append("memory\n" + table(("", "before", "after", "change"), rows,
+                                   "lrrr"))
+    details = [d for d in result["change"]["details"]
+               if d["+"] or d["-"] or d["size_bytes"] or d["binary_bytes"]]
+    if details:
+        parts.append(
+            "by group (HeapDiff: + born, - died, change in bytes)\n"
+            + table(("what", "before", "after", "+", "-", "memory",
+                     "binary"),
+                    [(d["what"], d["before"], d["after"], d["+"], d["-"],
+                      _signed_bytes(d["size_bytes"]),
+                      _signed_bytes(d["binary_bytes"]))
+                     for d in details[:SHOWN]], "lrrrrrr")
+            + (f"\n... and {len(details) - SHOWN} more groups"
+               if len(details) > SHOWN else ""))
+    if result["ets"]:
+        parts.append("ETS tables new or grown\n" + table(
+            ("table", "owner", "rows", "bytes", ""),
+            [(t["name"], t["owner"],
+              f"{t['rows_before']} -> {t['rows_after']}",
+              f"{human_bytes(t['bytes_before'])} -> "
+              f"{human_bytes(t['bytes_after'])}",
+              "new" if t["new"] else "")
+             for t in result["ets"][:SHOWN]], "llrrl"))
+    atoms = result["atoms"]
+    if atoms["added"]:
+        names = ", ".join(atoms["names"][:10])
+        parts.append(f"atoms: {atoms['added']:+d}"
+                     + (f" ({names}{', ...' if len(atoms['names']) > 10 else ''})"
+                        if names else ""))
+    ports = result["ports"]
+    if ports["new_count"]:
+        parts.append(f"ports: {ports['new_count']} new "
+                     f"({', '.join(ports['new'][:10])})")
+    return "\n\n".join(parts)
+
+
+def _suspects(s: dict, node: str, look: bool) -> str:
+    lines = ["SUSPECTS (three-snapshot rule)"]
+    found = False
+    if s["born_and_kept"]:
+        found = True
+        lines.append("born between the first and second snapshots, still "
+                     "alive at the third:\n" + table(
+                         ("what", "count", "memory", "binary", "growth"),
+                         [(e["what"], e["count"], human_bytes(e["bytes"]),
+                           human_bytes(e["binary_bytes"]),
+                           _signed_bytes(e["growth"]))
+                          for e in s["born_and_kept"][:SHOWN]], "lrrrr"))
+    if s["growing_processes"]:
+        found = True
+        lines.append("long-lived processes that grew in both intervals:\n"
+                     + table(("pid", "what", "memory", "binary"),
+                             [(r["pid"], r["name"] or r["what"],
+                               " -> ".join(human_bytes(v)
+                                           for v in r["memory"]),
+                               " -> ".join(human_bytes(v)
+                                           for v in r["binary_bytes"]))
+                              for r in s["growing_processes"][:SHOWN]],
+                             "llrr"))
+        if look:
+            lines.append(f"  look closer: beam-probe proc-info {node} "
+                         f"'{s['growing_processes'][0]['pid']}'")
+    if s["groups_rising"]:
+        found = True
+        lines.append("groups whose count rose in both intervals:\n" + table(
+            ("what", "counts"),
+            [(g["what"], " -> ".join(str(n) for n in g["counts"]))
+             for g in s["groups_rising"][:SHOWN]], "ll"))
+    if s["ets"]:
+        found = True
+        lines.append("ETS tables born and kept, or growing in both "
+                     "intervals:\n" + table(
+                         ("table", "owner", "rows", "bytes"),
+                         [(t["name"], t["owner"],
+                           " -> ".join("-" if v is None else str(v)
+                                       for v in t["rows"]),
+                           " -> ".join("-" if v is None else human_bytes(v)
+                                       for v in t["bytes"]))
+                          for t in s["ets"][:SHOWN]], "llrr"))
+    if s["ports_born_and_kept"]:
+        found = True
+        lines.append("ports born and kept: "
+                     + ", ".join(s["ports_born_and_kept"][:10]))
+    if s["atoms"]["rising"]:
+        found = True
+        lines.append(f"atoms added in both intervals: "
+                     f"{s['atoms']['added'][0]:+d}, "
+                     f"{s['atoms']['added'][1]:+d}")
+    if not found:
+        lines.append("none: nothing made between the first two snapshots "
+                     "outlived the third, and nothing grew through both "
+                     "intervals")
+    return "\n".join(lines)
+
+
+def leak_hunt_text(result: dict) -> str:
+    head = (f"{result['node']}: {result['taken']} snapshots, "
+            f"{result['interval']:g} s apart, after --gc {result['gc']}"
+            + (" (interrupted)" if result.get("interrupted") else "")
+            + (f"; saved in {result['saved']}" if result.get("saved")
+               else ""))
+    if result.get("diff") is None:
+        return head + "\nfewer than two snapshots: nothing to compare"
+    return head + "\n\n" + diff_text(result["diff"])
+
+
+__all__ = ["diff_text", "leak_hunt_text", "snapshot_text"]

@@ -1,0 +1,195 @@
+%% What `beam-probe snapshot` and `leak-hunt` ask the node for: the whole
+%% node in one call, for the three-snapshot method.
+%%
+%% Sent as text and run by the node's erl_eval under the rules at the top
+%% of beam_probe_scan.erl; pmap/3, others/0, settled/1 and watch's
+%% sample/7 arrive as funs. The process pass runs in pmap's slices, each
+%% with compiled calls only (process_info over the slice, match
+%% specifications to pick the group and the columns); the rows travel as
+%% term_to_binary(..., [{compressed, 1}]) chunks, about 0.3 MB per 100k
+%% processes instead of 20-30 MB.
+-module(beam_probe_snapshot).
+
+-export([snapshot/8]).
+
+%% One chunk of processes, compressed: a map of columns, one element per
+%% process: pids (as pid_to_list/1 writes them), names (registered, or
+%% []), memory, message_queue_len, total_heap_size, binary_count and
+%% binary_bytes; groups, current_function and initial_call as {Unique,
+%% Indices} (each distinct value once, and per process its index in
+%% Unique). A group is the process's "constructor":
+%%   {label, Term}        the process label (OTP 28, proc_lib:set_label)
+%%   {initial_call, MFA}  proc_lib's '$initial_call' (OTP 26.2+, read as
+%%                        that one key, never the whole dictionary), or
+%%                        the initial call itself unless it is proc_lib's
+%%   {name, Atom}         the registered name
+%%   {parent, Pid}        a proc_lib process without either: beam-probe
+%%                        names it after its parent (OTP 25+)
+-type chunk() :: binary().
+-type snapshot() :: #{sample := map(),
+                      items := [atom()],
+                      processes := [chunk()],
+                      tables := binary(),
+                      ports := binary(),
+                      atom_count := non_neg_integer(),
+                      creation := non_neg_integer(),
+                      atoms := [atom()],
+                      atoms_from := non_neg_integer()}.
+
+%% Chunk rows a chunk; the names of at most MaxAtoms of the newest atoms
+%% (by index, an undocumented encoding: each is tried alone, and an index
+%% the node refuses ends the list).
+-spec snapshot(pos_integer(), non_neg_integer(), non_neg_integer(), fun(),
+               fun(), fun(), fun(), fun()) -> snapshot().
+snapshot(Chunk, MaxAtoms, Jobs, Pmap, Others, Top, Settled, Sample) ->
+    %% rex carries every call of ours (and of anyone using rpc): its heap
+    %% grows with our own traffic, which would show as a process growing
+    %% in both intervals (measured on OTP 28). It is collected first.
+    case erlang:whereis(rex) of
+        undefined -> ok;
+        Rex -> erlang:garbage_collect(Rex)
+    end,
+    Header = Sample(none, 0, Jobs, Pmap, Others, Top, Settled),
+    Supported = fun(Item) ->
+                        try erlang:process_info(erlang:self(), Item) of
+                            _ -> true
+                        catch
+                            error:badarg -> false
+                        end
+                end,
+    Label = Supported(label),
+    Dictionary = Supported({dictionary, '$initial_call'}),
+    %% Each item in a fixed place; one the node lacks is asked as
+    %% registered_name again, and its place is not looked at.
+    Items = [registered_name, initial_call, parent,
+             case Label of true -> label; false -> registered_name end,
+             case Dictionary of
+                 true -> {dictionary, '$initial_call'};
+                 false -> registered_name
+             end,
+             memory, message_queue_len, total_heap_size, current_function,
+             binary],
+    Pattern = {'$10', [{registered_name, '$1'}, {initial_call, '$2'},
+                       {parent, '$3'}, {'_', '$4'}, {'_', '$5'},
+                       {memory, '$6'}, {message_queue_len, '$7'},
+                       {total_heap_size, '$8'}, {current_function, '$9'},
+                       {binary, '$11'}]},
+    Row = fun(Group) ->
+                  [{{{{'$10', Group, '$1', '$6', '$7', '$8', '$9', '$2'}},
+                     '$11'}}]
+          end,
+    %% The first clause that matches gives the group, in this order. A
+    %% process that died meanwhile has 'undefined' for its info list and
+    %% matches none.
+    Clauses =
+        [{Pattern, [{'=/=', '$4', undefined}], Row({{label, '$4'}})}
+         || Label]
+        ++ [{Pattern, [{'=/=', '$5', undefined}],
+             Row({{initial_call, '$5'}})}
+            || Dictionary]
+        ++ [{Pattern, [{'=/=', '$1', []}], Row({{name, '$1'}})},
+            {Pattern, [{'=/=', '$2', {const, {proc_lib, init_p, 5}}}],
+             Row({{initial_call, '$2'}})},
+            {Pattern, [{is_pid, '$3'}], Row({{parent, '$3'}})},
+            {Pattern, [], Row({{initial_call, '$2'}})}],
+    Compiled = ets:match_spec_compile(Clauses),
+    %% A chunk as columns, the repeated terms (groups, functions) each
+    %% once, with an index per row: decoding a million rows of tuples
+    %% took beam-probe 14 s, and most of it was the same few hundred
+    %% MFAs again and again. All compiled calls.
+    Column = fun(K, Rows) ->
+                     lists:zipwith(fun erlang:element/2,
+                                   lists:duplicate(erlang:length(Rows), K),
+                                   Rows)
+             end,
+    Intern = fun(Values) ->
+                     Unique = lists:usort(Values),
+                     Index = maps:from_list(
+                               lists:zip(Unique,
+                                         lists:seq(0, erlang:length(Unique)
+                                                      - 1))),
+                     {Unique,
+                      lists:zipwith(fun maps:get/2, Values,
+                                    lists:duplicate(erlang:length(Values),
+                                                    Index))}
+             end,
+    Encode = fun(Rows, Counts, Bytes) ->
+                     #{pids => lists:map(fun erlang:pid_to_list/1,
+                                         Column(1, Rows)),
+                       groups => Intern(Column(2, Rows)),
+                       names => Column(3, Rows),
+                       memory => Column(4, Rows),
+                       message_queue_len => Column(5, Rows),
+                       total_heap_size => Column(6, Rows),
+                       current_function => Intern(Column(7, Rows)),
+                       initial_call => Intern(Column(8, Rows)),
+                       binary_count => Counts,
+                       binary_bytes => Bytes}
+             end,
+    Take =
+        fun(Pids) ->
+                Infos = lists:zipwith(fun erlang:process_info/2, Pids,
+                                      lists:duplicate(erlang:length(Pids),
+                                                      Items)),
+                {Rows, Binaries} =
+                    lists:unzip(ets:match_spec_run(lists:zip(Pids, Infos),
+                                                   Compiled)),
+                %% Each binary is {Id, Size, RefCount}.
+                Unzipped = lists:map(fun lists:unzip3/1, Binaries),
+                Sizes = lists:zipwith(fun erlang:element/2,
+                                      lists:duplicate(erlang:length(Unzipped),
+                                                      2),
+                                      Unzipped),
+                Columns = {Rows, lists:map(fun erlang:length/1, Binaries),
+                           lists:map(fun lists:sum/1, Sizes)},
+                Split = fun Split({[], [], []}, Acc) ->
+                                lists:reverse(Acc);
+                            Split({R, C, B}, Acc) ->
+                                N = erlang:min(Chunk, erlang:length(R)),
+                                {R1, R2} = lists:split(N, R),
+                                {C1, C2} = lists:split(N, C),
+                                {B1, B2} = lists:split(N, B),
+                                Split({R2, C2, B2},
+                                      [erlang:term_to_binary(
+                                         Encode(R1, C1, B1), [{compressed, 1}])
+                                       | Acc])
+                        end,
+                Split(Columns, [])
+        end,
+    Processes = lists:append(Pmap(Take, Others(), Jobs)),
+    Tables = lists:map(fun(T) ->
+                               {T, ets:info(T, name), ets:info(T, owner),
+                                ets:info(T, size), ets:info(T, memory),
+                                ets:info(T, type)}
+                       end,
+                       ets:all()),
+    Ports = lists:map(fun(P) ->
+                              {P, erlang:port_info(P, name),
+                               erlang:port_info(P, connected),
+                               erlang:port_info(P, memory)}
+                      end,
+                      erlang:ports()),
+    AtomCount = erlang:system_info(atom_count),
+    From = erlang:max(0, AtomCount - MaxAtoms),
+    Atoms = fun Atoms(Index, Acc) when Index >= AtomCount ->
+                    lists:reverse(Acc);
+                Atoms(Index, Acc) ->
+                    try erlang:binary_to_term(<<131, 75, Index:24>>) of
+                        Atom when erlang:is_atom(Atom) ->
+                            Atoms(Index + 1, [Atom | Acc]);
+                        _ ->
+                            lists:reverse(Acc)
+                    catch
+                        _:_ -> lists:reverse(Acc)
+                    end
+            end,
+    #{sample => Header,
+      items => [Item || Item <- [label], Label]
+               ++ [dictionary_initial_call || Dictionary],
+      processes => Processes,
+      tables => erlang:term_to_binary(Tables, [{compressed, 1}]),
+      ports => erlang:term_to_binary(Ports, [{compressed, 1}]),
+      atom_count => AtomCount,
+      creation => erlang:system_info(creation),
+      atoms => Atoms(From, []),
+      atoms_from => From}.

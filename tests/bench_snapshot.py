@@ -1,0 +1,97 @@
+"""snapshot and diff at scale.
+
+On an idle node of SIZE processes, whole-process wall time of
+
+    beam-probe snapshot NODE -o FILE --gc none
+
+against erl_call running beam_probe_reference:proc_count(memory, 10)
+(recon's algorithm, compiled, inside the node: one process_info pass),
+side by side, medians; beam-probe's peak RSS and the file's size; then
+`beam-probe diff` of three such snapshots: time and peak RSS.
+
+Targets (the snapshot issue): snapshot <= 1.5x the reference on 2 cores
+at 1M processes; peak RSS <= 300 MB; the file <= 30 MB; diff of three
+1M-process snapshots under 5 s and 500 MB.
+
+Run: python tests/bench_snapshot.py [SIZE ...] [--runs R]
+A node of 1M processes needs about 3 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from benchlib import start_node
+from conftest import run_measured
+
+
+def child(cmd: list[str], env: dict) -> tuple[float, int]:
+    code, _out, err, elapsed, peak = run_measured(cmd, env)
+    if code != 0:
+        raise SystemExit(f"{cmd[:3]} failed ({code}): {err}")
+    return elapsed, peak
+
+
+def bench(script: str, size: int, runs: int) -> bool:
+    folder = tempfile.mkdtemp(prefix="bp-bench-snap-")
+    with start_node(args=("+P", "2000000")) as node:
+        env = dict(os.environ, HOME=node.home)
+        base = int(subprocess.run(
+            ["erl_call", "-sname", node.name, "-a",
+             "erlang system_info [process_count]"], env=env, check=True,
+            capture_output=True, text=True).stdout)
+        subprocess.run(["erl_call", "-sname", node.name, "-e"],
+                       input=f"beam_probe_workload:start(0, 0, "
+                             f"{max(0, size - base)}), ok.\n",
+                       text=True, env=env, check=True, capture_output=True)
+        ours_cmd = [script, "snapshot", node.node, "--gc", "none",
+                    "--timeout", "600", "-o"]
+        base_cmd = ["erl_call", "-sname", node.name, "-timeout", "600",
+                    "-a", "beam_probe_reference proc_count [memory, 10]"]
+        ours, theirs, rss, files = [], [], [], []
+        for i in range(runs):
+            path = os.path.join(folder, f"{i}.snapshot")
+            elapsed, peak = child(ours_cmd + [path], env)
+            ours.append(elapsed)
+            rss.append(peak)
+            files.append(path)
+            theirs.append(child(base_cmd, env)[0])
+        size_bytes = max(os.path.getsize(p) for p in files)
+        mo, mt = statistics.median(ours), statistics.median(theirs)
+        print(f"{size} processes: snapshot {mo * 1000:.0f} ms, reference "
+              f"proc_count(memory, 10) via erl_call {mt * 1000:.0f} ms, "
+              f"ratio {mo / mt:.2f} (target <= 1.5); peak RSS "
+              f"{max(rss) / 2**20:.0f} MB (<= 300); file "
+              f"{size_bytes / 2**20:.1f} MB (<= 30)", flush=True)
+    diff_cmd = [script, "diff", *files[:3], "--format", "json"]
+    elapsed, peak = child(diff_cmd, dict(os.environ))
+    print(f"{size} processes: diff of three snapshots {elapsed:.2f} s "
+          f"(< 5), peak RSS {peak / 2**20:.0f} MB (< 500)", flush=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    return (mo / mt <= 1.5 and max(rss) <= 300 * 2**20
+            and size_bytes <= 30 * 2**20 and elapsed < 5
+            and peak < 500 * 2**20)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("sizes", nargs="*", type=int,
+                        default=[100_000, 1_000_000])
+    parser.add_argument("--runs", type=int, default=5)
+    opts = parser.parse_args()
+    script = os.path.join(os.path.dirname(sys.executable), "beam-probe")
+    if not os.path.exists(script):
+        script = shutil.which("beam-probe")
+    ok = all([bench(script, size, max(3, opts.runs)) for size in opts.sizes])
+    print("all within targets" if ok else "SOME OVER TARGET")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""snapshot, diff and leak-hunt: the three-snapshot method on real nodes.
+
+Between the first and second snapshots a scene plants known leaks (7
+proc_lib workers under a supervisor, 25 atoms of a known prefix) beside
+noise (11 processes that die before the third); every interval a named
+ETS table gains 1000 rows and a long-lived process hoards 1 MB more of
+refc binaries. The three-snapshot diff must name exactly the planted ones,
+with exact counts, and none of the noise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from beam_probe.remote import attach
+from conftest import interrupt_cli, run_cli
+
+WORKERS, ATOMS, NOISE = 7, 25, 11
+PREFIX = "bp_leak_atom_"
+MB = 1024 * 1024
+
+
+def _snapshot(node, path, *args):
+    r = run_cli("snapshot", node.node, "--cookie", node.cookie, "-o",
+                str(path), *args)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+@pytest.fixture
+def scene(nodes, otp, tmp_path):
+    """The node and its three snapshots."""
+    node = nodes.start(otp)
+    paths = [tmp_path / f"{i}.snapshot" for i in "abc"]
+    with attach(node.node, node.cookie.encode()) as r:
+        r.call("beam_probe_workload", "scene", [])
+        r.call("beam_probe_workload", "tick", [1000, MB])
+        _snapshot(node, paths[0])
+        r.call("beam_probe_workload", "plant", [WORKERS, ATOMS, PREFIX])
+        noise = r.call("beam_probe_workload", "noise", [NOISE])
+        r.call("beam_probe_workload", "tick", [1000, MB])
+        _snapshot(node, paths[1])
+        r.call("beam_probe_workload", "stop_noise", [noise])
+        r.call("beam_probe_workload", "tick", [1000, MB])
+        _snapshot(node, paths[2])
+    return node, otp, paths
+
+
+def _diff(*paths, args=()):
+    r = run_cli("diff", *map(str, paths), "--format", "json", *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_three_snapshots_name_exactly_the_planted_leaks(scene):
+    node, otp, paths = scene
+    result = _diff(*paths)
+    s = result["suspects"]
+    worker = ("beam_probe_workload:leak_worker/1" if otp == "28"
+              else "proc_lib:init_p/5 under bp_leak_sup")
+    assert [(e["what"], e["count"]) for e in s["born_and_kept"]] == \
+        [(worker, WORKERS)]
+    assert [r["name"] for r in s["growing_processes"]] == ["bp_bin_hoarder"]
+    hoarder = s["growing_processes"][0]
+    assert hoarder["rising"] == ["binary_bytes"]
+    steps = hoarder["binary_bytes"]
+    assert steps[1] - steps[0] == MB and steps[2] - steps[1] == MB
+    assert [(t["name"], t["rows"]) for t in s["ets"]] == \
+        [("bp_leak_table", [1000, 2000, 3000])]
+    assert s["ets"][0]["owner"] == "bp_table_owner"
+    assert s["groups_rising"] == []
+    assert s["ports_born_and_kept"] == []
+
+
+def test_two_snapshots_are_a_heap_diff(scene):
+    _node, otp, paths = scene
+    result = _diff(paths[0], paths[1])
+    assert "suspects" not in result
+    details = {d["what"]: d for d in result["change"]["details"]}
+    noise = details["beam_probe_workload:noise_loop/0"]
+    assert (noise["+"], noise["-"], noise["before"], noise["after"]) == \
+        (NOISE, 0, 0, NOISE)
+    planted = [n for n in result["atoms"]["names"] if n.startswith(PREFIX)]
+    assert sorted(planted) == sorted(f"{PREFIX}{i}"
+                                     for i in range(1, ATOMS + 1))
+    table = [t for t in result["ets"] if t["name"] == "bp_leak_table"]
+    assert table and (table[0]["rows_before"], table[0]["rows_after"]) == \
+        (1000, 2000)
+    # The noise died before the third: in the A-C diff it is gone.
+    later = _diff(paths[1], paths[2])
+    noise = {d["what"]: d for d in later["change"]["details"]}[
+        "beam_probe_workload:noise_loop/0"]
+    assert (noise["-"], noise["after"]) == (NOISE, 0)
+
+
+def test_text_lists_the_suspects_first(scene):
+    _node, _otp, paths = scene
+    r = run_cli("diff", *map(str, paths))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.index("SUSPECTS") < r.stdout.index("by group")
+    assert "bp_bin_hoarder" in r.stdout and "proc-info" in r.stdout
+
+
+def test_leak_hunt_takes_and_compares_the_snapshots(target, tmp_path):
+    save = tmp_path / "hunt"
+    r = run_cli("leak-hunt", target.node, "--interval", "0.2", "--save",
+                str(save), "--format", "json", node=target)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["taken"] == 3 and result["compared"] == 3
+    assert len(os.listdir(save)) == 3
+    assert "suspects" in result["diff"]
+    again = _diff(*sorted(result["files"]))
+    assert again["after"]["processes"] == result["diff"]["after"][
+        "processes"]
+
+
+def test_bad_files_get_one_line(scene, tmp_path):
+    node, _otp, paths = scene
+    data = paths[0].read_bytes()
+    cut = tmp_path / "cut.snapshot"
+    cut.write_bytes(data[:-100])  # into the last sections
+    foreign = tmp_path / "foreign.snapshot"
+    foreign.write_text("hello\n")
+    cases = [((str(paths[0]),), "two or three"),
+             ((str(cut), str(paths[1])), "cut short"),
+             ((str(foreign), str(paths[1])), "not a beam-probe snapshot"),
+             ((str(paths[1]), str(paths[0])), "oldest first"),
+             ((str(tmp_path / "none"), str(paths[0])), "cannot read")]
+    for files, message in cases:
+        r = run_cli("diff", *files)
+        assert r.returncode == 2, (files, r.stderr)
+        assert message in r.stderr and len(r.stderr.splitlines()) == 1, \
+            r.stderr
+
+
+def test_snapshots_of_two_nodes_are_refused_unless_forced(nodes, target,
+                                                          tmp_path):
+    other = nodes.start("25")
+    a, b = tmp_path / "a.snapshot", tmp_path / "b.snapshot"
+    _snapshot(target, a)
+    _snapshot(other, b)
+    r = run_cli("diff", str(a), str(b))
+    assert r.returncode == 2 and "--force" in r.stderr
+    assert _diff(a, b, args=("--force",))["after"]["node"] == other.node
+
+
+def test_ctrl_c_in_a_leak_hunt_diffs_what_was_taken(target):
+    # Two taken, and waiting for the third when Ctrl-C comes.
+    code, out, err = interrupt_cli("leak-hunt", target.node, "--interval",
+                                   "3", "--format", "json", after=5.0,
+                                   cookie=target.cookie)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["interrupted"] is True
+    assert result["taken"] == result["compared"] == 2
+    assert "suspects" not in result["diff"]
