@@ -13,7 +13,8 @@
 -export([snapshot/8]).
 
 %% One chunk of processes, compressed: a map of columns, one element per
-%% process: pids (as pid_to_list/1 writes them), names (registered, or
+%% process: pids (one binary, "<0.1.0><0.2.0>...", as pid_to_list/1
+%% writes them, which Python reads in one pass), names (registered, or
 %% []), memory, message_queue_len, total_heap_size, binary_count and
 %% binary_bytes; groups, current_function and initial_call as {Unique,
 %% Indices} (each distinct value once, and per process its index in
@@ -114,8 +115,9 @@ snapshot(Chunk, MaxAtoms, Jobs, Pmap, Others, Top, Settled, Sample) ->
                                                     Index))}
              end,
     Encode = fun(Rows, Counts, Bytes) ->
-                     #{pids => lists:map(fun erlang:pid_to_list/1,
-                                         Column(1, Rows)),
+                     #{pids => erlang:list_to_binary(
+                                 lists:map(fun erlang:pid_to_list/1,
+                                           Column(1, Rows))),
                        groups => Intern(Column(2, Rows)),
                        names => Column(3, Rows),
                        memory => Column(4, Rows),

@@ -12,8 +12,8 @@ initial call is another process.
 
 from __future__ import annotations
 
+import re
 from array import array
-from bisect import bisect_left
 from typing import Any, Callable
 
 from ..erldist.terms import Atom, Pid, format_term
@@ -58,33 +58,13 @@ class Loaded:
         self.labels: dict[int, str] = {}
         self.tables: list[dict] = []
         self.ports: list[dict] = []
-        self._index: dict[int, int] | None = None
-        self._ordered: bool | None = None
 
-    @property
-    def ordered(self) -> bool:
-        """The rows are in key order (then rows are found by bisection and
-        snapshots matched by a merge, with no dict: a million-entry dict is
-        ~100 MB)."""
-        if self._ordered is None:
-            keys = self.keys
-            self._ordered = all(keys[i] < keys[i + 1]
-                                for i in range(len(keys) - 1))
-        return self._ordered
-
-    def forget_index(self) -> None:
-        """Free the dict of a snapshot whose rows are not in key order:
-        only one is ever kept at a time (~100 MB at a million rows)."""
-        self._index = None
-
-    def find(self, key: int) -> int | None:
-        """The row of a pid key, or None."""
-        if self.ordered:
-            i = bisect_left(self.keys, key)
-            return i if i < len(self.keys) and self.keys[i] == key else None
-        if self._index is None:
-            self._index = {k: i for i, k in enumerate(self.keys)}
-        return self._index.get(key)
+    def rows_of(self, keys: set[int]) -> dict[int, int]:
+        """The rows of a few pid keys, in one pass: no index of every row
+        (a million-entry dict is ~100 MB)."""
+        if not keys:
+            return {}
+        return {key: i for i, key in enumerate(self.keys) if key in keys}
 
     def intern(self, table: dict, names: list, key: Any,
                text: Callable[[], str]) -> int:
@@ -97,11 +77,9 @@ class Loaded:
     def pid_text(self, key: int) -> str:
         return f"<0.{key & 0xFFFFFFFF}.{key >> 32}>"
 
-    def same(self, i: int, other: "Loaded", j: int) -> bool:
-        """Row i here and row j there are one process (pid and initial
-        call)."""
-        return self.call_names[self.calls[i]] == \
-            other.call_names[other.calls[j]]
+    @property
+    def _calls_by_name(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.call_names)}
 
 
 def _key(pid: Pid) -> int:
@@ -134,8 +112,7 @@ def load(path: str) -> Loaded:
     # parents are found in one pass, with no index of every row.
     wanted = {parent for _, parent in parents
               if parent not in snap.names and parent not in snap.labels}
-    rows_of = {key: i for i, key in enumerate(snap.keys) if key in wanted} \
-        if wanted else {}
+    rows_of = snap.rows_of(wanted)
     for row, parent in parents:
         if parent in snap.names:
             under = snap.names[parent]
@@ -153,11 +130,19 @@ def load(path: str) -> Loaded:
 
 
 def _pid_key(text: str) -> int:
-    """'<0.123.4>' -> its key: serial, then number, the order in which
-    erlang:processes() lists them (the number has 15 bits; the serial
-    counts its wraps), so a snapshot's rows come sorted by key."""
+    """'<0.123.4>' -> its key: the serial, then the number."""
     _node, ident, serial = text[1:-1].split(".")
     return (int(serial) << 32) | int(ident)
+
+
+_PIDS = re.compile(rb"<\d+\.(\d+)\.(\d+)>")
+
+
+def _pid_keys(data: bytes) -> list[int]:
+    """The keys of "<0.1.0><0.2.0>...", the pid column of a chunk, in one
+    pass (one string and one split per pid took ~1 s a million)."""
+    return [(int(serial) << 32) | int(ident)
+            for ident, serial in _PIDS.findall(data)]
 
 
 def _interned(snap: Loaded, column: Any, table: dict, names: list,
@@ -179,7 +164,7 @@ def _group_text(group: Any) -> str:
 
 
 def _add_rows(snap: Loaded, chunk: Any, parents: list) -> None:
-    keys = [_pid_key(text) for text in chunk["pids"]]
+    keys = _pid_keys(chunk["pids"])
     columns = [_integers(chunk[name]) for name in (
         "memory", "binary_bytes", "binary_count", "message_queue_len")]
     calls = _interned(snap, chunk["initial_call"], snap._calls,
@@ -241,12 +226,15 @@ def _port(p: tuple) -> dict:
 
 # -- comparing ---------------------------------------------------------------
 
-def _owner_group(snap: Loaded, key: int | None) -> str:
-    if key is None:
-        return "?"
-    i = snap.find(key)
-    return snap.group_names[snap.groups[i]] if i is not None else \
-        snap.pid_text(key)
+def _owners(snap: Loaded) -> dict[int | None, str]:
+    """The group of each table owner of a snapshot."""
+    keys = {t["owner"] for t in snap.tables if t["owner"] is not None}
+    rows = snap.rows_of(keys)
+    out: dict[int | None, str] = {None: "?"}
+    for key in keys:
+        out[key] = snap.group_names[snap.groups[rows[key]]] \
+            if key in rows else snap.pid_text(key)
+    return out
 
 
 def _summary(snap: Loaded) -> dict:
@@ -261,32 +249,53 @@ def _summary(snap: Loaded) -> dict:
 
 
 def _alive_in(a: Loaded, b: Loaded) -> array:
-    """For each row of a, its row in b (same process), or -1. An array:
-    a list of a million row numbers would be ~40 MB of int objects. Rows
-    in key order are matched by a merge; otherwise (erlang:processes()
-    lists pids in its table's order, which is key order only for tables
-    of up to 32,768 processes, measured) through a dict of b's rows, freed
-    at once."""
-    out = array("q")
-    if a.ordered and b.ordered:
-        # A merge of two sorted key columns.
-        other, n, j = b.keys, len(b.keys), 0
-        for i, key in enumerate(a.keys):
-            while j < n and other[j] < key:
-                j += 1
-            out.append(j if j < n and other[j] == key and a.same(i, b, j)
-                       else -1)
-        return out
-    for i, key in enumerate(a.keys):
-        j = b.find(key)
-        out.append(j if j is not None and a.same(i, b, j) else -1)
-    b.forget_index()
-    return out
+    """For each row of a, its row in b (same process: pid and initial
+    call), or -1. An array: a list of a million row numbers would be ~40
+    MB of int objects. Found through a dict of b's rows, freed at once
+    (erlang:processes() lists pids in its table's order, which is not pid
+    order once the table is over 32,768, measured, so no merge)."""
+    index = {key: j for j, key in enumerate(b.keys)}
+    # a's initial-call ids as b's, to compare numbers, not strings.
+    translate = [b._calls_by_name.get(name, -2) for name in a.call_names]
+    b_calls, a_calls = b.calls, a.calls
+    found = [index.get(key, -1) for key in a.keys]
+    del index
+    return array("q", [j if j >= 0 and translate[a_calls[i]] == b_calls[j]
+                       else -1 for i, j in enumerate(found)])
+
+
+def _per_group(snap: Loaded, rows: Any = None
+               ) -> tuple[list[int], list[int], list[int]]:
+    """Count, memory and refc binary bytes per group id, of every row or
+    of ``rows`` (a mask: 1 for the rows to count). Sums by id in lists,
+    then by name once: a dict lookup by name per row was most of a diff."""
+    size = len(snap.group_names)
+    count, memory, binary = [0] * size, [0] * size, [0] * size
+    for g, m, b, keep in zip(snap.groups, snap.memory, snap.binary,
+                             rows if rows is not None
+                             else _ones(len(snap.keys))):
+        if keep:
+            count[g] += 1
+            memory[g] += m
+            binary[g] += b
+    return count, memory, binary
+
+
+def _ones(n: int) -> bytes:
+    return b"\x01" * n
 
 
 def _groups(a: Loaded, b: Loaded, a_in_b: array) -> list[dict]:
     """Per group (b's for the living and born, a's for the dead): counts,
     born, died, and the change in bytes, largest growth first."""
+    in_a = bytearray(len(b.keys))
+    died = bytearray(len(a.keys))
+    for i, j in enumerate(a_in_b):
+        if j < 0:
+            died[i] = 1
+        else:
+            in_a[j] = 1
+    born = bytes(1 - x for x in in_a)
     stats: dict[str, dict] = {}
 
     def entry(name: str) -> dict:
@@ -297,23 +306,17 @@ def _groups(a: Loaded, b: Loaded, a_in_b: array) -> list[dict]:
                                    "before": 0, "after": 0}
         return found
 
-    in_a = bytearray(len(b.keys))
-    for i, j in enumerate(a_in_b):
-        e = entry(a.group_names[a.groups[i]])
-        e["before"] += 1
-        e["size_bytes"] -= a.memory[i]
-        e["binary_bytes"] -= a.binary[i]
-        if j < 0:
-            e["-"] += 1
-        else:
-            in_a[j] = 1
-    for j in range(len(b.keys)):
-        e = entry(b.group_names[b.groups[j]])
-        e["after"] += 1
-        e["size_bytes"] += b.memory[j]
-        e["binary_bytes"] += b.binary[j]
-        if not in_a[j]:
-            e["+"] += 1
+    for snap, sign, key, moved in ((a, -1, "before", died),
+                                   (b, 1, "after", born)):
+        count, memory, binary = _per_group(snap)
+        changed = _per_group(snap, moved)[0]
+        for g, name in enumerate(snap.group_names):
+            if count[g]:
+                e = entry(name)
+                e[key] += count[g]
+                e["size_bytes"] += sign * memory[g]
+                e["binary_bytes"] += sign * binary[g]
+                e["-" if sign < 0 else "+"] += changed[g]
     return sorted(stats.values(),
                   key=lambda e: (-(e["size_bytes"] + e["binary_bytes"]),
                                  e["what"]))
@@ -322,12 +325,13 @@ def _groups(a: Loaded, b: Loaded, a_in_b: array) -> list[dict]:
 def _tables(a: Loaded, b: Loaded) -> list[dict]:
     """Tables of b that are new since a or grew, largest growth first."""
     before = {t["id"]: t for t in a.tables}
+    owners = _owners(b)
     out = []
     for t in b.tables:
         old = before.get(t["id"])
         if old is None or t["bytes"] > old["bytes"]:
             out.append({"name": t["name"], "id": t["id"],
-                        "owner": _owner_group(b, t["owner"]),
+                        "owner": owners[t["owner"]],
                         "new": old is None,
                         "rows_before": old["rows"] if old else 0,
                         "rows_after": t["rows"],
@@ -475,9 +479,10 @@ def suspects(a: Loaded, b: Loaded, c: Loaded) -> dict:
 
 def _counts(snap: Loaded) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for g in snap.groups:
-        name = snap.group_names[g]
-        counts[name] = counts.get(name, 0) + 1
+    for g, n in enumerate(_per_group(snap)[0]):
+        if n:
+            name = snap.group_names[g]
+            counts[name] = counts.get(name, 0) + n
     return counts
 
 
@@ -486,6 +491,7 @@ def _tables_kept(a: Loaded, b: Loaded, c: Loaded) -> list[dict]:
     both intervals."""
     ta = {t["id"]: t for t in a.tables}
     tc = {t["id"]: t for t in c.tables}
+    owners = _owners(c)
     out = []
     for t in b.tables:
         now = tc.get(t["id"])
@@ -496,7 +502,7 @@ def _tables_kept(a: Loaded, b: Loaded, c: Loaded) -> list[dict]:
         grew = old is not None and old["bytes"] < t["bytes"] < now["bytes"]
         if born or grew:
             out.append({"name": now["name"], "id": now["id"],
-                        "owner": _owner_group(c, now["owner"]),
+                        "owner": owners[now["owner"]],
                         "born": born,
                         "rows": [old["rows"] if old else None, t["rows"],
                                  now["rows"]],
