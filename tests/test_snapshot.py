@@ -158,3 +158,41 @@ def test_ctrl_c_in_a_leak_hunt_diffs_what_was_taken(target):
     assert result["interrupted"] is True
     assert result["taken"] == result["compared"] == 2
     assert "suspects" not in result["diff"]
+
+
+@pytest.mark.slow
+def test_a_node_dying_mid_snapshot_is_one_line_and_no_file(nodes, tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from beam_probe.erldist.terms import Atom
+    from beam_probe.remote import ReplyLimits
+
+    node = nodes.start("25", args=("+P", "1000000"))
+    bulk = ReplyLimits(max_bytes=1 << 28, max_items=10_000_000)
+    path = tmp_path / "a.snapshot"
+    env = dict(os.environ, BEAM_PROBE_COOKIE=node.cookie)
+    with attach(node.node, node.cookie.encode(), timeout=120,
+                limits=bulk) as r:
+        r.call("beam_probe_workload", "start", [0, 0, 300_000], timeout=120)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "beam_probe", "snapshot", node.node, "-o",
+             str(path)], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        try:
+            # Stopped once the snapshot's work runs on the node.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not r.call(
+                    "beam_probe_workload", "probes_running",
+                    [Atom(r.conn.our_node)]):
+                time.sleep(0.02)
+            node.stop()
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 7, (out, err)
+    assert len(err.splitlines()) == 1 and "connection lost" in err
+    assert os.listdir(tmp_path) == []
