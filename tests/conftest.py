@@ -157,9 +157,14 @@ def interrupt_cli(*args: str, after: float, cookie: str,
     import time
 
     env = dict(os.environ, BEAM_PROBE_COOKIE=cookie)
+    # A shell starts background jobs with SIGINT ignored, and a child keeps
+    # that (Python then installs no KeyboardInterrupt handler): give the
+    # child the default, as a terminal's foreground command has.
     proc = subprocess.Popen([sys.executable, "-m", "beam_probe", *args],
                             env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(
+                                signal.SIGINT, signal.SIG_DFL))
     try:
         time.sleep(after)
         proc.send_signal(signal.SIGINT)
