@@ -203,8 +203,14 @@ def test_a_node_at_its_process_limit_is_still_scanned(nodes, otp):
         remote.call("beam_probe_workload", "fill", [3])
         result = processes.proc_count(remote, "memory", 3, jobs=200)
         limit = remote.call("erlang", "system_info", [Atom("process_limit")])
+        count = remote.call("erlang", "system_info", [Atom("process_count")])
         assert len(result["processes"]) == 3
-        assert result["scanned"] > limit - 10
+        # Every process but ours (the call's two, the connection's), on a
+        # node still near its limit: processes of the node's own that end
+        # meanwhile (a handshake's, a code load's) free a few slots, so
+        # the count, not the limit, is what the scan must match.
+        assert count > limit - 40
+        assert result["scanned"] >= count - 6
 
 
 def test_proc_count_all_streams_every_process(target, remote):
