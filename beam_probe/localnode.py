@@ -78,8 +78,12 @@ class LocalNode:
         cmd += list(self.args)
         if self.eval_expr:
             cmd += ["-eval", self.eval_expr]
+        # A node that dies writes erl_crash.dump into its working
+        # directory, which is whoever started it's: into its private HOME
+        # instead, removed with it.
         env = dict(os.environ if self.env is None else self.env,
-                   HOME=self.home)
+                   HOME=self.home,
+                   ERL_CRASH_DUMP=os.path.join(self.home, "erl_crash.dump"))
         self._log = open(os.path.join(self.home, "node.log"), "w+")
         self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
                                      stdout=self._log,

@@ -83,27 +83,36 @@ guard(Watch, TimeoutMs, Work) ->
             {process, _} ->
                 []
         end,
-    {Worker, Done} =
-        erlang:spawn_monitor(
-          fun() ->
-                  erlang:put('$beam_probe_ours',
-                             [Watcher, erlang:self() | Connection]),
-                  erlang:exit({beam_probe_done, Work()})
-          end),
-    receive
-        {'DOWN', Done, process, Worker, {beam_probe_done, Result}} ->
-            Result;
-        {'DOWN', Done, process, Worker, Reason} ->
-            erlang:exit(Reason);
-        {nodedown, _} ->
-            erlang:exit(Worker, kill),
-            erlang:exit(Watcher, normal);
-        {'DOWN', _, process, _, _} ->
-            erlang:exit(Worker, kill),
-            erlang:exit(Watcher, normal)
-    after TimeoutMs ->
-        erlang:exit(Worker, kill),
-        erlang:exit({beam_probe_deadline, TimeoutMs})
+    Body = fun() ->
+                   erlang:put('$beam_probe_ours',
+                              [Watcher, erlang:self() | Connection]),
+                   erlang:exit({beam_probe_done, Work()})
+           end,
+    try erlang:spawn_monitor(Body) of
+        {Worker, Done} ->
+            receive
+                {'DOWN', Done, process, Worker, {beam_probe_done, Result}} ->
+                    Result;
+                {'DOWN', Done, process, Worker, Reason} ->
+                    erlang:exit(Reason);
+                {nodedown, _} ->
+                    erlang:exit(Worker, kill),
+                    erlang:exit(Watcher, normal);
+                {'DOWN', _, process, _, _} ->
+                    erlang:exit(Worker, kill),
+                    erlang:exit(Watcher, normal)
+            after TimeoutMs ->
+                erlang:exit(Worker, kill),
+                erlang:exit({beam_probe_deadline, TimeoutMs})
+            end
+    catch
+        error:system_limit ->
+            %% The node is at its process limit: no process to spare for
+            %% the work, so this one does it, unwatched, as a plain rpc
+            %% would (seen in a test: a node filled to three free slots
+            %% lost them to its own short-lived processes).
+            erlang:put('$beam_probe_ours', [Watcher | Connection]),
+            Work()
     end.
 
 %% Every process of the node but ours (see guard/3).

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from typing import Callable
 
 import pytest
 
@@ -150,9 +151,12 @@ def run_cli(*args: str, env: dict | None = None, node: LocalNode | None = None,
 
 
 def interrupt_cli(*args: str, after: float, cookie: str,
-                  timeout: float = 60) -> tuple[int, str, str]:
-    """Run the command line, press Ctrl-C (SIGINT) ``after`` seconds, and
-    return its exit code, stdout and stderr."""
+                  timeout: float = 60,
+                  until: Callable[[], bool] | None = None
+                  ) -> tuple[int, str, str]:
+    """Run the command line, press Ctrl-C (SIGINT) ``after`` seconds (once
+    ``until()`` holds, if given), and return its exit code, stdout and
+    stderr."""
     import signal
     import time
 
@@ -166,6 +170,10 @@ def interrupt_cli(*args: str, after: float, cookie: str,
                             preexec_fn=lambda: signal.signal(
                                 signal.SIGINT, signal.SIG_DFL))
     try:
+        deadline = time.monotonic() + timeout
+        while until is not None and not until() and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
         time.sleep(after)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=timeout)

@@ -148,11 +148,14 @@ def test_snapshots_of_two_nodes_are_refused_unless_forced(nodes, target,
     assert _diff(a, b, args=("--force",))["after"]["node"] == other.node
 
 
-def test_ctrl_c_in_a_leak_hunt_diffs_what_was_taken(target):
-    # Two taken, and waiting for the third when Ctrl-C comes.
-    code, out, err = interrupt_cli("leak-hunt", target.node, "--interval",
-                                   "3", "--format", "json", after=5.0,
-                                   cookie=target.cookie)
+def test_ctrl_c_in_a_leak_hunt_diffs_what_was_taken(target, tmp_path):
+    # Two taken, and waiting 3 s for the third when Ctrl-C comes.
+    save = tmp_path / "hunt"
+    code, out, err = interrupt_cli(
+        "leak-hunt", target.node, "--interval", "3", "--save", str(save),
+        "--format", "json", after=0.5, cookie=target.cookie, timeout=90,
+        until=lambda: save.exists() and len([
+            f for f in os.listdir(save) if f.endswith(".snapshot")]) >= 2)
     assert code == 0, err
     result = json.loads(out)
     assert result["interrupted"] is True
