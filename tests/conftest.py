@@ -150,6 +150,22 @@ def run_cli(*args: str, env: dict | None = None, node: LocalNode | None = None,
                           timeout=timeout)
 
 
+def hold_every_pool_name(node: LocalNode) -> None:
+    """Hold every name of the pool at once: runs start at a random name, so
+    a node meets all eight sooner or later, each an atom, once. Afterwards
+    the names any run picks are atoms the node already has. (The caller's
+    own connection holds one.)"""
+    from beam_probe.erldist.connection import NAME_POOL
+
+    held = []
+    try:
+        for _ in range(len(NAME_POOL) - 1):
+            held.append(attach(node.node, node.cookie.encode()))
+    finally:
+        for remote in held:
+            remote.close()
+
+
 def interrupt_cli(*args: str, after: float, cookie: str,
                   timeout: float = 60,
                   until: Callable[[], bool] | None = None

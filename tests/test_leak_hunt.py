@@ -10,7 +10,7 @@ from beam_probe.erldist.terms import Atom
 from beam_probe.errors import RemoteError
 from beam_probe.probes import info, processes
 from beam_probe.remote import attach
-from conftest import run_cli
+from conftest import hold_every_pool_name, run_cli
 
 LEAKERS, KEEPERS, IDLE = 12, 8, 2000
 
@@ -261,18 +261,7 @@ def test_cli_proc_info_errors_are_one_line(leaky):
              (["not a pid!"], 10, "no process registered"),
              (["x" * 256], 2, "PID must look like"),
              (["bad\x01name"], 2, "PID must look like"))
-    # Runs start at a random name of the pool: hold every name once, so
-    # that the names a later run picks are atoms the node already has.
-    from beam_probe.erldist.connection import NAME_POOL
-    from beam_probe.remote import attach
-
-    held = []
-    try:
-        for _ in range(len(NAME_POOL) - 1):
-            held.append(attach(node.node, node.cookie.encode()))
-    finally:
-        for other in held:
-            other.close()
+    hold_every_pool_name(node)
     atoms = None
     for _round in range(2):
         # The first round may load stock modules erl_eval uses (their atoms

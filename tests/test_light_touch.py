@@ -8,7 +8,7 @@ import json
 import os
 
 from beam_probe.erldist.terms import Atom
-from conftest import REPO, run_cli
+from conftest import REPO, hold_every_pool_name, run_cli
 
 COMMANDS = (["ping"], ["memory"], ["bin-leak", "3"], ["bin-leak", "3",
             "--dry-run"], ["proc-count", "memory", "3"],
@@ -26,24 +26,8 @@ def _run_all(node):
         assert r.returncode == 0, (args, r.stderr)
 
 
-def _every_pool_name_used(target):
-    """Hold every name of the pool at once: runs start at a random name, so
-    a node meets all eight sooner or later, each an atom, once."""
-    from beam_probe.erldist.connection import NAME_POOL
-    from beam_probe.remote import attach
-
-    held = []
-    try:
-        # The session's own connection (the remote fixture) holds one.
-        for _ in range(len(NAME_POOL) - 1):
-            held.append(attach(target.node, target.cookie.encode()))
-    finally:
-        for remote in held:
-            remote.close()
-
-
 def test_atom_count_stays_where_the_first_run_left_it(target, remote):
-    _every_pool_name_used(target)
+    hold_every_pool_name(target)
     _run_all(target)
     first = remote.call("erlang", "system_info", [Atom("atom_count")])
     loaded = {str(m) for m, _ in remote.call("code", "all_loaded")}
