@@ -10,10 +10,10 @@ side by side, medians; beam-probe's peak RSS and the file's size; then
 `beam-probe diff` of three such snapshots: time and peak RSS.
 
 Targets (the snapshot issue): snapshot <= 1.5x the reference on 2 cores
-at 1M processes; peak RSS <= 300 MB; the file <= 30 MB; diff of three
+at 1M processes (none is set at 100k); peak RSS <= 300 MB; the file <= 30 MB; diff of three
 1M-process snapshots under 5 s and 500 MB.
 
-Run: python tests/bench_snapshot.py [SIZE ...] [--runs R]
+Run: python tests/bench_snapshot.py [SIZE ...] [--runs R] [--keep DIR]
 A node of 1M processes needs about 3 GB.
 """
 
@@ -38,7 +38,7 @@ def child(cmd: list[str], env: dict) -> tuple[float, int]:
     return elapsed, peak
 
 
-def bench(script: str, size: int, runs: int) -> bool:
+def bench(script: str, size: int, runs: int, keep: str | None) -> bool:
     folder = tempfile.mkdtemp(prefix="bp-bench-snap-")
     with start_node(args=("+P", "2000000")) as node:
         env = dict(os.environ, HOME=node.home)
@@ -64,17 +64,23 @@ def bench(script: str, size: int, runs: int) -> bool:
             theirs.append(child(base_cmd, env)[0])
         size_bytes = max(os.path.getsize(p) for p in files)
         mo, mt = statistics.median(ours), statistics.median(theirs)
+        # The issue sets the ratio at 1M; below, Python's start-up (~0.3 s
+        # against erl_call's few ms) is most of the difference.
+        aim = "target <= 1.5" if size >= 1_000_000 else "no target below 1M"
         print(f"{size} processes: snapshot {mo * 1000:.0f} ms, reference "
               f"proc_count(memory, 10) via erl_call {mt * 1000:.0f} ms, "
-              f"ratio {mo / mt:.2f} (target <= 1.5); peak RSS "
+              f"ratio {mo / mt:.2f} ({aim}); peak RSS "
               f"{max(rss) / 2**20:.0f} MB (<= 300); file "
               f"{size_bytes / 2**20:.1f} MB (<= 30)", flush=True)
     diff_cmd = [script, "diff", *files[:3], "--format", "json"]
     elapsed, peak = child(diff_cmd, dict(os.environ))
     print(f"{size} processes: diff of three snapshots {elapsed:.2f} s "
           f"(< 5), peak RSS {peak / 2**20:.0f} MB (< 500)", flush=True)
+    if keep:
+        for i, path in enumerate(files[:3]):
+            shutil.copy(path, os.path.join(keep, f"{size}-{i + 1}.snapshot"))
     shutil.rmtree(folder, ignore_errors=True)
-    return (mo / mt <= 1.5 and max(rss) <= 300 * 2**20
+    return ((mo / mt <= 1.5 or size < 1_000_000) and max(rss) <= 300 * 2**20
             and size_bytes <= 30 * 2**20 and elapsed < 5
             and peak < 500 * 2**20)
 
@@ -84,11 +90,13 @@ def main() -> int:
     parser.add_argument("sizes", nargs="*", type=int,
                         default=[100_000, 1_000_000])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--keep", metavar="DIR",
+                        help="copy three snapshots of each size into DIR")
     opts = parser.parse_args()
     script = os.path.join(os.path.dirname(sys.executable), "beam-probe")
     if not os.path.exists(script):
         script = shutil.which("beam-probe")
-    ok = all([bench(script, size, max(3, opts.runs)) for size in opts.sizes])
+    ok = all([bench(script, size, max(3, opts.runs), opts.keep) for size in opts.sizes])
     print("all within targets" if ok else "SOME OVER TARGET")
     return 0 if ok else 1
 

@@ -199,3 +199,49 @@ def test_a_node_dying_mid_snapshot_is_one_line_and_no_file(nodes, tmp_path):
     assert proc.returncode == 7, (out, err)
     assert len(err.splitlines()) == 1 and "connection lost" in err
     assert os.listdir(tmp_path) == []
+
+
+def test_a_format_1_file_still_reads_as_its_format_2_twin():
+    """tests/data holds two snapshots of one idle OTP 25 node, a second
+    apart: format1.snapshot written by the first format (process columns
+    as lists of terms), format2.snapshot by today's (packed columns).
+    Both read to the same 43 processes, groups and names: nothing was born
+    or died between them."""
+    data = os.path.join(os.path.dirname(__file__), "data")
+    old, new = (os.path.join(data, f"format{n}.snapshot") for n in (1, 2))
+    result = _diff(old, new)
+    assert result["before"]["processes"] == \
+        result["after"]["processes"] == 43
+    details = result["change"]["details"]
+    assert [d for d in details if d["+"] or d["-"]] == []
+    groups = {d["what"]: (d["before"], d["after"]) for d in details}
+    assert groups["proc_lib:init_p/5 under kernel_sup"] == (2, 2)
+    assert groups["kernel_sup"] == (1, 1) and groups["rex"] == (1, 1)
+    assert len(groups) == 37
+
+
+def test_packed_columns_read_whole_and_refuse_other_shapes():
+    """Format 2's columns, as the node packs them (no node needed)."""
+    from beam_probe.probes.heapdiff import _numbers, _pid_keys
+
+    def packed(numbers):  # binary:encode_unsigned(N + 2^56), concatenated
+        return b"".join((n + 2**56).to_bytes(8, "big") for n in numbers)
+
+    assert list(_numbers(packed([0, 5, 2**40, 2**55]))) == \
+        [0, 5, 2**40, 2**55]
+    # At 2^56 and above the lead byte is no longer 1: read the slow way.
+    assert list(_numbers(packed([7, 2**56, 3 * 2**57]))) == \
+        [7, 2**56, 3 * 2**57]
+    assert list(_numbers("\x03\xff")) == [3, 255]  # format 1's STRING_EXT
+    with pytest.raises(ValueError):
+        _numbers(packed([1])[:-1])
+
+    def pid(number, serial):  # NEW_PID_EXT of a pid of node 'a@b'
+        return (b"\x83X\x77\x03a@b" + number.to_bytes(4, "big")
+                + serial.to_bytes(4, "big") + (7).to_bytes(4, "big"))
+
+    keys = _pid_keys(pid(70000, 3) + pid(1, 0), 2)
+    assert list(keys) == [(3 << 32) | 70000, 1]
+    assert list(_pid_keys(b"<0.70000.3><0.1.0>", 2)) == list(keys)
+    with pytest.raises(ValueError):
+        _pid_keys(pid(1, 0) + b"\x00" * 21, 2)

@@ -13,8 +13,12 @@ initial call is another process.
 from __future__ import annotations
 
 import re
+import sys
 from array import array
-from typing import Any, Callable
+from collections import Counter, deque
+from itertools import compress, repeat
+from operator import eq, not_
+from typing import Any, Callable, Iterable, Iterator
 
 from ..erldist.terms import Atom, Pid, format_term
 from .snapshot import SnapshotError, read
@@ -58,13 +62,16 @@ class Loaded:
         self.labels: dict[int, str] = {}
         self.tables: list[dict] = []
         self.ports: list[dict] = []
+        self.counts: list[int] | None = None  # rows per group id
 
     def rows_of(self, keys: set[int]) -> dict[int, int]:
         """The rows of a few pid keys, in one pass: no index of every row
         (a million-entry dict is ~100 MB)."""
         if not keys:
             return {}
-        return {key: i for i, key in enumerate(self.keys) if key in keys}
+        rows = compress(range(len(self.keys)),
+                        map(keys.__contains__, self.keys))
+        return {self.keys[i]: i for i in rows}
 
     def intern(self, table: dict, names: list, key: Any,
                text: Callable[[], str]) -> int:
@@ -78,7 +85,7 @@ class Loaded:
         return f"<0.{key & 0xFFFFFFFF}.{key >> 32}>"
 
     @property
-    def _calls_by_name(self) -> dict[str, int]:
+    def calls_by_name(self) -> dict[str, int]:
         return {name: i for i, name in enumerate(self.call_names)}
 
 
@@ -101,7 +108,7 @@ def load(path: str) -> Loaded:
             elif kind == "ports":
                 snap.ports = [_port(p) for p in term]
         except (TypeError, ValueError, IndexError, AttributeError,
-                KeyError):
+                KeyError, OverflowError):
             raise SnapshotError(f"{path} is damaged (unexpected rows)") \
                 from None
     if "processes" not in seen:
@@ -138,20 +145,82 @@ def _pid_key(text: str) -> int:
 _PIDS = re.compile(rb"<\d+\.(\d+)\.(\d+)>")
 
 
-def _pid_keys(data: bytes) -> list[int]:
-    """The keys of "<0.1.0><0.2.0>...", the pid column of a chunk, in one
-    pass (one string and one split per pid took ~1 s a million)."""
-    return [(int(serial) << 32) | int(ident)
-            for ident, serial in _PIDS.findall(data)]
+def _pid_keys(data: bytes, count: int) -> array:
+    """The keys of a chunk's pid column. Format 2: term_to_binary of each
+    pid, all of one width (NEW_PID_EXT: 131, 88, the node atom, then the
+    number, the serial and the creation, four bytes each); the serial's
+    and the number's bytes are gathered by stride into eight-byte keys,
+    with no Python step per pid. Format 1: "<0.1.0><0.2.0>...", read in
+    one regex pass."""
+    if data[:1] == b"<":
+        return array("q", [(int(serial) << 32) | int(ident)
+                           for ident, serial in _PIDS.findall(data)])
+    if not count:
+        return array("q")
+    width, rest = divmod(len(data), count)
+    if rest or width < 14 or data[0::width] != b"\x83" * count \
+            or data[1::width] != b"X" * count:
+        raise ValueError("a pid column of another shape")
+    raw = bytearray(8 * count)
+    for k in range(4):
+        raw[k::8] = data[width - 8 + k::width]
+        raw[4 + k::8] = data[width - 12 + k::width]
+    return _big_endian(raw)
+
+
+_LEAD = 1 << 56
+
+
+def _numbers(column: Any) -> array:
+    """An integer column. Format 2: eight bytes each, big-endian, 2^56
+    added (beam_probe_snapshot.erl says why): the lead byte cleared, the
+    bytes taken whole. Format 1: a list of integers (a str when every one
+    is below 256, as STRING_EXT decodes)."""
+    if isinstance(column, bytes):
+        count, rest = divmod(len(column), 8)
+        if rest:
+            raise ValueError("a column of another width")
+        if column[0::8].count(1) == count:
+            raw = bytearray(column)
+            raw[0::8] = bytes(count)
+            return _big_endian(raw)
+        # A number of 2^56 or more: no lead byte of 1 to clear.
+        wide = _big_endian(column, "Q")
+        return array("q", [n - _LEAD for n in wide])
+    if isinstance(column, str):
+        # (array() would read a bytes initializer as machine words)
+        return array("q", array("B", column.encode("latin-1")))
+    return array("q", column)
+
+
+def _big_endian(raw: bytes | bytearray, code: str = "q") -> array:
+    out = array(code)
+    out.frombytes(raw)
+    if sys.byteorder == "little":
+        out.byteswap()
+    return out
 
 
 def _interned(snap: Loaded, column: Any, table: dict, names: list,
-              text: Callable[[Any], str]) -> list[int]:
+              text: Callable[[Any], str]) -> array:
     """A column sent as {Unique, Indices}: our ids, one per row."""
     unique, indices = column
     ids = [snap.intern(table, names, value, lambda v=value: text(v))
            for value in unique]
-    return [ids[i] for i in _integers(indices)]
+    return array("i", map(ids.__getitem__, _numbers(indices)))
+
+
+def _rows_of(indices: array, wanted: set[int]) -> Iterator[tuple[int, int]]:
+    """(row, index) of the rows whose index is in ``wanted`` (a few
+    unique values): found by array.index, in C, not row by row."""
+    for value in wanted:
+        row = -1
+        try:
+            while True:
+                row = indices.index(value, row + 1)
+                yield row, value
+        except ValueError:
+            pass
 
 
 def _group_text(group: Any) -> str:
@@ -164,45 +233,48 @@ def _group_text(group: Any) -> str:
 
 
 def _add_rows(snap: Loaded, chunk: Any, parents: list) -> None:
-    keys = _pid_keys(chunk["pids"])
-    columns = [_integers(chunk[name]) for name in (
-        "memory", "binary_bytes", "binary_count", "message_queue_len")]
+    memory = _numbers(chunk["memory"])
+    count = len(memory)
+    keys = _pid_keys(chunk["pids"], count)
+    columns = [memory] + [_numbers(chunk[name]) for name in (
+        "binary_bytes", "binary_count", "message_queue_len")]
     calls = _interned(snap, chunk["initial_call"], snap._calls,
                       snap.call_names, _mfa)
-    unique, indices = chunk["groups"]
-    group_ids = []
-    for group in unique:
-        if group[0] == "parent":
-            group_ids.append(-1)
-        else:
-            key = (group[0], group[1])
-            group_ids.append(snap.intern(snap._groups, snap.group_names,
-                                         key, lambda g=group: _group_text(g)))
-    indices = _integers(indices)
+    unique, group_indices = chunk["groups"]
+    indices = _numbers(group_indices)
+    group_ids = [0 if group[0] == "parent" else
+                 snap.intern(snap._groups, snap.group_names,
+                             (group[0], group[1]),
+                             lambda g=group: _group_text(g))
+                 for group in unique]
     names = chunk["names"]
-    if not all(len(c) == len(keys) for c in
-               [*columns, calls, indices, names]):
+    if isinstance(names, tuple):
+        name_values, name_indices = names[0], _numbers(names[1])
+        named = list(_rows_of(name_indices, {
+            i for i, name in enumerate(name_values)
+            if isinstance(name, Atom)}))
+    else:  # format 1: a list, [] for a process without a name
+        name_values, name_indices = names, names
+        named = [(row, row) for row, name in enumerate(names)
+                 if isinstance(name, Atom)]
+    if not all(len(c) == count for c in
+               [*columns, keys, calls, indices, name_indices]):
         raise ValueError("columns of different lengths")
     start = len(snap.keys)
-    for offset, (key, index, name) in enumerate(zip(keys, indices, names)):
-        group_id = group_ids[index]
-        if group_id < 0:
-            parents.append((start + offset, _pid_key(str(unique[index][1]))))
-            group_id = 0
-        elif unique[index][0] == "label":
-            snap.labels[key] = snap.group_names[group_id]
-        if isinstance(name, Atom):
-            snap.names[key] = str(name)
-        snap.groups.append(group_id)
+    for row, value in _rows_of(indices, {
+            i for i, group in enumerate(unique) if group[0] == "parent"}):
+        parents.append((start + row, _pid_key(str(unique[value][1]))))
+    for row, value in _rows_of(indices, {
+            i for i, group in enumerate(unique) if group[0] == "label"}):
+        snap.labels[keys[row]] = snap.group_names[group_ids[value]]
+    for row, value in named:
+        snap.names[keys[row]] = str(name_values[value])
+    snap.groups.extend(map(group_ids.__getitem__, indices))
     snap.keys.extend(keys)
     snap.calls.extend(calls)
     for array_, column in zip((snap.memory, snap.binary, snap.binary_count,
                                snap.queue), columns):
         array_.extend(column)
-
-
-def _integers(column: Any) -> Any:
-    return [ord(c) for c in column] if isinstance(column, str) else column
 
 
 def _table(snap: Loaded, t: tuple) -> dict:
@@ -248,54 +320,86 @@ def _summary(snap: Loaded) -> dict:
             "atoms": snap.header.get("atom_count")}
 
 
-def _alive_in(a: Loaded, b: Loaded) -> array:
+# The passes over every row below run in C (map, zip, compress, Counter,
+# bytes): a Python statement per row costs ~0.1 s a million, and a diff of
+# three 1M-process snapshots took 8.4 s that way.
+_FOUND = (-1).__lt__  # a row number, not -1
+_FLIP = bytes([1, 0]) + bytes(254)  # a 0/1 mask's complement, by translate
+
+
+def _rows_by_key(snap: Loaded) -> dict[int, int]:
+    """Each pid key's row: ~100 MB at a million, so built once per diff,
+    for the middle snapshot, and freed after."""
+    return dict(zip(snap.keys, range(len(snap.keys))))
+
+
+def _alive_in(a: Loaded, b: Loaded, index: dict[int, int] | None = None
+              ) -> array:
     """For each row of a, its row in b (same process: pid and initial
     call), or -1. An array: a list of a million row numbers would be ~40
-    MB of int objects. Found through a dict of b's rows, freed at once
+    MB of int objects. Found through ``index``, b's rows by key
     (erlang:processes() lists pids in its table's order, which is not pid
     order once the table is over 32,768, measured, so no merge)."""
-    index = {key: j for j, key in enumerate(b.keys)}
-    # a's initial-call ids as b's, to compare numbers, not strings.
-    translate = [b._calls_by_name.get(name, -2) for name in a.call_names]
-    b_calls, a_calls = b.calls, a.calls
-    found = [index.get(key, -1) for key in a.keys]
-    del index
-    return array("q", [j if j >= 0 and translate[a_calls[i]] == b_calls[j]
-                       else -1 for i, j in enumerate(found)])
+    if index is None:
+        index = _rows_by_key(b)
+    found = array("q", map(index.get, a.keys, repeat(-1)))
+    # A pid reused by a process of another initial call is another
+    # process: a's initial-call ids as b's, compared as numbers.
+    translate = [b.calls_by_name.get(name, -2) for name in a.call_names]
+    same = map(eq, map(translate.__getitem__, a.calls),
+               map(b.calls.__getitem__, found))
+    for i in compress(range(len(found)), map(not_, same)):
+        found[i] = -1
+    return found
 
 
-def _per_group(snap: Loaded, rows: Any = None
-               ) -> tuple[list[int], list[int], list[int]]:
-    """Count, memory and refc binary bytes per group id, of every row or
-    of ``rows`` (a mask: 1 for the rows to count). Sums by id in lists,
-    then by name once: a dict lookup by name per row was most of a diff."""
+def _through(a_in_b: array, b_in_c: array) -> array:
+    """a's rows in c, through b: a process alive in a and c was alive in
+    b (one that died and whose pid was taken again is another)."""
+    ext = b_in_c + array("q", [-1])  # a_in_b's -1 reads this last -1
+    return array("q", map(ext.__getitem__, a_in_b))
+
+
+def _inverse(forward: array, size: int) -> array:
+    """The rows of b to a's rows, from a's rows to b's (-1: none)."""
+    back = array("q", [-1]) * size
+    found = bytes(map(_FOUND, forward))
+    deque(map(back.__setitem__, compress(forward, found),
+              compress(range(len(forward)), found)), maxlen=0)
+    return back
+
+
+def _per_group(snap: Loaded, rows: Iterable[int] | None = None
+               ) -> list[int]:
+    """How many rows of each group id: of every row, or of ``rows``."""
+    if rows is None and snap.counts is not None:
+        return snap.counts
+    counted = Counter(snap.groups if rows is None
+                      else map(snap.groups.__getitem__, rows))
+    counts = [counted.get(g, 0) for g in range(len(snap.group_names))]
+    if rows is None:
+        snap.counts = counts
+    return counts
+
+
+def _totals(snap: Loaded) -> tuple[list[int], list[int], list[int]]:
+    """Count, memory and refc binary bytes per group id."""
     size = len(snap.group_names)
-    count, memory, binary = [0] * size, [0] * size, [0] * size
-    for g, m, b, keep in zip(snap.groups, snap.memory, snap.binary,
-                             rows if rows is not None
-                             else _ones(len(snap.keys))):
-        if keep:
-            count[g] += 1
-            memory[g] += m
-            binary[g] += b
-    return count, memory, binary
-
-
-def _ones(n: int) -> bytes:
-    return b"\x01" * n
+    memory, binary = [0] * size, [0] * size
+    for g, m in zip(snap.groups, snap.memory):
+        memory[g] += m
+    # Most processes hold no refc binary: only those that do are visited.
+    for g, b in compress(zip(snap.groups, snap.binary), snap.binary):
+        binary[g] += b
+    return _per_group(snap), memory, binary
 
 
 def _groups(a: Loaded, b: Loaded, a_in_b: array) -> list[dict]:
     """Per group (b's for the living and born, a's for the dead): counts,
     born, died, and the change in bytes, largest growth first."""
-    in_a = bytearray(len(b.keys))
-    died = bytearray(len(a.keys))
-    for i, j in enumerate(a_in_b):
-        if j < 0:
-            died[i] = 1
-        else:
-            in_a[j] = 1
-    born = bytes(1 - x for x in in_a)
+    found = bytes(map(_FOUND, a_in_b))
+    kept_a = _per_group(a, compress(range(len(a_in_b)), found))
+    kept_b = _per_group(b, compress(a_in_b, found))
     stats: dict[str, dict] = {}
 
     def entry(name: str) -> dict:
@@ -306,17 +410,16 @@ def _groups(a: Loaded, b: Loaded, a_in_b: array) -> list[dict]:
                                    "before": 0, "after": 0}
         return found
 
-    for snap, sign, key, moved in ((a, -1, "before", died),
-                                   (b, 1, "after", born)):
-        count, memory, binary = _per_group(snap)
-        changed = _per_group(snap, moved)[0]
+    for snap, sign, key, kept in ((a, -1, "before", kept_a),
+                                  (b, 1, "after", kept_b)):
+        count, memory, binary = _totals(snap)
         for g, name in enumerate(snap.group_names):
             if count[g]:
                 e = entry(name)
                 e[key] += count[g]
                 e["size_bytes"] += sign * memory[g]
                 e["binary_bytes"] += sign * binary[g]
-                e["-" if sign < 0 else "+"] += changed[g]
+                e["-" if sign < 0 else "+"] += count[g] - kept[g]
     return sorted(stats.values(),
                   key=lambda e: (-(e["size_bytes"] + e["binary_bytes"]),
                                  e["what"]))
@@ -384,7 +487,18 @@ def heap_diff(snaps: list[Loaded], force: bool = False) -> dict:
     for a, b in zip(snaps, snaps[1:]):
         check_pair(a, b, force)
     first, last = snaps[0], snaps[-1]
-    first_in_last = _alive_in(first, last)
+    if len(snaps) == 2:
+        first_in_last = _alive_in(first, last)
+    else:
+        # One index, of the middle snapshot's rows, serves both intervals:
+        # the first's rows in it, and the last's (turned around).
+        middle = snaps[1]
+        index = _rows_by_key(middle)
+        a_in_b = _alive_in(first, middle, index)
+        c_in_b = _alive_in(last, middle, index)
+        del index
+        b_in_c = _inverse(c_in_b, len(middle.keys))
+        first_in_last = _through(a_in_b, b_in_c)
     before, after = _summary(first), _summary(last)
     change = {k: (after["memory"][k] or 0) - (before["memory"][k] or 0)
               for k in MEMORY_KEYS}
@@ -392,7 +506,7 @@ def heap_diff(snaps: list[Loaded], force: bool = False) -> dict:
     result: dict[str, Any] = {"before": before, "after": after}
     if len(snaps) == 3:
         result["middle"] = _summary(snaps[1])
-        result["suspects"] = suspects(*snaps)
+        result["suspects"] = suspects(*snaps, a_in_b, b_in_c, c_in_b)
     result["change"] = {
         "size_bytes": change["total"], "memory": change,
         "details": details[:TOP_GROUPS], "groups": len(details)}
@@ -402,33 +516,41 @@ def heap_diff(snaps: list[Loaded], force: bool = False) -> dict:
     return result
 
 
-def suspects(a: Loaded, b: Loaded, c: Loaded) -> dict:
+def suspects(a: Loaded, b: Loaded, c: Loaded, a_in_b: array,
+             b_in_c: array, c_from_b: array) -> dict:
     """What was made between a and b and is still there at c, what kept
-    growing through both intervals: the three-snapshot rule."""
-    a_in_b, b_in_c = _alive_in(a, b), _alive_in(b, c)
-    in_a = bytearray(len(b.keys))
-    for j in a_in_b:
-        if j >= 0:
-            in_a[j] = 1
+    growing through both intervals: the three-snapshot rule. The row maps
+    between them as heap_diff finds them."""
+    b_from_a = _inverse(a_in_b, len(b.keys))
+    # Born between a and b (no row of a) and alive in c: two masks of b's
+    # rows, ANDed as integers.
+    born = bytes(map(_FOUND, b_from_a)).translate(_FLIP)
+    alive = bytes(map(_FOUND, b_in_c))
+    both = (int.from_bytes(born, "little")
+            & int.from_bytes(alive, "little")).to_bytes(len(born), "little")
     kept: dict[str, dict] = {}
+    for j in compress(range(len(both)), both):
+        k = b_in_c[j]
+        name = c.group_names[c.groups[k]]
+        e = kept.setdefault(name, {"what": name, "count": 0,
+                                   "bytes": 0, "binary_bytes": 0,
+                                   "growth": 0})
+        e["count"] += 1
+        e["bytes"] += c.memory[k]
+        e["binary_bytes"] += c.binary[k]
+        e["growth"] += c.memory[k] - b.memory[j]
+    # Growing: only a row of c of at least MIN_GROWTH bytes can have grown
+    # by MIN_GROWTH; those few are followed back through b to a.
+    candidates = set(compress(range(len(c.keys)),
+                              map(MIN_GROWTH.__le__, c.memory)))
+    candidates.update(compress(range(len(c.keys)),
+                               map(MIN_GROWTH.__le__, c.binary)))
     growing = []
-    for j in range(len(b.keys)):
-        k = b_in_c[j]
-        if k < 0:
+    for k in sorted(candidates):
+        j = c_from_b[k]
+        i = b_from_a[j] if j >= 0 else -1
+        if i < 0:
             continue
-        if not in_a[j]:
-            name = c.group_names[c.groups[k]]
-            e = kept.setdefault(name, {"what": name, "count": 0,
-                                       "bytes": 0, "binary_bytes": 0,
-                                       "growth": 0})
-            e["count"] += 1
-            e["bytes"] += c.memory[k]
-            e["binary_bytes"] += c.binary[k]
-            e["growth"] += c.memory[k] - b.memory[j]
-    for i, j in enumerate(a_in_b):
-        if j < 0 or b_in_c[j] < 0:
-            continue
-        k = b_in_c[j]
         rows = []
         for name, col_a, col_b, col_c in (("memory", a.memory, b.memory,
                                            c.memory),
@@ -479,7 +601,7 @@ def suspects(a: Loaded, b: Loaded, c: Loaded) -> dict:
 
 def _counts(snap: Loaded) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for g, n in enumerate(_per_group(snap)[0]):
+    for g, n in enumerate(_per_group(snap)):
         if n:
             name = snap.group_names[g]
             counts[name] = counts.get(name, 0) + n

@@ -7,16 +7,17 @@ and the names of the newest atoms. The chunks go to the file as the node
 made them: taking a snapshot decodes nothing but the header, and a
 million processes make a file of a few MB.
 
-File format, version 1 (a later beam-probe reads it):
+File format, version 2 (a later beam-probe reads it; this one still reads
+version 1, whose process columns were lists of terms):
 
-    BEAMPROBE SNAPSHOT 1\\n
+    BEAMPROBE SNAPSHOT 2\\n
     <header: one JSON object>\\n
     then sections, each: a kind byte, a 4-byte big-endian length, and
     that many bytes of a versioned external term (as term_to_binary makes
     it, compressed):
       P  processes: a map of columns, as erl_helpers/beam_probe_snapshot.erl
-         describes (the repeated terms once per chunk, with an index per
-         process)
+         describes (fixed-width binaries; the repeated terms once per
+         chunk, with an index per process)
       T  ETS tables: [{Id, Name, Owner, Size, MemoryWords, Type}]
       O  ports: [{Port, {name, Name}, {connected, Owner}, {memory, Bytes}}]
       E  the end (length 0): a file without it was cut short
@@ -42,8 +43,10 @@ from .watch import record
 
 HELPER = "beam_probe_snapshot"
 SCAN = "beam_probe_scan"
-MAGIC = b"BEAMPROBE SNAPSHOT 1\n"
-FORMAT = 1
+MAGIC = b"BEAMPROBE SNAPSHOT 2\n"
+FORMAT = 2
+# Format 1 (its process columns were lists of terms) is still read.
+READABLE = {b"BEAMPROBE SNAPSHOT 1\n": 1, MAGIC: FORMAT}
 CHUNK_ROWS = 5000
 # The names of at most this many of the newest atoms are kept: enough to
 # name the atoms a leak adds between two snapshots, bounded however many
@@ -146,7 +149,8 @@ def read(path: str) -> tuple[dict, Iterator[tuple[str, Any]]]:
     try:
         if info.st_size > MAX_FILE:
             raise SnapshotError(f"{path} is larger than any snapshot")
-        if f.read(len(MAGIC)) != MAGIC:
+        version = READABLE.get(f.read(len(MAGIC)))
+        if version is None:
             raise SnapshotError(f"{path} is not a beam-probe snapshot "
                                 "(or one of a later format)")
         line = f.readline(MAX_HEADER + 1)
@@ -154,7 +158,7 @@ def read(path: str) -> tuple[dict, Iterator[tuple[str, Any]]]:
             header = json.loads(line)
         except ValueError:
             header = None
-        if not isinstance(header, dict) or header.get("format") != FORMAT \
+        if not isinstance(header, dict) or header.get("format") != version \
                 or not isinstance(header.get("node"), str) \
                 or not isinstance(header.get("sample"), dict):
             raise SnapshotError(f"{path}: the snapshot's header is damaged")
