@@ -47,6 +47,25 @@ def open_regular(path: str, flags: int = os.O_RDONLY,
         raise
 
 
+def write_whole(path: str, pieces: list[bytes]) -> int:
+    """Write ``pieces`` to a temporary file beside ``path``, then rename it
+    over ``path``: a reader never sees half a file. The bytes written.
+    OSError as the system raised it, the temporary file removed."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            for piece in pieces:
+                f.write(piece)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return sum(len(piece) for piece in pieces)
+
+
 def read_regular(path: str, limit: int) -> tuple[bytes, os.stat_result]:
     """Up to ``limit`` bytes of a regular file, and its stat. Raises
     OSError (NotRegular for FIFOs and the like); a file larger than

@@ -13,8 +13,9 @@ import re
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 if TYPE_CHECKING:
-    from .probes.results import (BinLeak, MemoryResult, Ping, ProcCount,
-                                 ProcessRow, ProcInfo, ProcWindow)
+    from .probes.results import (AllocReport, BinLeak, EtsReport,
+                                 MemoryResult, Ping, ProcCount, ProcessRow,
+                                 ProcInfo, ProcWindow)
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -226,3 +227,48 @@ def proc_info_text(result: ProcInfo) -> str:
                 lines.append(f"  {key.ljust(width)}  "
                              f"{_info_value(key, value)}")
     return "\n".join(lines)
+
+
+def alloc_text(result: AllocReport) -> str:
+    rss = result["rss"]
+    mseg = result["mseg_cache"]
+    lines = [f"{result['node']}: {result['verdict']['text']}",
+             f"erlang:memory() total {human_bytes(result['memory_total'])};"
+             f" allocators hold {human_bytes(result['allocated'])}, "
+             f"{human_bytes(result['used'])} of it in blocks "
+             f"({result['usage']:.0%}); RSS "
+             + (human_bytes(rss) if rss is not None else "unknown (not "
+                "Linux)"),
+             "mseg_alloc cache: " + (f"{mseg['hit_rate']:.0%} of "
+                                     f"{mseg['calls']} segment requests hit"
+                                     if mseg["hit_rate"] is not None
+                                     else "no segment requests yet"),
+             ""]
+    rows = []
+    for t in result["types"]:
+        mbcs, sbcs = t["mbcs"], t["sbcs"]
+        rows.append((t["type"], human_bytes(t["used"]),
+                     human_bytes(t["allocated"]), f"{t['usage']:.0%}",
+                     mbcs["carriers"], sbcs["carriers"],
+                     human_bytes(mbcs["average_block"]),
+                     human_bytes(mbcs["average_block_max"]),
+                     human_bytes(sbcs["average_block"])))
+    lines.append(table(("allocator", "used", "allocated", "usage",
+                        "mbcs", "sbcs", "mbc block", "max", "sbc block"),
+                       rows, "lrrrrrrrr"))
+    if result["raw"]:
+        lines.append(f"\nfull allocator data written to {result['raw']}")
+    return "\n".join(lines)
+
+
+def ets_text(result: EtsReport) -> str:
+    head = (f"{result['node']}: the {len(result['largest'])} largest of "
+            f"{result['tables']} ETS tables by {result['sort']} (all tables "
+            f"{human_bytes(result['total_memory'])})")
+    rows = [(t["name"], t["id"], t["owner"],
+             t["owner_name"] or t["owner_group"], t["size"],
+             human_bytes(t["memory"]), t["type"], t["protection"])
+            for t in result["largest"]]
+    return head + "\n" + table(("table", "id", "owner", "owner is",
+                                "objects", "memory", "type", "access"),
+                               rows, "llllrrll")

@@ -25,7 +25,7 @@
 
 -export([guard/3, others/0, settled/1, pmap/3, values/3, top/2, describe/1,
          bin_leak/9, proc_count/8, proc_count_all/10, snapshots/6, proc_window/10,
-         proc_info/1, health/4, fan_out/4]).
+         proc_info/1, health/7, fan_out/4]).
 
 -type watch() :: {node, node()} | {process, pid()}.
 -type pairs() :: [{integer(), pid()}].
@@ -593,15 +593,20 @@ proc_info(Target) ->
 
 %% What `beam-probe check` measures on one node: erlang:memory(), the
 %% process count, atom count and limit, the largest binary_memory of one
-%% process and the longest message queue.
--spec health(non_neg_integer(), fun(), fun(), fun()) ->
+%% process and the longest message queue; the allocators' figures, the
+%% node's RSS and its largest ETS table (beam_probe_alloc's types/0 and
+%% rss/0 and beam_probe_ets's top_memory/0, passed as funs).
+-spec health(non_neg_integer(), fun(), fun(), fun(), fun(), fun(), fun()) ->
           #{memory := memory(),
             process_count := non_neg_integer(),
             atom_count := non_neg_integer(),
             atom_limit := non_neg_integer(),
             top_binary_memory := non_neg_integer(),
-            max_queue := non_neg_integer()}.
-health(Jobs, Pmap, Values, Others) ->
+            max_queue := non_neg_integer(),
+            allocators := [map()],
+            rss := binary() | undefined,
+            top_ets_memory := non_neg_integer()}.
+health(Jobs, Pmap, Values, Others, Allocators, Rss, TopEts) ->
     Largest = fun(Pairs) ->
                       {Numbers, _} = lists:unzip(Pairs),
                       lists:max([0 | Numbers])
@@ -617,7 +622,10 @@ health(Jobs, Pmap, Values, Others) ->
       atom_count => erlang:system_info(atom_count),
       atom_limit => erlang:system_info(atom_limit),
       top_binary_memory => lists:max([0 | Binaries]),
-      max_queue => lists:max([0 | Queues])}.
+      max_queue => lists:max([0 | Queues]),
+      allocators => Allocators(),
+      rss => Rss(),
+      top_ets_memory => TopEts()}.
 
 %% Run the guarded expression Form on every node of Nodes at once
 %% (erpc:multicall), with BeamProbeWatch bound to {process, self()}: each

@@ -2,15 +2,15 @@
 %% node in one call, for the three-snapshot method.
 %%
 %% Sent as text and run by the node's erl_eval under the rules at the top
-%% of beam_probe_scan.erl; pmap/3, others/0, settled/1 and watch's
-%% sample/7 arrive as funs. The process pass runs in pmap's slices, each
+%% of beam_probe_scan.erl; pmap/3, others/0, settled/1, watch's sample/8
+%% and alloc's rss/0 arrive as funs. The process pass runs in pmap's slices, each
 %% with compiled calls only (process_info over the slice, match
 %% specifications to pick the group and the columns); the rows travel as
 %% term_to_binary(..., [{compressed, 1}]) chunks, about 0.3 MB per 100k
 %% processes instead of 20-30 MB.
 -module(beam_probe_snapshot).
 
--export([snapshot/8]).
+-export([snapshot/9]).
 
 %% One chunk of processes, compressed: a map of columns, one element per
 %% process, each column a binary of fixed-width records so that a reader
@@ -49,8 +49,8 @@
 %% Chunk rows a chunk; the names of at most MaxAtoms of the newest atoms
 %% (by index, an undocumented encoding, guarded).
 -spec snapshot(pos_integer(), non_neg_integer(), non_neg_integer(), fun(),
-               fun(), fun(), fun(), fun()) -> snapshot().
-snapshot(Chunk, MaxAtoms, Jobs, Pmap, Others, Top, Settled, Sample) ->
+               fun(), fun(), fun(), fun(), fun()) -> snapshot().
+snapshot(Chunk, MaxAtoms, Jobs, Pmap, Others, Top, Settled, Sample, Rss) ->
     %% rex carries every call of ours (and of anyone using rpc): its heap
     %% grows with our own traffic, which would show as a process growing
     %% in both intervals (measured on OTP 28). It is collected first.
@@ -58,7 +58,7 @@ snapshot(Chunk, MaxAtoms, Jobs, Pmap, Others, Top, Settled, Sample) ->
         undefined -> ok;
         Rex -> erlang:garbage_collect(Rex)
     end,
-    Header = Sample(none, 0, Jobs, Pmap, Others, Top, Settled),
+    Header = Sample(none, 0, Jobs, Pmap, Others, Top, Settled, Rss),
     Supported = fun(Item) ->
                         try erlang:process_info(erlang:self(), Item) of
                             _ -> true

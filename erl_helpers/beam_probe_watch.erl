@@ -2,7 +2,8 @@
 %%
 %% Sent as text and run by the node's erl_eval under the rules at the top
 %% of beam_probe_scan.erl (stock modules only; the functions it needs from
-%% there, pmap/3, others/0, top/2 and settled/1, arrive as funs).
+%% there, pmap/3, others/0, top/2 and settled/1, and beam_probe_alloc's
+%% rss/0, arrive as funs).
 %%
 %% Without a collection a sample reads counters only: erlang:memory(),
 %% statistics(garbage_collection), four counts and their limits, the
@@ -12,7 +13,7 @@
 %% per scheduler and allocator).
 -module(beam_probe_watch).
 
--export([sample/7]).
+-export([sample/8]).
 
 -type gc() :: none | holders | all.
 -type sample() :: #{memory := [{atom(), non_neg_integer()}],
@@ -50,8 +51,8 @@
 %% The memory is read once the workers' heaps are freed (settled/1), and
 %% without this process's own heap.
 -spec sample(gc(), non_neg_integer(), non_neg_integer(), fun(), fun(),
-             fun(), fun()) -> sample().
-sample(Gc, MaxGc, Jobs, Pmap, Others, Top, Settled) ->
+             fun(), fun(), fun()) -> sample().
+sample(Gc, MaxGc, Jobs, Pmap, Others, Top, Settled, Rss) ->
     Collect = fun(Pids) ->
                       Pmap(fun(Slice) ->
                                    lists:foreach(fun erlang:garbage_collect/1,
@@ -137,18 +138,6 @@ sample(Gc, MaxGc, Jobs, Pmap, Others, Top, Settled) ->
                            [{'$1', [{'=:=', {element, 1, '$1'}, size}],
                              ['$1']}]),
                     Current)),
-    %% The OS view: the VmRSS line of the node's own /proc/self/status,
-    %% read by prim_file (no file server involved); 'undefined' where the
-    %% node does not run on Linux.
-    Rss = case prim_file:read_file("/proc/self/status") of
-              {ok, Status} ->
-                  case binary:split(Status, <<"VmRSS:">>) of
-                      [_, After] -> erlang:hd(binary:split(After, <<"\n">>));
-                      _ -> undefined
-                  end;
-              _ ->
-                  undefined
-          end,
     #{memory => Memory,
       gc_count => GcCount,
       gc_words_reclaimed => WordsReclaimed,
@@ -162,7 +151,7 @@ sample(Gc, MaxGc, Jobs, Pmap, Others, Top, Settled) ->
       ets_limit => erlang:system_info(ets_limit),
       alloc_used => Used,
       alloc_allocated => Allocated,
-      rss => Rss,
+      rss => Rss(),
       wordsize => erlang:system_info(wordsize),
       collected => Collected,
       gc_us => Started - GcStarted,

@@ -295,7 +295,8 @@ def _limit_file_size(limit):
 def test_a_full_disk_is_reported_without_hiding_the_verdict(target, tmp_path):
     path = tmp_path / "history.jsonl"
     # Larger than the textfile, so the limit cuts only the history.
-    _seed(path, target.node, [1] + [0] * 39)
+    seeded = 200  # the textfile, with its allocator series, is ~4 KB
+    _seed(path, target.node, [1] + [0] * (seeded - 1))
     size = path.stat().st_size
     prom = tmp_path / "beam.prom"
     env = dict(os.environ, HOME=target.home)
@@ -311,8 +312,9 @@ def test_a_full_disk_is_reported_without_hiding_the_verdict(target, tmp_path):
     # With room again, the next record starts on a line of its own.
     r = check(target, "--history", str(path), "--format", "json")
     assert r.returncode == 0, r.stdout
-    records, skipped = history.load_tail(str(path), [target.node], 100)
-    assert len(records[target.node]) == 41 and skipped == 1
+    records, skipped = history.load_tail(str(path), [target.node],
+                                         seeded + 10)
+    assert len(records[target.node]) == seeded + 1 and skipped == 1
     r = check(target, "--history", str(path))
     assert r.returncode == 0 and "history" not in r.stdout.split("|")[0]
 

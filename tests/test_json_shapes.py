@@ -1,7 +1,8 @@
 """Every command's --format json, key by key and in order, with the type of
 each value: what scripts read must not change when the code behind it
 does. Written from the output of the code before the seams were redrawn
-(issue 11), and kept since."""
+(issue 11), and kept since; keys are only ever added (check's rss,
+alloc_usage_min, top_ets_memory and allocators came with alloc and ets)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ NODES_OWN = "object"
 
 MEMORY = {k: I for k in ("total", "processes", "processes_used", "system",
                          "atom", "atom_used", "binary", "code", "ets")}
+
+
+CARRIERS = {k: I for k in ("blocks", "blocks_max", "block_bytes",
+                           "block_bytes_max", "carriers", "carriers_max",
+                           "carrier_bytes", "carrier_bytes_max",
+                           "average_block", "average_block_max")}
 
 
 def row(number: str) -> dict:
@@ -66,8 +73,24 @@ SHAPES = {
                    "values": {"total": I, "processes": I, "binary": I,
                               "ets": I, "atom": I, "binary_share": F,
                               "process_count": I, "top_binary_memory": I,
-                              "max_queue": I, "atom_use": F},
+                              "max_queue": I, "atom_use": F,
+                              "rss": (I, "null"), "alloc_usage_min": F,
+                              "top_ets_memory": I},
+                   "allocators": NODES_OWN,
                    "status": S, "problems": [S]}]}),
+    "alloc": (["alloc"], {
+        "node": S, "used": I, "allocated": I, "usage": F,
+        "memory_total": I, "rss": (I, "null"),
+        "mseg_cache": {"hits": I, "calls": I, "hit_rate": (F, "null")},
+        "verdict": {"case": S, "allocator": S_OR_NULL, "text": S},
+        "types": [{"type": S, "instances": I, "used": I, "allocated": I,
+                   "usage": F, "mbcs": CARRIERS, "sbcs": CARRIERS}],
+        "raw": S_OR_NULL}),
+    "ets": (["ets", "3"], {
+        "node": S, "sort": S, "tables": I, "total_memory": I,
+        "largest": [{"id": S, "name": S, "owner": S,
+                     "owner_name": S_OR_NULL, "owner_group": S, "size": I,
+                     "memory": I, "type": S, "protection": S}]}),
 }
 
 _TYPES = {str: S, int: I, float: F, bool: B, type(None): "null"}

@@ -17,7 +17,8 @@ COMMANDS = (["ping"], ["memory"], ["bin-leak", "3"], ["bin-leak", "3",
             ["proc-info", "code_server"], ["check"],
             ["watch", "--count", "2", "--interval", "0.2", "--gc", "holders"],
             ["watch", "--count", "1", "--gc", "all"],
-            ["leak-hunt", "--interval", "0", "--snapshots", "2"])
+            ["leak-hunt", "--interval", "0", "--snapshots", "2"],
+            ["alloc"], ["ets", "5"], ["ets", "5", "--sort", "size"])
 
 
 def _run_all(node):

@@ -68,14 +68,20 @@ def _summary(values: dict[str, Any]) -> str:
             f"{values['process_count']}, top binary_memory "
             f"{show('top_binary_memory', values['top_binary_memory'])}, "
             f"max_queue {values['max_queue']}, atom_use "
-            f"{values['atom_use']:g}%")
+            f"{values['atom_use']:g}%, top ets "
+            f"{show('top_ets_memory', values['top_ets_memory'])}, "
+            f"alloc_usage_min {values['alloc_usage_min']:g}%"
+            + (f", rss {show('rss', values['rss'])}"
+               if values.get("rss") is not None else ""))
 
 
 def _perfdata(values: dict[str, Any], warn: dict[str, float],
               crit: dict[str, float], prefix: str = "") -> list[str]:
     out = []
     for key, unit in KEYS.items():
-        value = values[key]
+        value = values.get(key)
+        if value is None:  # rss off Linux
+            continue
         w = _number(warn.get(key))
         c = _number(crit.get(key))
         low, high = ("0", "100") if unit == PERCENT else ("0", "")
@@ -131,6 +137,12 @@ _METRICS = (
      "Longest message queue of one process.", "max_queue"),
     ("beam_probe_atom_use_percent",
      "Atom count as a percentage of the atom limit.", "atom_use"),
+    ("beam_probe_rss_bytes", "The node's resident memory (VmRSS).", "rss"),
+    ("beam_probe_alloc_usage_min_percent",
+     "Lowest used/allocated of the allocator types of 64 MiB or more "
+     "(100 when none is that large).", "alloc_usage_min"),
+    ("beam_probe_top_ets_memory_bytes",
+     "Memory of the largest ETS table.", "top_ets_memory"),
 )
 
 
@@ -163,7 +175,19 @@ def prometheus(report: dict[str, Any]) -> str:
     for name, text, key in _METRICS:
         lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
         lines += [f'{name}{{node="{_label(r["node"])}"}} {r["values"][key]}'
-                  for r in answered]
+                  for r in answered if r["values"].get(key) is not None]
+    # One series per allocator type and measure (about ten types), never
+    # one per instance: the instances grow with the schedulers.
+    lines += ["# HELP beam_probe_allocator_bytes Bytes in blocks (used) and "
+              "in carriers (allocated) per allocator type.",
+              "# TYPE beam_probe_allocator_bytes gauge"]
+    for row in answered:
+        for kind, figures in sorted(row.get("allocators", {}).items()):
+            for measure in ("used", "allocated"):
+                lines.append(f'beam_probe_allocator_bytes{{node="'
+                             f'{_label(row["node"])}",allocator="'
+                             f'{_label(kind)}",measure="{measure}"}} '
+                             f'{figures[measure]}')
     return "\n".join(lines) + "\n"
 
 

@@ -3,7 +3,8 @@ status a set of values earns.
 
 A threshold is an upper bound: a value at or above it raises the status
 (the usual reading for memory, counts and shares; Nagios range syntax is
-not supported). One rule for units, bytes and counts alike: a bare k, M,
+not supported), except for the keys ending in _min, lower bounds: a value
+at or below it raises the status (alloc_usage_min: fragmentation). One rule for units, bytes and counts alike: a bare k, M,
 G, T or KB, MB, GB, TB is a power of 1000; KiB, MiB, GiB, TiB a power of
 1024 (case does not matter). A percentage is at most 100, and a warning
 threshold may not be above its critical one.
@@ -25,7 +26,10 @@ KEYS: dict[str, str] = {
     "total": BYTES, "processes": BYTES, "binary": BYTES, "ets": BYTES,
     "atom": BYTES, "binary_share": PERCENT, "process_count": COUNT,
     "top_binary_memory": BYTES, "max_queue": COUNT, "atom_use": PERCENT,
+    "rss": BYTES, "alloc_usage_min": PERCENT, "top_ets_memory": BYTES,
 }
+# Lower bounds: the status rises as the value falls.
+LOWER = frozenset(key for key in KEYS if key.endswith("_min"))
 
 _COUNT_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BYTE_UNITS = {**_COUNT_UNITS, "b": 1, "kb": 10**3, "mb": 10**6,
@@ -79,10 +83,12 @@ def parse_both(warn_specs: tuple[str, ...] | list[str],
     threshold could never be seen, so it is refused."""
     warn, crit = parse_all(warn_specs), parse_all(crit_specs)
     for key in warn.keys() & crit.keys():
-        if warn[key] > crit[key]:
+        lower = key in LOWER
+        if (warn[key] < crit[key]) if lower else (warn[key] > crit[key]):
             raise ThresholdError(
                 f"{key}: the warning threshold {show(key, warn[key])} is "
-                f"above the critical one {show(key, crit[key])}")
+                f"{'below' if lower else 'above'} the critical one "
+                f"{show(key, crit[key])}")
     return warn, crit
 
 
@@ -94,14 +100,17 @@ def evaluate(values: dict[str, Any], warn: dict[str, float],
         value = values.get(key)
         if value is None:
             continue
-        if key in crit and value >= crit[key]:
-            status = max(status, CRITICAL)
-            problems.append(f"{key} {show(key, value)} >= "
-                            f"{show(key, crit[key])} (critical)")
-        elif key in warn and value >= warn[key]:
-            status = max(status, WARNING)
-            problems.append(f"{key} {show(key, value)} >= "
-                            f"{show(key, warn[key])} (warning)")
+        for limits, level, name in ((crit, CRITICAL, "critical"),
+                                    (warn, WARNING, "warning")):
+            if key not in limits:
+                continue
+            lower = key in LOWER
+            if (value <= limits[key]) if lower else (value >= limits[key]):
+                status = max(status, level)
+                problems.append(f"{key} {show(key, value)} "
+                                f"{'<=' if lower else '>='} "
+                                f"{show(key, limits[key])} ({name})")
+                break
     return status, problems
 
 

@@ -472,3 +472,63 @@ def leak_hunt(remote: Any, request: SimpleNamespace,
 __all__ = ["DECLARED", "bin_leak", "diff", "leak_hunt", "memory", "ping",
            "plot", "proc_count", "proc_info", "proc_window", "snapshot",
            "watch"]
+
+
+@command("alloc", "[NODE]", render=render.alloc_text, options=(
+    click.option("--raw", metavar="FILE",
+                 help="Also write every allocator's full "
+                      "system_info({allocator, Type}) to FILE, as the "
+                      "node's compressed external term (erlang:"
+                      "binary_to_term/1 reads it)."),))
+def alloc(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
+    """Leak or fragmentation? The node's memory allocators, from outside.
+
+    Per allocator type (binary_alloc, eheap_alloc, ets_alloc, ...,
+    literal_alloc included): bytes used in blocks against bytes allocated
+    in carriers, usage, multiblock and singleblock carriers, average
+    block sizes now and at their maximum; the mseg_alloc cache hit rate;
+    erlang:memory() total against the allocators against the node's RSS.
+    Then one verdict: in use (usage near 1: find the holder with
+    proc-count memory, bin-leak, ets), fragmentation (a large allocator
+    mostly empty: "binary_alloc: 1.2 GiB allocated, 310 MiB used (25%)"),
+    or memory outside the allocators (RSS far above them: NIFs, drivers).
+
+    Cost: one read of each allocator type, folded on the node; the reply
+    is a few hundred bytes whatever the number of schedulers. No pass
+    over the processes.
+
+    \b
+    Examples:
+      beam-probe alloc app@db1
+      beam-probe alloc app@db1 --format json
+      beam-probe alloc app@db1 --raw app-alloc.etf
+    """
+    from ..probes import alloc as allocators
+
+    return allocators.alloc(remote, request.raw)
+
+
+@command("ets", "[NODE] [N]", render=render.ets_text, example="app@db1 10",
+         options=(click.option("--sort", type=click.Choice(("memory",
+                                                              "size")),
+                               default="memory", show_default=True,
+                               help="Rank by memory (bytes) or size "
+                                    "(objects)."),))
+def ets(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
+    """The N (default 10) largest ETS tables, with their owners.
+
+    Per table: name, id, owner (pid, and its registered name or group:
+    label, proc_lib's initial call, initial call), size in objects,
+    memory in bytes, type and protection. Tables that vanish mid-scan are
+    skipped. Cost: two ets:info/2 reads per table, in compiled code; only
+    the N kept are described. N is at most 10000.
+
+    \b
+    Examples:
+      beam-probe ets app@db1
+      beam-probe ets app@db1 5 --sort size
+      beam-probe ets app@db1 20 --format json
+    """
+    from ..probes import ets as tables
+
+    return tables.largest(remote, request.n or 10, request.sort)

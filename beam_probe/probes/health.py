@@ -1,8 +1,9 @@
 """What `beam-probe check` measures, on one node or on a whole cluster.
 
-One helper call per node (beam_probe_scan:health/3): erlang:memory(), the
-process and atom counts, and one pass over every process for the largest
-binary_memory and the longest message queue. For --cluster, the target
+One helper call per node (beam_probe_scan:health/7): erlang:memory(), the
+process and atom counts, one pass over every process for the largest
+binary_memory and the longest message queue, the allocators (as alloc
+folds them), the node's RSS and its largest ETS table. For --cluster, the target
 itself fans the same expression out to every node it is connected to with
 erpc:multicall, so beam-probe needs one connection, and one cookie, for the
 whole cluster.
@@ -15,13 +16,29 @@ from typing import Any
 from ..erldist.terms import Atom, format_term
 from ..helpers import Local
 from ..remote import Remote
-from .results import CheckValues, NodeHealth
+from .alloc import FRAGMENTED_MIN, allocator_types
+from .results import AllocType, CheckValues, NodeHealth
+from .watch import rss_bytes
 from .processes import HELPER
 
-LOCALS = (Local("pmap"), Local("values"), Local("others"))
+LOCALS = (Local("pmap"), Local("values"), Local("others"),
+          Local("types", "beam_probe_alloc"), Local("rss", "beam_probe_alloc"),
+          Local("top_memory", "beam_probe_ets"))
 
 
-def _values(reply: dict) -> CheckValues:
+def usage_min(types: list[AllocType]) -> float:
+    """The lowest usage, in percent, of the allocator types large enough
+    to be called fragmented (alloc's FRAGMENTED_MIN); 100 when none is."""
+    return min([round(100.0 * t["usage"], 2) for t in types
+                if t["allocated"] >= FRAGMENTED_MIN] or [100.0])
+
+
+def _allocators(types: list[AllocType]) -> dict[str, dict[str, int]]:
+    return {t["type"]: {"used": t["used"], "allocated": t["allocated"]}
+            for t in types}
+
+
+def _values(reply: dict, types: list[AllocType]) -> CheckValues:
     memory = {str(key): value for key, value in reply["memory"]}
     total = memory["total"]
     return {
@@ -37,13 +54,22 @@ def _values(reply: dict) -> CheckValues:
         "max_queue": reply["max_queue"],
         "atom_use": round(100.0 * reply["atom_count"] / reply["atom_limit"],
                           2),
+        "rss": rss_bytes(reply["rss"]),
+        "alloc_usage_min": usage_min(types),
+        "top_ets_memory": reply["top_ets_memory"],
     }
 
 
 def measure(remote: Remote, jobs: int = 0) -> NodeHealth:
     """Every check value of the attached node."""
     reply = remote.run(HELPER, "health", jobs, *LOCALS)
-    return {"node": remote.node, "values": _values(reply)}
+    return _health(remote.node, reply)
+
+
+def _health(node: str, reply: dict) -> NodeHealth:
+    types = allocator_types(reply["allocators"])
+    return {"node": node, "values": _values(reply, types),
+            "allocators": _allocators(types)}
 
 
 def measure_cluster(remote: Remote, timeout: float,
@@ -61,7 +87,7 @@ def measure_cluster(remote: Remote, timeout: float,
     results = []
     for node, reply in zip(nodes, replies):
         if reply[0] == Atom("ok"):
-            results.append({"node": str(node), "values": _values(reply[1])})
+            results.append(_health(str(node), reply[1]))
         else:
             results.append({"node": str(node),
                             "error": _describe_failure(reply, timeout)})

@@ -110,6 +110,9 @@ class CheckValues(TypedDict):
     top_binary_memory: int
     max_queue: int
     atom_use: float
+    rss: Optional[int]
+    alloc_usage_min: float
+    top_ets_memory: int
 
 
 class _NodeHealth(TypedDict):
@@ -121,6 +124,8 @@ class NodeHealth(_NodeHealth, total=False):
 
     values: CheckValues
     error: str
+    # Per allocator type, used and allocated bytes (for the textfile).
+    allocators: Dict[str, Dict[str, int]]
 
 
 class _Sample(TypedDict):
@@ -169,6 +174,79 @@ class Sample(_Sample, total=False):
     leaks: List[dict]
 
 
-__all__ = ["BinLeak", "CheckValues", "DeadRow", "Memory", "MemoryResult",
+class Carriers(TypedDict):
+    """One kind of carrier (multiblock or singleblock) of an allocator
+    type, summed over its instances; *_max are the sums of each instance's
+    maximum (an upper bound: the instances did not peak at once)."""
+
+    blocks: int
+    blocks_max: int
+    block_bytes: int
+    block_bytes_max: int
+    carriers: int
+    carriers_max: int
+    carrier_bytes: int
+    carrier_bytes_max: int
+    average_block: int
+    average_block_max: int
+
+
+class AllocType(TypedDict):
+    type: str
+    instances: int
+    used: int
+    allocated: int
+    usage: float
+    mbcs: Carriers
+    sbcs: Carriers
+
+
+class Verdict(TypedDict):
+    case: str  # in_use, fragmentation or outside
+    allocator: Optional[str]
+    text: str
+
+
+class MsegCache(TypedDict):
+    hits: int
+    calls: int
+    hit_rate: Optional[float]
+
+
+class AllocReport(TypedDict):
+    node: str
+    used: int
+    allocated: int
+    usage: float
+    memory_total: int
+    rss: Optional[int]
+    mseg_cache: MsegCache
+    verdict: Verdict
+    types: List[AllocType]
+    raw: Optional[str]
+
+
+class EtsTable(TypedDict):
+    id: str
+    name: str
+    owner: str
+    owner_name: Optional[str]
+    owner_group: str
+    size: int
+    memory: int
+    type: str
+    protection: str
+
+
+class EtsReport(TypedDict):
+    node: str
+    sort: str
+    tables: int
+    total_memory: int
+    largest: List[EtsTable]
+
+
+__all__ = ["AllocReport", "AllocType", "Carriers", "EtsReport", "EtsTable",
+           "MsegCache", "Verdict", "BinLeak", "CheckValues", "DeadRow", "Memory", "MemoryResult",
            "NodeHealth", "Ping", "ProcCount", "ProcCountAllSummary",
            "ProcInfo", "ProcWindow", "ProcessRow", "Sample"]

@@ -1,7 +1,7 @@
 """snapshot: the whole node at one moment, to a file, for diff and
 leak-hunt (the three-snapshot method).
 
-One call on the node (beam_probe_snapshot:snapshot/8) returns the memory
+One call on the node (beam_probe_snapshot:snapshot/9) returns the memory
 figures, every process as compressed row chunks, every ETS table and port,
 and the names of the newest atoms. The chunks go to the file as the node
 made them: taking a snapshot decodes nothing but the header, and a
@@ -84,7 +84,8 @@ def take(remote: Remote, gc: str = "holders", jobs: int = 0,
     reply = remote.run(HELPER, "snapshot", CHUNK_ROWS, MAX_ATOMS, jobs,
                        Local("pmap", SCAN), Local("others", SCAN),
                        Local("top", SCAN), Local("settled", SCAN),
-                       Local("sample", "beam_probe_watch"))
+                       Local("sample", "beam_probe_watch"),
+                       Local("rss", "beam_probe_alloc"))
     release = remote.call("erlang", "system_info", [Atom("otp_release")])
     sample = record(remote.node, reply["sample"], epoch, gc, None)
     header = {
@@ -111,27 +112,18 @@ def write(path: str, header: dict, sections: list[tuple[bytes, bytes]]
           ) -> int:
     """Write the file (a temporary file, then a rename: a reader never sees
     half of one). Its size in bytes."""
-    from ..files import error_text
+    from ..files import error_text, write_whole
 
     data = [MAGIC, json.dumps(header, separators=(",", ":")).encode()
             + b"\n"]
     for kind, payload in sections + [(b"E", b"")]:
         data.append(kind + struct.pack(">I", len(payload)))
         data.append(payload)
-    tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "wb") as f:
-            for piece in data:
-                f.write(piece)
-        os.replace(tmp, path)
+        return write_whole(path, data)
     except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise OutputFailed(f"cannot write {path}: {error_text(exc)}") \
             from None
-    return sum(len(piece) for piece in data)
 
 
 def read(path: str) -> tuple[dict, Iterator[tuple[str, Any]]]:

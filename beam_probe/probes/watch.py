@@ -1,7 +1,7 @@
 """watch: is it really a leak? Sample the node's memory every few seconds,
 after forced collections or through the floor, and apply memwatch's rule.
 
-Each sample is one round trip (beam_probe_watch:sample/7 on the node):
+Each sample is one round trip (beam_probe_watch:sample/8 on the node):
 counters only unless a collection is asked for, so its cost does not grow
 with the node's processes. The samples come from a generator that keeps
 the interval (slots at start + k * interval, a late sample skips slots
@@ -40,7 +40,7 @@ def _text(value: Any) -> str:
         "latin-1")
 
 
-def _rss(line: Any) -> int | None:
+def rss_bytes(line: Any) -> int | None:
     """VmRSS's value, "   39540 kB", in bytes (None when unknown)."""
     if not isinstance(line, (bytes, bytearray, str)):
         return None
@@ -58,7 +58,8 @@ def sample_node(remote: Remote, gc: str = "none",
     return remote.run(HELPER, "sample", Atom(gc),
                       NO_GC_LIMIT if max_gc is None else max_gc, jobs,
                       Local("pmap", SCAN), Local("others", SCAN),
-                      Local("top", SCAN), Local("settled", SCAN))
+                      Local("top", SCAN), Local("settled", SCAN),
+                      Local("rss", "beam_probe_alloc"))
 
 
 def record(node: str, raw: dict, epoch: float, gc: str,
@@ -84,7 +85,7 @@ def record(node: str, raw: dict, epoch: float, gc: str,
         "ets_count": raw["ets_count"], "ets_limit": raw["ets_limit"],
         "alloc_used": used, "alloc_allocated": allocated,
         "alloc_usage": round(used / allocated, 4) if allocated else 0.0,
-        "rss": _rss(raw["rss"]),
+        "rss": rss_bytes(raw["rss"]),
         "gcs_per_s": None, "reclaimed_per_s": None,
         "gc": gc, "collected": raw["collected"],
         "gc_ms": round(raw["gc_us"] / 1000, 3),

@@ -5,7 +5,7 @@
 %% to.
 -module(beam_probe_reference).
 
--export([bin_leak/1, proc_count/2]).
+-export([bin_leak/1, proc_count/2, alloc_sums/0]).
 
 %% For each process: its binary references, a GC, the references again.
 %% The N processes whose count fell most, as {Pid, -Freed}.
@@ -41,3 +41,29 @@ value(Pid, Attribute) ->
         {Attribute, Value} -> Value;
         undefined -> 0
     end.
+
+%% Per allocator type, {Type, Used, Allocated} in bytes, from
+%% erlang:system_info({allocator_sizes, Type}) (another view than the one
+%% beam-probe folds): block sizes and carrier sizes of every instance's
+%% mbcs, mbcs_pool and sbcs.
+alloc_sums() ->
+    [{Type, sum(Sizes, size), sum(Sizes, carriers_size)}
+     || Type <- erlang:system_info(alloc_util_allocators),
+        Sizes <- [erlang:system_info({allocator_sizes, Type})],
+        is_list(Sizes)].
+
+sum(Instances, Key) ->
+    lists:sum([current(Counter)
+               || {instance, _, Kinds} <- Instances,
+                  {Kind, Props} <- Kinds,
+                  lists:member(Kind, [mbcs, mbcs_pool, sbcs]),
+                  Counter <- counters(Key, Props)]).
+
+counters(size, Props) ->
+    [C || {blocks, PerType} <- Props, is_list(PerType),
+          {_, Cs} <- PerType, C <- Cs, element(1, C) =:= size];
+counters(carriers_size, Props) ->
+    [C || C <- Props, element(1, C) =:= carriers_size].
+
+current({_, C}) -> C;
+current({_, C, _, _}) -> C.

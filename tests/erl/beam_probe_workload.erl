@@ -15,6 +15,8 @@
          fill/1, linked_to/1, grow/1, sawtooth/2]).
 %% The three-snapshot scenario (test_snapshot.py).
 -export([scene/0, plant/3, tick/2, noise/1, stop_noise/1]).
+%% alloc, ets and trace-gc (test_alloc_ets.py, test_trace_gc.py).
+-export([fragment/2, hold_binaries/1, big_table/2, churn/1]).
 %% Callbacks: the scene's supervisor, and its proc_lib workers.
 -export([init/1, start_leak_worker/0, leak_worker/1, noise_loop/0]).
 
@@ -277,4 +279,71 @@ hold(Binaries) ->
 idle() ->
     receive
         stop -> ok
+    end.
+
+%% Fragmentation on purpose: a process (registered as bp_fragmenter)
+%% allocates Count binaries of 64 KB (refc, below the singleblock
+%% threshold of 512 KB, so in binary_alloc's multiblock carriers), keeps
+%% every Keep-th and drops the rest: the carriers stay, each held by a few
+%% live blocks. Returns once the rest is freed.
+fragment(Count, Keep) ->
+    Self = self(),
+    Pid = spawn(fun() ->
+                        All = [binary:copy(<<I:8>>, 65536)
+                               || I <- lists:seq(1, Count)],
+                        Kept = [B || {I, B} <- lists:zip(lists:seq(1, Count),
+                                                         All),
+                                     I rem Keep =:= 0],
+                        erlang:garbage_collect(),
+                        Self ! {fragmented, self()},
+                        hold(Kept)
+                end),
+    receive {fragmented, Pid} -> ok end,
+    erlang:garbage_collect(Pid),
+    register(bp_fragmenter, Pid),
+    Pid.
+
+%% A plain holder (registered as bp_holder): Count binaries of 64 KB, all
+%% live. Returns once it holds them.
+hold_binaries(Count) ->
+    Self = self(),
+    Pid = spawn(fun() ->
+                        All = [binary:copy(<<I:8>>, 65536)
+                               || I <- lists:seq(1, Count)],
+                        Self ! {holding, self()},
+                        hold(All)
+                end),
+    receive {holding, Pid} -> ok end,
+    register(bp_holder, Pid),
+    Pid.
+
+%% A named table Name, owned by a process registered as bp_big_owner,
+%% with Rows rows of about 100 bytes each.
+big_table(Name, Rows) ->
+    Self = self(),
+    Owner = spawn(fun() ->
+                          ets:new(Name, [named_table, public, set]),
+                          ets:insert(Name, [{I, binary:copy(<<"r">>, 64)}
+                                            || I <- lists:seq(1, Rows)]),
+                          Self ! {table, self()},
+                          idle()
+                  end),
+    receive {table, Owner} -> ok end,
+    register(bp_big_owner, Owner),
+    Owner.
+
+%% A process that collects often: it builds and drops a list of N
+%% elements in a loop (a minor collection every few ms), registered as
+%% bp_churn, until sent stop.
+churn(N) ->
+    Pid = spawn(fun() -> churn_loop(N) end),
+    register(bp_churn, Pid),
+    Pid.
+
+churn_loop(N) ->
+    receive
+        stop -> ok
+    after 0 ->
+        _ = lists:seq(1, N),
+        churn_loop(N)
     end.

@@ -1,0 +1,92 @@
+"""ets: the largest ETS tables, with their owners.
+
+One call (beam_probe_ets:largest/2): the node ranks every table by memory
+or size with compiled calls and describes only the N it keeps; tables
+that vanish mid-scan are skipped there. Memory is in bytes (ets:info
+gives words).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..erldist.terms import Atom, Pid, format_term
+from ..errors import UsageError
+from ..remote import Remote
+from .results import EtsReport, EtsTable
+
+HELPER = "beam_probe_ets"
+MAX_N = 10_000  # as proc-count: the reply stays a few MB at most
+SORTS = ("memory", "size")
+
+
+def _mfa(term: Any) -> str:
+    if isinstance(term, tuple) and len(term) == 3:
+        return f"{format_term(term[0])}:{format_term(term[1])}/{term[2]}"
+    return format_term(term)
+
+
+def owner_group(items: dict[str, Any]) -> str:
+    """The owner's "constructor", by the snapshot's rule less the parent:
+    its label, proc_lib's '$initial_call', its registered name, its
+    initial call."""
+    label = items.get("label")
+    if label not in (None, Atom("undefined")):
+        return f"label {format_term(label)}"
+    first = items.get("$initial_call")
+    if isinstance(first, tuple):
+        return _mfa(first)
+    name = items.get("registered_name")
+    if isinstance(name, Atom):
+        return str(name)
+    return _mfa(items.get("initial_call"))
+
+
+def _owner_items(owner: Any) -> dict[str, Any]:
+    if not isinstance(owner, list):  # the owner died meanwhile
+        return {}
+    out = {}
+    for key, value in owner:
+        if isinstance(key, tuple):  # {dictionary, '$initial_call'}
+            out["$initial_call"] = value
+        else:
+            out[str(key)] = value
+    return out
+
+
+def _table(entry: dict, wordsize: int) -> EtsTable:
+    info = {str(k): v for k, v in entry[Atom("info")]}
+    owner = _owner_items(entry[Atom("owner")])
+    name = owner.get("registered_name")
+    return {"id": format_term(entry[Atom("id")]),
+            "name": format_term(info.get("name")),
+            "owner": str(info.get("owner")) if isinstance(info.get("owner"),
+                                                          Pid) else "?",
+            "owner_name": str(name) if isinstance(name, Atom) else None,
+            "owner_group": owner_group(owner) if owner else "(exited)",
+            "size": info.get("size", 0),
+            "memory": info.get("memory", 0) * wordsize,
+            "type": format_term(info.get("type")),
+            "protection": format_term(info.get("protection"))}
+
+
+def check_n(n: int) -> None:
+    if not 1 <= n <= MAX_N:
+        raise UsageError(f"N must be between 1 and {MAX_N}, not {n}")
+
+
+def largest(remote: Remote, n: int = 10, sort: str = "memory") -> EtsReport:
+    """The ``n`` largest tables of the attached node by ``sort``."""
+    check_n(n)
+    if sort not in SORTS:
+        raise UsageError(f"--sort is memory or size, not {sort!r}")
+    reply = remote.run(HELPER, "largest", n, Atom(sort))
+    wordsize = reply[Atom("wordsize")]
+    return {"node": remote.node, "sort": sort,
+            "tables": reply[Atom("tables")],
+            "total_memory": reply[Atom("total_words")] * wordsize,
+            "largest": [_table(entry, wordsize)
+                        for entry in reply[Atom("largest")]]}
+
+
+__all__ = ["check_n", "largest", "owner_group"]
