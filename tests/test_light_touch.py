@@ -18,7 +18,8 @@ COMMANDS = (["ping"], ["memory"], ["bin-leak", "3"], ["bin-leak", "3",
             ["watch", "--count", "2", "--interval", "0.2", "--gc", "holders"],
             ["watch", "--count", "1", "--gc", "all"],
             ["leak-hunt", "--interval", "0", "--snapshots", "2"],
-            ["alloc"], ["ets", "5"], ["ets", "5", "--sort", "size"])
+            ["alloc"], ["ets", "5"], ["ets", "5", "--sort", "size"],
+            ["trace-gc", "code_server", "--duration", "0.3"])
 
 
 def _run_all(node):

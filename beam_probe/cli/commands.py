@@ -532,3 +532,81 @@ def ets(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
     from ..probes import ets as tables
 
     return tables.largest(remote, request.n or 10, request.sort)
+
+
+def _trace_check(request: SimpleNamespace) -> None:
+    from ..probes.info import target
+    from ..probes.processes import check_attribute, check_n
+    from ..probes.trace_gc import check_limits
+
+    for spec in request.targets or ():
+        target(spec)
+    if request.top:
+        n, attribute = request.top
+        check_n(n)
+        check_attribute(attribute)
+    elif not request.targets:
+        raise UsageError("give the processes to trace (a pid or a name), "
+                         "or --top N ATTRIBUTE")
+    check_limits(request.duration, request.max_events,
+                 len(request.targets or ()) + (request.top or (0,))[0])
+
+
+def _trace_line(sample: dict) -> str:
+    from .. import render_trace
+
+    return render_trace.line(sample)
+
+
+def _trace_summary(summary: dict) -> str:
+    from .. import render_trace
+
+    return render_trace.summary_text(summary)
+
+
+@command("trace-gc", "[NODE] [TARGET...]", kind="live", jobs=True,
+         render=_trace_line, summary=_trace_summary, check=_trace_check,
+         example="app@db1 '<0.123.0>'",
+         metavar="[NODE] [TARGET...] [--top N ATTRIBUTE]", options=(
+             click.option("--top", type=(click.IntRange(min=1), str),
+                          metavar="N ATTRIBUTE",
+                          help="Also trace the N largest processes by a "
+                               "proc-count attribute (--top 5 memory)."),
+             click.option("--duration", type=Seconds(0.1), default=10.0,
+                          show_default=True, metavar="SECONDS",
+                          help="Stop tracing after this long."),
+             click.option("--max-events", type=click.IntRange(min=1),
+                          default=1000, show_default=True, metavar="M",
+                          help="Stop after M collections.")))
+def trace_gc(connect: Any, request: SimpleNamespace,
+             progress: Progress) -> Any:
+    """Every garbage collection of the chosen processes, as it happens.
+
+    The BEAM's `node --trace-gc`. TARGET is a pid or a registered name, in
+    any form proc-info takes; --top N ATTRIBUTE adds the N largest
+    processes by that attribute. One line per collection: time, pid,
+    process, minor or major, heap before -> after, old heap, binary
+    virtual heap, bytes freed, how long it took (sizes in bytes). Then a
+    summary per process: collections, bytes freed, time spent, and
+    memwatch's rule: the heap left after a collection rising over 5
+    collections in a row. --format json: one JSON line per collection,
+    then the summary.
+
+    A tracer runs on the node (nothing loaded) and sends batches. On OTP
+    27+ it traces in a session of its own, which never disturbs dbg,
+    recon_trace, observer or another beam-probe; on OTP 25-26 it traces
+    only processes nobody else traces and says which it skipped. It stops
+    and removes its traces at --duration, at --max-events, or within a
+    moment of beam-probe going (Ctrl-C, kill -9, a lost network).
+
+    \b
+    Examples:
+      beam-probe trace-gc app@db1 '<0.4612.0>'
+      beam-probe trace-gc app@db1 MyApp.Cache --duration 30
+      beam-probe trace-gc app@db1 --top 5 memory --format json
+    """
+    from ..probes.trace_gc import TraceGc
+
+    return TraceGc(connect, list(request.targets or ()), request.top,
+                   request.duration, request.max_events, request.jobs,
+                   progress)

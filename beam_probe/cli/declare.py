@@ -80,13 +80,15 @@ def _pid(value: str) -> str:
 
 # Positional arguments by the name the usage line gives them: how each is
 # read and checked, and the attribute of the request it becomes. A last
-# word ending in "..." takes the rest of the arguments, one or more.
+# word ending in "..." takes the rest of the arguments, one or more (none
+# or more when in brackets).
 ARGUMENTS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "N": ("n", _rows),
     "ATTRIBUTE": ("attribute", _attribute),
     "MILLISECONDS": ("millis", _millis),
     "PID": ("pid", _pid),
     "FILE...": ("files", str),
+    "TARGET...": ("targets", str),
 }
 
 
@@ -128,7 +130,8 @@ class Declaration:
         node, rest = (None, list(args)) if self.kind == "offline" \
             else opt.split_node(args)
         required = [w for w in self.words if not w.startswith("[")]
-        variadic = bool(self.words) and self.words[-1].endswith("...")
+        variadic = bool(self.words) and \
+            self.words[-1].rstrip("]").endswith("...")
         if variadic and len(rest) >= len(self.words):
             rest = rest[:len(self.words) - 1] + [rest[len(self.words) - 1:]]
         if not len(required) <= len(rest) <= len(self.words):
@@ -224,7 +227,9 @@ def run_offline(declared: Declaration, node: str | None,
 
 
 class Live(Protocol):
-    """What a live command's probe returns."""
+    """What a live command's probe returns. One whose ``scrolls`` is true
+    (trace-gc) is written a line per sample, as it comes, rather than
+    redrawn in place: ``render`` then takes one sample."""
 
     def open(self) -> None: ...
     def samples(self) -> Iterator[dict]: ...
@@ -248,8 +253,9 @@ def run_live(declared: Declaration, node: str | None,
     live: Live = declared.probe(lambda: opt.attach(node, given), request,
                                 Progress())
     fmt = given["fmt"]
+    lines = fmt == "table" and getattr(live, "scrolls", False)
     view = LiveView() if fmt == "table" and is_terminal(sys.stdout) \
-        else None
+        and not lines else None
     output = getattr(request, "output", None)
     try:
         live.open()
@@ -262,6 +268,8 @@ def run_live(declared: Declaration, node: str | None,
             if view is not None:
                 view.draw(lambda width, height: declared.render(
                     live, width, height, True))
+            elif lines:
+                write_out(render.printable(declared.render(sample)))
             else:
                 write_out(json.dumps(sample, separators=(",", ":")))
     except KeyboardInterrupt:
@@ -271,7 +279,7 @@ def run_live(declared: Declaration, node: str | None,
         if view is not None:
             view.close()
     summary = live.summary()
-    if view is not None:
+    if view is not None or lines:
         write_out(render.printable(declared.summary(summary)))
     else:
         write_out(json.dumps({"summary": summary}, separators=(",", ":")))

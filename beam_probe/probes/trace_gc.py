@@ -1,0 +1,282 @@
+"""trace-gc: Node's --trace-gc for BEAM processes, from outside.
+
+A tracer on the node (beam_probe_trace:trace_gc/7, an erl_eval fun) traces
+the garbage collections of the chosen processes and streams the trace
+messages to us in batches; here each collection's start and end are
+paired into one line (sizes in bytes: the trace gives words) and folded
+into a summary per process with memwatch's rule: the heap left after a
+collection rising over RISES consecutive collections.
+
+What it costs (measured on 2 cores, tests/bench_trace_gc.py): a process
+collecting as fast as it can makes ~2,000-5,000 collections a second; the
+tracer receives two messages per collection, and the limits (--max-events,
+--duration) bound both its work and ours.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from ..erldist.terms import Atom, Pid, format_term
+from ..errors import NoSuchProcess, UsageError
+from ..helpers import Local
+from .ets import owner_group
+from .info import target
+
+HELPER = "beam_probe_trace"
+# The tracer sends a batch every FLUSH_MS (even empty: progress, and a
+# sign of life) or at 500 events; it gives up when we have not asked for
+# the next one within WAIT_MS (a reader that stopped without closing the
+# connection).
+FLUSH_MS = 500
+WAIT_MS = 10_000
+MAX_EVENTS = 100_000
+MAX_DURATION = 24 * 3600.0
+MAX_TARGETS = 1000
+RISES = 5  # memwatch: five consecutive collections with the heap growing
+
+_GC_KINDS = {"gc_minor_start": ("minor", 0), "gc_minor_end": ("minor", 1),
+             "gc_major_start": ("major", 0), "gc_major_end": ("major", 1)}
+
+
+def check_limits(duration: float, max_events: int, targets: int) -> None:
+    if not 0 < duration <= MAX_DURATION:
+        raise UsageError(f"--duration must be between 0 and "
+                         f"{MAX_DURATION:g} seconds, not {duration:g}")
+    if not 1 <= max_events <= MAX_EVENTS:
+        raise UsageError(f"--max-events must be between 1 and {MAX_EVENTS},"
+                         f" not {max_events}")
+    if targets > MAX_TARGETS:
+        raise UsageError(f"at most {MAX_TARGETS} processes can be traced "
+                         f"at once, not {targets}")
+
+
+def _sizes(info: Any, wordsize: int) -> dict[str, int]:
+    """A collection's trace info ([{heap_size, Words}, ...]) in bytes."""
+    out = {}
+    for item in info if isinstance(info, list) else ():
+        if isinstance(item, tuple) and len(item) == 2 and \
+                isinstance(item[1], int):
+            out[str(item[0])] = item[1] * wordsize
+    return out
+
+
+class _Rising:
+    """The longest run of collections each leaving a larger heap."""
+
+    __slots__ = ("last", "run", "longest")
+
+    def __init__(self) -> None:
+        self.last: int | None = None
+        self.run = self.longest = 0
+
+    def add(self, after: int) -> None:
+        self.run = self.run + 1 if self.last is not None and \
+            after > self.last else 0
+        self.longest = max(self.longest, self.run)
+        self.last = after
+
+
+class TraceGc:
+    """A live probe: open() starts the tracer, samples() yields a header
+    (what is traced, what was skipped) then one collection at a time, and
+    summary() folds them per process. close() ends the trace (the node's
+    tracer cleans up when our connection goes)."""
+
+    scrolls = True  # one line per sample, never redrawn in place
+
+    def __init__(self, connect: Callable[[], Any], specs: list[str],
+                 top: tuple[int, str] | None, duration: float,
+                 max_events: int, jobs: int,
+                 progress: Callable[[str], None]) -> None:
+        self._connect, self._specs, self._top = connect, specs, top
+        self.duration, self.max_events, self._jobs = duration, max_events, \
+            jobs
+        self._progress = progress
+        self._attached: Any = None
+        self._stream: Iterator[Any] | None = None
+        self._open: dict[Pid, tuple[str, int, dict]] = {}
+        self._who: dict[Pid, dict] = {}
+        self._stats: dict[Pid, dict] = {}
+        self._rising: dict[Pid, _Rising] = {}
+        self._first_ts: int | None = None
+        self.node = ""
+        self.mode = ""
+        self.collections = 0
+        self.ended: dict = {}
+
+    def open(self) -> None:
+        from .processes import proc_count
+
+        self._attached = self._connect()
+        remote = self._attached.__enter__()
+        self.node = remote.node
+        targets = [target(spec) for spec in self._specs]
+        if self._top:
+            n, attribute = self._top
+            self._progress(f"finding the {n} largest by {attribute}")
+            rows = proc_count(remote, attribute, n, self._progress,
+                              self._jobs)["processes"]
+            targets += [target(row["pid"]) for row in rows]
+        self._progress(f"tracing for {self.duration:g} s")
+        self._stream = remote.stream(
+            HELPER, "trace_gc", targets, int(self.duration * 1000),
+            2 * self.max_events, FLUSH_MS, WAIT_MS, Local("follow"),
+            Local("drain"),
+            timeout=FLUSH_MS / 1000 + remote.timeout, limit=4)
+
+    def samples(self) -> Iterator[dict]:
+        assert self._stream is not None
+        stream = self._stream
+        try:
+            first = next(stream)
+        except StopIteration:
+            first = None
+        yield self._started(first)
+        while True:
+            try:
+                chunk = next(stream)
+            except StopIteration as done:
+                self.ended = {str(k): str(v) if isinstance(v, Atom) else v
+                              for k, v in (done.value or {}).items()}
+                return
+            if isinstance(chunk, tuple) and len(chunk) == 2 and \
+                    chunk[0] == Atom("events"):
+                for event in chunk[1]:
+                    # The tracer's last batch may hold a few past the
+                    # limit (it counts messages, two per collection).
+                    if self.collections >= self.max_events:
+                        break
+                    line = self._event(event)
+                    if line is not None:
+                        yield line
+
+    def _started(self, chunk: Any) -> dict:
+        if not (isinstance(chunk, tuple) and len(chunk) == 4
+                and chunk[0] == Atom("started")):
+            raise UsageError("the node's tracer did not start")
+        _, mode, self._wordsize, statuses = chunk
+        self.mode = "session" if mode == Atom("session") else "trace/3"
+        tracing, skipped = [], []
+        for status in statuses:
+            kind = str(status[0])
+            if kind == "traced":
+                pid, info = status[1], status[2]
+                items = {str(k): v for k, v in info} \
+                    if isinstance(info, list) else {}
+                name = items.get("registered_name")
+                who = {"pid": str(pid),
+                       "name": str(name) if isinstance(name, Atom) else None,
+                       "group": owner_group(items) if items else "(exited)"}
+                self._who[pid] = who
+                tracing.append(who)
+            elif kind == "held":
+                skipped.append({"pid": str(status[1]),
+                                "why": self._held(status[2])})
+            elif kind == "gone":
+                skipped.append({"pid": format_term(status[1]),
+                                "why": "exited"})
+            else:
+                spec = status[1]
+                shown = spec[1] if isinstance(spec[1], str) else \
+                    " or ".join(spec[1])
+                skipped.append({"pid": shown, "why": "no such process"})
+        if not tracing:
+            why = "; ".join(f"{s['pid']}: {s['why']}" for s in skipped)
+            raise NoSuchProcess(f"nothing to trace on {self.node}: {why}")
+        return {"node": self.node, "mode": self.mode, "tracing": tracing,
+                "skipped": skipped, "duration": self.duration,
+                "max_events": self.max_events}
+
+    def _held(self, holder: Any) -> str:
+        if self.mode == "session":
+            names = ", ".join(format_term(s[0]) if isinstance(s, tuple)
+                              else format_term(s) for s in holder)
+            return (f"traced by another tool (trace sessions: {names}); two "
+                    "tracers of one process's collections crash OTP 27-29 "
+                    "(erlang/otp#11624)")
+        return (f"traced by {format_term(holder)} (OTP 25-26 allow one "
+                "tracer per process)")
+
+    def _event(self, event: Any) -> dict | None:
+        _, pid, tag, info, ts = event
+        kind = _GC_KINDS.get(str(tag))
+        if kind is None:
+            return None
+        if self._first_ts is None:
+            self._first_ts = ts
+        sizes = _sizes(info, self._wordsize)
+        if kind[1] == 0:
+            self._open[pid] = (kind[0], ts, sizes)
+            return None
+        started = self._open.pop(pid, None)
+        if started is None or started[0] != kind[0]:
+            return None  # its start came before the trace did
+        _, began, before = started
+        return self._collection(pid, kind[0], began, ts, before, sizes)
+
+    def _collection(self, pid: Pid, kind: str, began: int, ended: int,
+                    before: dict, after: dict) -> dict:
+        def total(s: dict) -> int:
+            return s.get("heap_size", 0) + s.get("old_heap_size", 0) + \
+                s.get("mbuf_size", 0)
+
+        def binary(s: dict) -> int:
+            return s.get("bin_vheap_size", 0) + s.get("bin_old_vheap_size", 0)
+
+        who = self._who.get(pid, {"pid": str(pid), "name": None,
+                                  "group": "?"})
+        reclaimed = max(0, total(before) - total(after))
+        line = {"time": round((began - (self._first_ts or began)) / 1e9, 6),
+                "pid": who["pid"], "name": who["name"],
+                "group": who["group"], "type": kind,
+                "heap_before": before.get("heap_size", 0),
+                "heap_after": after.get("heap_size", 0),
+                "old_heap_before": before.get("old_heap_size", 0),
+                "old_heap_after": after.get("old_heap_size", 0),
+                "binary_before": binary(before),
+                "binary_after": binary(after),
+                "reclaimed": reclaimed,
+                "duration_us": round((ended - began) / 1000, 1)}
+        self.collections += 1
+        stats = self._stats.setdefault(pid, {
+            **who, "minor": 0, "major": 0, "reclaimed": 0,
+            "time_us": 0.0, "heap_after_last": 0})
+        stats[kind] += 1
+        stats["reclaimed"] += reclaimed
+        stats["time_us"] = round(stats["time_us"] + line["duration_us"], 1)
+        stats["heap_after_last"] = total(after)
+        self._rising.setdefault(pid, _Rising()).add(total(after))
+        return line
+
+    def summary(self) -> dict:
+        processes = []
+        for pid, stats in self._stats.items():
+            rising = self._rising[pid]
+            processes.append({**stats, "collections": stats["minor"]
+                              + stats["major"],
+                              "longest_rise": rising.longest,
+                              "leak_suspected": rising.longest >= RISES})
+        processes.sort(key=lambda p: (-p["collections"], p["pid"]))
+        return {"node": self.node, "mode": self.mode,
+                "collections": self.collections,
+                "ended_by": self.ended.get("reason", "interrupted"),
+                "tracer_messages": self.ended.get("trace_messages"),
+                "tracer_reductions": self.ended.get("reductions"),
+                "processes": processes}
+
+    def close(self) -> None:
+        if self._stream is not None:
+            close = getattr(self._stream, "close", None)
+            if close is not None:
+                close()
+            self._stream = None
+        if self._attached is not None:
+            attached, self._attached = self._attached, None
+            attached.__exit__(None, None, None)
+
+    def exit_code(self) -> int:
+        return 0
+
+
+__all__ = ["TraceGc", "check_limits"]

@@ -1,0 +1,65 @@
+"""trace-gc as text: a header, one line per collection as it happens (as
+Node's --trace-gc prints one), and a summary per process."""
+
+from __future__ import annotations
+
+from .render import human_bytes, table
+
+_COLUMNS = ("time s", "pid", "process", "kind", "heap before -> after",
+            "old heap", "binary", "freed", "took")
+_WIDTHS = (10, 12, 28, 5, 24, 22, 11, 11, 9)
+
+
+def _row(cells: tuple) -> str:
+    return "  ".join(str(cell).ljust(width)[:max(width, len(str(cell)))]
+                     if i not in (0, 6, 7, 8) else str(cell).rjust(width)
+                     for i, (cell, width) in enumerate(zip(cells, _WIDTHS))
+                     ).rstrip()
+
+
+def _who(item: dict) -> str:
+    return item["name"] or item["group"]
+
+
+def line(sample: dict) -> str:
+    """The header sample, or one collection."""
+    if "tracing" in sample:
+        traced = ", ".join(f"{w['pid']} {_who(w)}" for w in sample["tracing"])
+        how = ("a trace session of its own" if sample["mode"] == "session"
+               else "erlang:trace/3")
+        lines = [f"{sample['node']}: tracing the garbage collections of "
+                 f"{len(sample['tracing'])} process"
+                 f"{'es' if len(sample['tracing']) != 1 else ''} ({how}) "
+                 f"for {sample['duration']:g} s or "
+                 f"{sample['max_events']} collections: {traced}"]
+        lines += [f"skipped {s['pid']}: {s['why']}" for s in sample["skipped"]]
+        lines += [_row(_COLUMNS), _row(tuple("-" * w for w in _WIDTHS))]
+        return "\n".join(lines)
+    return _row((
+        f"{sample['time']:.6f}", sample["pid"], _who(sample), sample["type"],
+        f"{human_bytes(sample['heap_before'])} -> "
+        f"{human_bytes(sample['heap_after'])}",
+        f"{human_bytes(sample['old_heap_before'])} -> "
+        f"{human_bytes(sample['old_heap_after'])}",
+        human_bytes(sample["binary_after"]), human_bytes(sample["reclaimed"]),
+        f"{sample['duration_us']:g} us"))
+
+
+def summary_text(summary: dict) -> str:
+    head = (f"{summary['collections']} collections traced on "
+            f"{summary['node']} (ended by {summary['ended_by']})")
+    if not summary["processes"]:
+        return head + "; none of the traced processes collected"
+    flag = any(p["leak_suspected"] for p in summary["processes"])
+    rows = [(p["pid"], _who(p), p["minor"], p["major"],
+             human_bytes(p["reclaimed"]), f"{p['time_us'] / 1000:.2f} ms",
+             human_bytes(p["heap_after_last"]), p["longest_rise"])
+            + (("LEAK SUSPECTED" if p["leak_suspected"] else "",) if flag
+               else ())
+            for p in summary["processes"]]
+    return head + "\n" + table(
+        ("pid", "process", "minor", "major", "freed", "gc time",
+         "heap after last", "rises") + (("",) if flag else ()), rows,
+        "llrrrrrrl"[:9 if flag else 8]) + (
+        "\nrises: the longest run of collections each leaving a larger "
+        "heap; memwatch suspects a leak at 5")

@@ -1,0 +1,298 @@
+%% What `beam-probe trace-gc` runs on the node: a tracer of garbage
+%% collections that forwards them to beam-probe in batches, and cleans up
+%% after itself whatever ends it.
+%%
+%% Sent as text and run by the node's erl_eval under the rules at the top
+%% of beam_probe_scan.erl; the tracer is an erl_eval fun, nothing is loaded
+%% (the stock module trace, OTP 27+, is used where the node has it).
+%%
+%% Two processes: the call's worker (under guard/3, which kills it when
+%% beam-probe's connection goes) and the tracer it spawns, which holds the
+%% traces. The tracer watches both beam-probe's node (monitor_node) and the
+%% worker, so it removes its traces and exits within a moment of either
+%% going: Ctrl-C, kill -9, a network failure, the guard's deadline. It also
+%% ends at its duration, at its event limit, and when beam-probe has not
+%% asked for the next batch within WaitMs.
+%%
+%% OTP 27+: a trace session of its own (trace:session_create/3), whose
+%% flags no other tracer (dbg, recon_trace, observer, another beam-probe)
+%% sees or clears; destroying the session removes every flag it set.
+%% OTP 25-26: erlang:trace/3. Either way only processes nobody else traces
+%% are traced (see Holder below for why on OTP 27+ too); the others are
+%% reported as held, with who holds them, and left alone.
+-module(beam_probe_trace).
+
+-export([trace_gc/9, follow/1, drain/3]).
+
+-type target() :: {pid, string()} | {names, [string()]}.
+%% A target's status, in the started chunk: {traced, Pid, Info} (Info:
+%% registered_name, initial_call, current_function), {held, Pid, Holder}
+%% (traced by someone else: its tracer on OTP 25-26, the sessions tracing
+%% it on OTP 27+), {gone, Pid} or {not_found, Target}.
+-type summary() :: #{reason := duration | max_events | overload,
+                     trace_messages := non_neg_integer(),
+                     reductions := non_neg_integer()}.
+
+%% Streams to Sink, as Remote.stream reads them ({Tag, Sender, Chunk},
+%% then waits for {Tag, more}):
+%%   {started, Mode, WordSize, [status()]}   first, Mode session | trace
+%%   {events, [{trace_ts, Pid, Kind, Info, MonotonicNs}]}   every FlushMs,
+%%                                             maybe []
+%% and returns summary() once stopped at DurationMs or after MaxMessages
+%% trace messages (two per collection: its start and its end). Follow and
+%% Drain are follow/1 and drain/3, passed as funs.
+-spec trace_gc(pid(), reference(), [target()], pos_integer(),
+               pos_integer(), pos_integer(), pos_integer(), fun(), fun()) ->
+          summary().
+trace_gc(Sink, Tag, Targets, DurationMs, MaxMessages, FlushMs, WaitMs,
+         Follow, Drain) ->
+    Worker = erlang:self(),
+    Prober = erlang:node(Sink),
+    Resolve =
+        fun({pid, Text}) ->
+                try erlang:list_to_pid(Text) of
+                    Pid -> Pid
+                catch
+                    error:badarg -> undefined
+                end;
+           ({names, Names}) ->
+                Known = [erlang:whereis(Atom)
+                         || Name <- Names,
+                            Atom <- try [erlang:list_to_existing_atom(Name)]
+                                    catch error:badarg -> []
+                                    end],
+                case [Pid || Pid <- Known, erlang:is_pid(Pid)] of
+                    [Pid | _] -> Pid;
+                    [] -> undefined
+                end
+        end,
+    Found = [{Target, Resolve(Target)} || Target <- Targets],
+    Flags = [garbage_collection, monotonic_timestamp],
+    Sessions = erlang:element(1, code:ensure_loaded(trace)) =:= module
+        andalso erlang:function_exported(trace, session_create, 3),
+    Describe = fun(Pid) ->
+                       erlang:process_info(Pid, [registered_name,
+                                                 initial_call,
+                                                 current_function])
+               end,
+    Tracer =
+        fun() ->
+                %% monitor_node/2 on a node that is not connected would
+                %% connect to it: check first.
+                lists:member(Prober, erlang:nodes(connected))
+                    orelse erlang:exit(normal),
+                erlang:monitor_node(Prober, true),
+                erlang:monitor(process, Worker),
+                Self = erlang:self(),
+                Session = case Sessions of
+                              true ->
+                                  trace:session_create(beam_probe_trace_gc,
+                                                       Self, []);
+                              false ->
+                                  none
+                          end,
+                %% A process another tracer follows is left alone: on OTP
+                %% 25-26 it can have only one; on OTP 27-29 two sessions
+                %% tracing one process's collections crash the emulator at
+                %% its next collection (erlang/otp#11624, seen here on
+                %% 28.5: abort or segfault), and the flags of another
+                %% session cannot be read, so any other session counts.
+                Holder =
+                    fun(Pid) when Session =/= none ->
+                            case trace:session_info(Pid) of
+                                [] -> none;
+                                Others -> Others
+                            end;
+                       (Pid) ->
+                            case erlang:trace_info(Pid, tracer) of
+                                {tracer, []} -> none;
+                                {tracer, Other} -> Other;
+                                undefined -> none
+                            end
+                    end,
+                Trace =
+                    fun(Pid) when Session =/= none ->
+                            trace:process(Session, Pid, true, Flags);
+                       (Pid) ->
+                            erlang:trace(Pid, true, [{tracer, Self} | Flags])
+                    end,
+                Start =
+                    fun(Pid) ->
+                            case Holder(Pid) of
+                                none ->
+                                    try Trace(Pid) of
+                                        1 -> {traced, Pid, Describe(Pid)};
+                                        _ -> {gone, Pid}
+                                    catch
+                                        error:badarg -> {gone, Pid}
+                                    end;
+                                Other ->
+                                    {held, Pid, Other}
+                            end
+                    end,
+                %% Check and trace under one lock, local to this node, that
+                %% every beam-probe trace-gc takes: two started at once
+                %% must not both find a process free.
+                Statuses =
+                    global:trans(
+                      {beam_probe_trace_gc, Self},
+                      fun() ->
+                              [case Pid of
+                                   undefined -> {not_found, Target};
+                                   _ -> Start(Pid)
+                               end
+                               || {Target, Pid} <- Found]
+                      end,
+                      [erlang:node()]),
+                Traced = [Pid || {traced, Pid, _} <- Statuses],
+                Stop = fun() when Session =/= none ->
+                               trace:session_destroy(Session);
+                          () ->
+                               [catch erlang:trace(Pid, false, Flags)
+                                || Pid <- Traced],
+                               ok
+                       end,
+                %% Every send to beam-probe is noconnect: once its node is
+                %% gone, a send would have this node try to connect back
+                %% (it starts its DNS helper to look our host up).
+                erlang:send(Sink, {Tag, Self,
+                                   {started,
+                                    case Session of
+                                        none -> trace;
+                                        _ -> session
+                                    end,
+                                    erlang:system_info(wordsize), Statuses}},
+                            [noconnect]),
+                Follow(#{sink => Sink, tag => Tag, prober => Prober,
+                         worker => Worker, stop => Stop, drain => Drain,
+                         deadline => erlang:monotonic_time(millisecond)
+                             + DurationMs,
+                         flush_ms => FlushMs, wait_ms => WaitMs,
+                         max_messages => MaxMessages})
+        end,
+    {Pid, Ref} = erlang:spawn_monitor(Tracer),
+    receive
+        {'DOWN', Ref, process, Pid, {beam_probe_trace_done, Summary}} ->
+            Summary;
+        {'DOWN', Ref, process, Pid, Reason} ->
+            erlang:exit({beam_probe_tracer, Reason})
+    end.
+
+%% The tracer's loop once its traces are set (a function of its own, run
+%% as a fun: a fun made inside trace_gc/9 would carry all of that
+%% function's bindings, and erl_eval looks variables up among them on
+%% every step). It sends a batch every flush_ms, even empty (beam-probe
+%% shows progress and knows the tracer lives), or at MaxBatch events,
+%% whichever is first, with at most Window batches unanswered: beam-probe
+%% answers each with {Tag, more}, which the loop takes like any other
+%% message (a receive for that one message would, in erl_eval, match it
+%% against every trace message queued before it: 124 million reductions
+%% for 6,000 events, measured). Unanswered for wait_ms, beam-probe is
+%% taken as gone. A backlog of more than MaxBacklog messages (events
+%% arriving faster than erl_eval takes them, ~16 us each on our machine)
+%% ends the trace: the mailbox, and the node's memory, stay bounded.
+-spec follow(map()) -> no_return().
+follow(#{sink := Sink, tag := Tag, prober := Prober, worker := Worker,
+         stop := Stop, drain := Drain, deadline := Deadline,
+         flush_ms := FlushMs, wait_ms := WaitMs,
+         max_messages := MaxMessages}) ->
+    Self = erlang:self(),
+    Window = 2,
+    MaxBatch = 500,
+    MaxBacklog = 20000,
+    Finish = fun(Reason, Count, Batch) ->
+                     Stop(),
+                     %% This last batch may be the window's third:
+                     %% beam-probe's mailbox takes four.
+                     erlang:send(Sink, {Tag, Self,
+                                        {events, lists:reverse(Batch)}},
+                                 [noconnect]),
+                     {reductions, Reductions} =
+                         erlang:process_info(Self, reductions),
+                     erlang:exit({beam_probe_trace_done,
+                                  #{reason => Reason,
+                                    trace_messages => Count,
+                                    reductions => Reductions}})
+             end,
+    Gone = fun() -> Stop(), erlang:exit(normal) end,
+    Loop =
+        fun Loop(Count, Batch, Size, Flush, Unanswered, Asked) ->
+                %% What has arrived, up to a batch, without waiting.
+                %% (Always a whole batch's worth, even past MaxBatch while
+                %% the window is full: beam-probe's answers queue behind
+                %% the events.)
+                {Taken, Others, _} = Drain(erlang:min(MaxBatch,
+                                                      MaxMessages - Count),
+                                           [], []),
+                Got = erlang:length(Taken),
+                Answers = erlang:length([more || {T, more} <- Others,
+                                                 T =:= Tag]),
+                [Gone() || {nodedown, Node} <- Others, Node =:= Prober],
+                [Gone() || {'DOWN', _, process, Pid, _} <- Others,
+                           Pid =:= Worker],
+                Now = erlang:monotonic_time(millisecond),
+                Open = Unanswered - Answers,
+                Since = case Answers of
+                            0 -> Asked;
+                            _ -> Now
+                        end,
+                All = Taken ++ Batch,
+                Backlog = erlang:element(
+                            2, erlang:process_info(Self, message_queue_len)),
+                if
+                    Count + Got >= MaxMessages ->
+                        Finish(max_events, Count + Got, All);
+                    Now >= Deadline ->
+                        Finish(duration, Count + Got, All);
+                    Backlog > MaxBacklog ->
+                        Finish(overload, Count + Got, All);
+                    Open > 0, Now - Since > WaitMs ->
+                        Gone();
+                    (Now >= Flush orelse Size + Got >= MaxBatch),
+                    Open < Window ->
+                        erlang:send(Sink, {Tag, Self,
+                                           {events, lists:reverse(All)}},
+                                    [noconnect]),
+                        Loop(Count + Got, [], 0, Now + FlushMs, Open + 1,
+                             Now);
+                    Got > 0; Answers > 0 ->
+                        Loop(Count + Got, All, Size + Got, Flush, Open,
+                             Since);
+                    true ->
+                        %% Nothing arrived: sleep until the next flush
+                        %% (the next answer, when the window is full), 50
+                        %% ms at most, then look again.
+                        Next = case Open < Window of
+                                   true -> erlang:min(Flush, Deadline);
+                                   false -> erlang:min(Deadline,
+                                                       Since + WaitMs + 1)
+                               end,
+                        receive
+                        after erlang:max(0, erlang:min(Next - Now, 50)) ->
+                                ok
+                        end,
+                        Loop(Count, All, Size, Flush, Open, Since)
+                end
+        end,
+    Loop(0, [], 0, erlang:monotonic_time(millisecond) + FlushMs, 1,
+         erlang:monotonic_time(millisecond)).
+
+%% Up to Max messages from this process's mailbox, without waiting: the
+%% trace messages (newest first) onto Events, any other onto Others, and
+%% whether the mailbox was found empty. A function of its own so that its
+%% fun carries three bindings: this is the step run for every event.
+-spec drain(non_neg_integer(), list(), list()) -> {list(), list(), boolean()}.
+drain(Max, Events, Others) ->
+    Loop = fun Loop(0, E, O) ->
+                   {E, O, false};
+               Loop(N, E, O) ->
+                   receive
+                       {trace_ts, _, _, _, _} = Event ->
+                           Loop(N - 1, [Event | E], O);
+                       Other ->
+                           Loop(N, E, [Other | O])
+                   after 0 ->
+                           {E, O, true}
+                   end
+           end,
+    Loop(Max, Events, Others).

@@ -1,0 +1,199 @@
+"""trace-gc on real OTP 25 and 28 nodes: a process made to collect often
+shows its collections with plausible sizes; the limits hold; kill -9
+mid-trace leaves no trace flag and no tracer behind; another tracer is
+left alone (OTP 25: the process it holds is skipped, said so); bad
+input is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from beam_probe.erldist.terms import Atom
+from beam_probe.remote import attach
+from conftest import interrupt_cli, run_cli
+
+
+def _lines(r):
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+@pytest.fixture
+def churn(nodes, otp):
+    """A node with bp_churn collecting as fast as it can."""
+    node = nodes.start(otp)
+    with attach(node.node, node.cookie.encode()) as r:
+        pid = r.call("beam_probe_workload", "churn", [20000])
+        yield node, r, pid
+
+
+def test_collections_are_shown_with_plausible_sizes(churn, otp):
+    node, r, pid = churn
+    lines = _lines(run_cli("trace-gc", node.node, "bp_churn",
+                           "--max-events", "50", "--format", "json",
+                           node=node))
+    head, events, summary = lines[0], lines[1:-1], lines[-1]["summary"]
+    assert [t["name"] for t in head["tracing"]] == ["bp_churn"]
+    assert head["mode"] == ("session" if otp == "28" else "trace/3")
+    assert len(events) == 50 and summary["collections"] == 50
+    assert summary["ended_by"] == "max_events"
+    wordsize = r.call("erlang", "system_info", [Atom("wordsize")])
+    for e in events:
+        assert e["pid"] == str(pid) and e["type"] in ("minor", "major")
+        assert e["heap_before"] >= e["heap_after"] >= 0
+        assert e["reclaimed"] >= 0
+        assert e["heap_before"] % wordsize == 0
+        assert 0 < e["duration_us"] < 1_000_000
+    # lists:seq(1, 20000) is ~320 KB of cons cells, dropped each turn; a
+    # minor collection may move some of it to the old heap instead.
+    assert sum(e["reclaimed"] for e in events) > 50 * 100_000
+    times = [e["time"] for e in events]
+    assert times == sorted(times)
+    (row,) = summary["processes"]
+    assert row["minor"] + row["major"] == 50
+    assert row["reclaimed"] == sum(e["reclaimed"] for e in events)
+
+
+def test_the_duration_limit_holds(churn):
+    node, _r, _pid = churn
+    started = time.monotonic()
+    r = run_cli("trace-gc", node.node, "code_server", "--duration", "1.5",
+                node=node)
+    elapsed = time.monotonic() - started
+    assert r.returncode == 0, r.stderr
+    assert "ended by duration" in r.stdout
+    assert 1.5 <= elapsed < 6, elapsed
+
+
+def _traces_of(r, pid, otp):
+    """What traces the process: the sessions (OTP 28) or the tracer."""
+    if otp == "28":
+        return r.call("trace", "session_info", [pid])
+    tracer = r.call("erlang", "trace_info", [pid, Atom("tracer")])[1]
+    flags = r.call("erlang", "trace_info", [pid, Atom("flags")])[1]
+    return [] if tracer == [] and flags == [] else [tracer, flags]
+
+
+def test_kill_9_mid_trace_leaves_nothing_behind(churn, otp):
+    node, r, pid = churn
+    # A whole short run first: the node has finished booting (an OTP 28
+    # node starts its logger and user processes after it answers) and
+    # anything a run leaves for good would be counted.
+    assert run_cli("trace-gc", node.node, "bp_churn", "--max-events", "1",
+                   node=node).returncode == 0
+    before = r.call("erlang", "system_info", [Atom("process_count")])
+    env = dict(os.environ, HOME=node.home)
+    proc = subprocess.Popen([sys.executable, "-m", "beam_probe", "trace-gc",
+                             node.node, "bp_churn", "--duration", "60",
+                             "--max-events", "100000", "--format", "json"],
+                            env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout.readline()  # the header: tracing has begun
+        assert proc.stdout.readline()  # a collection
+        assert _traces_of(r, pid, otp) != []
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and (
+            _traces_of(r, pid, otp) != [] or
+            r.call("erlang", "system_info", [Atom("process_count")])
+            > before):
+        time.sleep(0.1)
+    assert _traces_of(r, pid, otp) == []
+    # No tracer, no worker: the node is back to its processes.
+    assert r.call("erlang", "system_info", [Atom("process_count")]) \
+        <= before
+
+
+def test_another_tracer_is_left_alone(churn, otp):
+    node, r, pid = churn
+    # Someone else's tracer (a process that never reads its mailbox) on
+    # bp_churn, as dbg or recon_trace would have.
+    other = r.call("beam_probe_workload", "named", [Atom("bp_other_tracer")])
+    r.call("erlang", "trace", [pid, True, [Atom("garbage_collection"),
+                                           (Atom("tracer"), other)]])
+    try:
+        result = run_cli("trace-gc", node.node, "bp_churn", "code_server",
+                         "--duration", "1", "--max-events", "5",
+                         "--format", "json", node=node)
+        head = _lines(result)[0]
+        # OTP 25-26: one tracer per process. OTP 27-29: a second tracer of
+        # a process's collections crashes the emulator (erlang/otp#11624).
+        # Either way bp_churn is skipped, and said so.
+        assert [s["pid"] for s in head["skipped"]] == [str(pid)]
+        why = head["skipped"][0]["why"]
+        assert (str(other) in why) if otp == "25" else ("11624" in why)
+        assert [t["name"] for t in head["tracing"]] == ["code_server"]
+        alone = run_cli("trace-gc", node.node, "bp_churn", node=node)
+        assert alone.returncode == 10, alone.stderr
+        assert "traced by" in alone.stderr and \
+            len(alone.stderr.strip().splitlines()) == 1
+        # The other tracer still holds the process.
+        assert r.call("erlang", "trace_info", [pid, Atom("tracer")]) == \
+            (Atom("tracer"), other)
+    finally:
+        r.call("erlang", "trace", [pid, False, [Atom("garbage_collection")]])
+
+
+def test_two_at_once_never_trace_one_process_twice(churn):
+    """Started together on one busy process, one traces it and the other
+    says it is held: never both (on OTP 27-29 both would crash the
+    node)."""
+    node, r, pid = churn
+    env = dict(os.environ, HOME=node.home)
+    cmd = [sys.executable, "-m", "beam_probe", "trace-gc", node.node,
+           "bp_churn", "--duration", "1", "--max-events", "100000",
+           "--format", "json"]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = [p.communicate(timeout=60) + (p.returncode,) for p in procs]
+    codes = sorted(code for _out, _err, code in results)
+    assert codes == [0, 10], results
+    held = next(err for _out, err, code in results if code == 10)
+    assert "traced by" in held
+    assert r.call("erlang", "is_process_alive", [pid]) is True
+
+
+def test_ctrl_c_ends_with_a_summary(churn):
+    node, _r, _pid = churn
+    code, out, err = interrupt_cli("trace-gc", node.node, "bp_churn",
+                                   "--duration", "60", "--max-events",
+                                   "100000", after=1.0, cookie=node.cookie)
+    assert code == 0, err
+    assert "ended by interrupted" in out and "bp_churn" in out
+
+
+def test_top_traces_the_largest(churn):
+    node, _r, pid = churn
+    head = _lines(run_cli("trace-gc", node.node, "--top", "1", "memory",
+                          "--max-events", "3", "--format", "json",
+                          node=node))[0]
+    assert len(head["tracing"]) == 1
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["<0.9999.0>"], 10, "no such process"),
+    (["no_such_name_here"], 10, "no such process"),
+    ([], 2, "give the processes to trace"),
+    (["--top", "0", "memory"], 2, "0"),
+    (["--top", "3", "colour"], 2, "colour"),
+    (["code_server", "--max-events", "200000"], 2, "--max-events"),
+])
+def test_bad_input_is_one_line(target, args, code, message):
+    r = run_cli("trace-gc", target.node, *args, node=target)
+    assert r.returncode == code, (r.stdout, r.stderr)
+    last = r.stderr.strip().splitlines()[-1]
+    assert message in last and "Traceback" not in r.stderr, r.stderr
