@@ -48,6 +48,9 @@ def line(sample: dict) -> str:
 def summary_text(summary: dict) -> str:
     head = (f"{summary['collections']} collections traced on "
             f"{summary['node']} (ended by {summary['ended_by']})")
+    if summary.get("dropped_messages"):
+        head += (f"; {summary['dropped_messages']} trace messages dropped "
+                 "on the node while the output was not read")
     if not summary["processes"]:
         return head + "; none of the traced processes collected"
     flag = any(p["leak_suspected"] for p in summary["processes"])

@@ -197,3 +197,22 @@ def test_bad_input_is_one_line(target, args, code, message):
     assert r.returncode == code, (r.stdout, r.stderr)
     last = r.stderr.strip().splitlines()[-1]
     assert message in last and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_reader_that_stops_reading_costs_the_node_a_bounded_batch(churn):
+    """Output not read for two seconds (a pager, a paused terminal): the
+    tracer holds at most a batch, drops and counts the rest, and the run
+    still ends with its summary."""
+    node, _r, _pid = churn
+    env = dict(os.environ, HOME=node.home)
+    proc = subprocess.Popen([sys.executable, "-m", "beam_probe", "trace-gc",
+                             node.node, "bp_churn", "--duration", "3",
+                             "--max-events", "100000", "--format", "json"],
+                            env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(2.5)  # the pipe's buffer fills; beam-probe blocks writing
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    summary = json.loads(out.splitlines()[-1])["summary"]
+    assert summary["ended_by"] == "duration"
+    assert summary["dropped_messages"] > 0

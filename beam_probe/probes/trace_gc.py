@@ -262,6 +262,9 @@ class TraceGc:
                 "collections": self.collections,
                 "ended_by": self.ended.get("reason", "interrupted"),
                 "tracer_messages": self.ended.get("trace_messages"),
+                # Trace messages the tracer dropped while we did not read
+                # (the output blocked: a pager, a paused terminal).
+                "dropped_messages": self.ended.get("dropped"),
                 "tracer_reductions": self.ended.get("reductions"),
                 "processes": processes}
 
