@@ -49,10 +49,11 @@ EXIT_CODES = [
     (ProtocolError.exit_code, "the peer sent malformed distribution data"),
     (RemoteError.exit_code, "the call failed on the node (badrpc)"),
     (NoSuchProcess.exit_code, "no live process with that pid or name on the "
-                              "node"),
-    (OutputFailed.exit_code, "standard output, or `watch --output` FILE, "
-                             "could not be written (closed, or the disk is "
-                             "full)"),
+                              "node; `trace-gc`: none of the processes asked "
+                              "for could be traced"),
+    (OutputFailed.exit_code, "standard output, `watch --output` FILE, or "
+                             "`alloc --raw` FILE could not be written "
+                             "(closed, or the disk is full)"),
     (130, "interrupted (Ctrl-C, SIGINT); `watch` ends on Ctrl-C as a "
           "normal stop, exit 0"),
     (141, "standard output is a pipe whose reader closed it (as `head` "

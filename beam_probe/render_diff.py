@@ -99,8 +99,10 @@ def _suspects(s: dict, node: str, look: bool) -> str:
                               for r in s["growing_processes"][:SHOWN]],
                              "llrr"))
         if look:
+            first = s["growing_processes"][0]
             lines.append(f"  look closer: beam-probe proc-info {node} "
-                         f"'{s['growing_processes'][0]['pid']}'")
+                         f"'{first['pid']}'; its collections: beam-probe "
+                         f"trace-gc {node} '{first['pid']}'")
     if s["groups_rising"]:
         found = True
         lines.append("groups whose count rose in both intervals:\n" + table(
@@ -118,6 +120,9 @@ def _suspects(s: dict, node: str, look: bool) -> str:
                            " -> ".join("-" if v is None else human_bytes(v)
                                        for v in t["bytes"]))
                           for t in s["ets"][:SHOWN]], "llrr"))
+        if look:
+            lines.append(f"  look closer: beam-probe ets {node} (the "
+                         "largest tables now, with their owners)")
     if s["ports_born_and_kept"]:
         found = True
         lines.append("ports born and kept: "

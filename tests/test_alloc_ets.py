@@ -112,3 +112,21 @@ def test_bad_input_is_one_line(target, args, message):
     # its usage line.
     last = r.stderr.strip().splitlines()[-1]
     assert message in last and "Traceback" not in r.stderr, r.stderr
+
+
+def test_raw_writes_the_full_data_for_offline_study(target, tmp_path):
+    from beam_probe.erldist import etf
+
+    path = tmp_path / "alloc.etf"
+    report = _json(target, "alloc", "--raw", str(path))
+    assert report["raw"] == str(path)
+    data = path.read_bytes()
+    raw = etf.decode(data, max_items=10_000_000, max_uncompressed=1 << 28)
+    kinds = {str(kind) for kind, _ in raw}
+    assert "mseg_alloc" in kinds and "binary_alloc" in kinds
+    # The folded reply is a few hundred bytes per type; the raw data, even
+    # compressed, far more.
+    assert len(data) > 2000
+    bad = run_cli("alloc", target.node, "--raw", str(tmp_path / "no" / "x"),
+                  node=target)
+    assert bad.returncode == 11 and "cannot write" in bad.stderr

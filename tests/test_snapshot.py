@@ -102,6 +102,7 @@ def test_text_lists_the_suspects_first(scene):
     assert r.returncode == 0, r.stderr
     assert r.stdout.index("SUSPECTS") < r.stdout.index("by group")
     assert "bp_bin_hoarder" in r.stdout and "proc-info" in r.stdout
+    assert f"beam-probe ets {_node.node}" in r.stdout  # the table suspect
 
 
 def test_leak_hunt_takes_and_compares_the_snapshots(target, tmp_path):
