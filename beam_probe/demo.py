@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 from .errors import ProbeError
@@ -22,19 +23,46 @@ from .helpers import helper_path
 # (one every 20 ms) for the leak to stand out from a fresh node's noise.
 WARM_UP_SECONDS = 2.0
 
-COMMANDS = (
-    ("ping",),
-    ("memory",),
-    ("proc-count", "binary_memory", "3"),
-    ("bin-leak", "5", "--dry-run"),
-    ("bin-leak", "5"),
-    ("proc-info", "demo_cache"),
-    ("proc-window", "reductions", "3", "500"),
-    # Without collections the binary floor rises: a leak, or garbage no
-    # one collects? With the binary holders collected, it stays flat: the
-    # idle workers' garbage, which bin-leak found above.
-    ("watch", "--interval", "0.5", "--count", "8", "--floor", "2"),
-    ("watch", "--interval", "0.5", "--count", "8", "--gc", "holders"),
+# The tour: what to ask, in the order a leak hunt asks it, each step with
+# what to look for in its output. The words hold whatever the numbers are:
+# the demo service always leaks the same way (erl_helpers/beam_probe_demo.erl).
+STEPS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("1. Is memory growing? Watch it.",
+     ("watch", "--interval", "0.5", "--count", "8", "--floor", "2"),
+     "Binary memory climbs with every request (the summary says whether "
+     "memwatch's rule fired: five rises in a row). On a real node, watch "
+     "for minutes, with --gc holders to collect first, before blaming a "
+     "leak: memory that only garbage holds falls when collected."),
+    ("2. Who holds it? Rank the processes.",
+     ("proc-count", "binary_memory", "3"),
+     "demo_cache holds most of the refc binary memory: it keeps a small "
+     "slice of each request as a key, and a slice pins its whole 64 KiB "
+     "parent. The workers barely register."),
+    ("3. Would a collection free it?",
+     ("bin-leak", "5"),
+     "bin-leak collected the binary holders: the negative numbers are the "
+     "references each dropped, and the memory lines show what came back. "
+     "demo_cache dropped the most; the idle workers a few each, garbage "
+     "they never collect because they allocate almost nothing."),
+    ("4. Look closer at the suspect.",
+     ("proc-info", "demo_cache"),
+     "Its binary_count and binary_memory are the pinned requests; its "
+     "heap is tiny. The mailbox and dictionary are never read."),
+    ("5. How often does it collect?",
+     ("trace-gc", "demo_cache", "--duration", "2"),
+     "It collects several times a second, and its binary memory stays: "
+     "what it holds is live (its cached keys), not garbage a collection "
+     "would free. A worker, by contrast, almost never collects, so what "
+     "it dropped stays referenced until bin-leak forced it."),
+    ("6. What was made between snapshots, and kept?",
+     ("leak-hunt", "--interval", "1"),
+     "Three snapshots, one second apart, each after collecting the binary "
+     "holders. Nothing new was made and kept: this leak is binaries held "
+     "by long-lived processes, not new processes, tables or atoms."),
+    ("7. Leak or fragmentation?",
+     ("alloc",),
+     "The verdict line: here the memory is in use (held, as above), not "
+     "fragmented carriers nor memory outside the allocators."),
 )
 
 
@@ -42,33 +70,59 @@ class DemoError(ProbeError):
     label = "demo"
 
 
-def run_demo(echo=print) -> int:
+def run_demo(echo=print, keep: bool = False) -> int:
+    """The tour on a node of its own; with ``keep``, the node is left
+    running for the newcomer to try commands by hand, and how to reach
+    it and stop it is printed."""
     erl, erlc = shutil.which("erl"), shutil.which("erlc")
     if not erl or not erlc:
         raise DemoError("the demo needs Erlang's erl and erlc on PATH "
                         "(Debian: apt-get install erlang-base)")
     workdir = tempfile.mkdtemp(prefix="beam-probe-demo-")
+    node = None
     try:
         compile_erl([helper_path("beam_probe_demo")], workdir, erlc)
         name = f"beam_probe_demo_{os.getpid()}"
-        echo(f"Starting demo node {name} (a service that leaks refc "
-             "binaries)...")
-        with LocalNode(name, erl=erl, code_paths=(workdir,),
-                       eval_expr="beam_probe_demo:start()") as node:
-            time.sleep(WARM_UP_SECONDS)
-            # The cookie reaches the commands through the node's private
-            # HOME (~/.erlang.cookie), never through their arguments.
-            env = dict(os.environ, HOME=node.home)
-            for command in COMMANDS:
-                args = [command[0], node.node, *command[1:]]
-                echo(f"\n$ beam-probe {' '.join(args)}")
-                sys.stdout.flush()
-                result = subprocess.run(
-                    [sys.executable, "-m", "beam_probe", *args], env=env)
-                if result.returncode != 0:
-                    raise DemoError(f"beam-probe {command[0]} exited with "
-                                    f"{result.returncode}")
-            echo(f"\nStopping {node.node}.")
+        echo(f"Starting demo node {name}: a service that receives 64 KiB "
+             "requests, hands\neach to one of 20 workers, and caches a "
+             "key cut from each. Somewhere, binaries\nleak. Seven steps "
+             "find where, as you would on a real node.")
+        node = LocalNode(name, erl=erl, code_paths=(workdir,),
+                         eval_expr="beam_probe_demo:start()").start()
+        time.sleep(WARM_UP_SECONDS)
+        # The cookie reaches the commands through the node's private
+        # HOME (~/.erlang.cookie), never through their arguments.
+        env = dict(os.environ, HOME=node.home)
+        for title, command, note in STEPS:
+            args = [command[0], node.node, *command[1:]]
+            echo(f"\n{title}\n$ beam-probe {' '.join(args)}")
+            sys.stdout.flush()
+            result = subprocess.run(
+                [sys.executable, "-m", "beam_probe", *args], env=env)
+            if result.returncode != 0:
+                raise DemoError(f"beam-probe {command[0]} exited with "
+                                f"{result.returncode}")
+            echo("\n" + textwrap.fill(note, 76, initial_indent="> ",
+                                      subsequent_indent="> "))
+        if keep:
+            echo(_kept(node))
+            node = None  # left running, on purpose
+        else:
+            echo(f"\nStopping {node.node}. Run `beam-probe demo --keep` to "
+                 "keep it and try commands by hand.")
     finally:
+        if node is not None:
+            node.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
+
+
+def _kept(node: LocalNode) -> str:
+    return (f"\nThe demo node {node.node} keeps running (OS pid {node.pid})."
+            f"\nIts cookie is in {node.cookie_file}; try, for example:\n\n"
+            f"  beam-probe memory {node.node} --cookie-file "
+            f"{node.cookie_file}\n"
+            f"  beam-probe watch {node.node} --cookie-file "
+            f"{node.cookie_file} --gc holders\n\n"
+            f"Stop it when done:\n\n  kill {node.pid} && rm -rf {node.home}"
+            "\n")

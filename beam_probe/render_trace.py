@@ -64,5 +64,5 @@ def summary_text(summary: dict) -> str:
         ("pid", "process", "minor", "major", "freed", "gc time",
          "heap after last", "rises") + (("",) if flag else ()), rows,
         "llrrrrrrl"[:9 if flag else 8]) + (
-        "\nrises: the longest run of collections each leaving a larger "
-        "heap; memwatch suspects a leak at 5")
+        "\nrises: the longest run of major collections each leaving a "
+        "larger heap; memwatch suspects a leak at 5")

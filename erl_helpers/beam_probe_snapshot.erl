@@ -43,6 +43,7 @@
                       ports := binary(),
                       atom_count := non_neg_integer(),
                       creation := non_neg_integer(),
+                      otp_release := string(),
                       atoms := [atom()],
                       atoms_from := non_neg_integer()}.
 
@@ -213,5 +214,6 @@ snapshot(Chunk, MaxAtoms, Jobs, Pmap, Others, Top, Settled, Sample, Rss) ->
       ports => erlang:term_to_binary(Ports, [{compressed, 1}]),
       atom_count => AtomCount,
       creation => erlang:system_info(creation),
+      otp_release => erlang:system_info(otp_release),
       atoms => [Atom || Atom <- Atoms, erlang:is_atom(Atom)],
       atoms_from => From}.

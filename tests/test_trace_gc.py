@@ -216,3 +216,33 @@ def test_a_reader_that_stops_reading_costs_the_node_a_bounded_batch(churn):
     summary = json.loads(out.splitlines()[-1])["summary"]
     assert summary["ended_by"] == "duration"
     assert summary["dropped_messages"] > 0
+
+
+def test_the_leak_rule_counts_major_collections_only():
+    """A minor collection moves live data to the old heap, which grows
+    until the next major one: only major collections count (no node)."""
+    from beam_probe.erldist.terms import Pid
+    from beam_probe.probes.trace_gc import TraceGc
+
+    trace = TraceGc(lambda: None, [], None, 1.0, 1000, 0, lambda _: None)
+    trace._wordsize = 8
+    pid = Pid(Atom("a@b"), 1, 0, 0)
+    ts = 0
+
+    def collect(kind, heap_before, heap_after):
+        nonlocal ts
+        for phase, heap in (("start", heap_before), ("end", heap_after)):
+            ts += 1000
+            trace._event((Atom("trace_ts"), pid, Atom(f"gc_{kind}_{phase}"),
+                          [(Atom("heap_size"), heap)], ts))
+
+    for words in range(100, 1000, 100):  # old heap growing under minors
+        collect("minor", 2000, words)
+    (row,) = trace.summary()["processes"]
+    assert (row["minor"], row["longest_rise"], row["leak_suspected"]) == \
+        (9, 0, False)
+    for words in range(100, 800, 100):  # seven majors, each leaving more
+        collect("major", 5000, words)
+    (row,) = trace.summary()["processes"]
+    assert (row["major"], row["longest_rise"], row["leak_suspected"]) == \
+        (7, 6, True)

@@ -69,15 +69,21 @@ def main() -> None:
 
 
 @main.command()
-def demo() -> None:
-    """Start a local demo node that leaks binaries, probe it, stop it.
+@click.option("--keep", is_flag=True,
+              help="Leave the demo node running afterwards, and print how "
+                   "to reach it and how to stop it.")
+def demo(keep: bool) -> None:
+    """A guided tour: a local node that leaks binaries, and the leak hunt.
 
-    Needs only Erlang (erl, erlc) on this machine. The node gets a unique
-    name and a private cookie, and is stopped by its pid at the end.
+    Seven steps, each a real command on the demo node and a few words on
+    what its output shows: watch, proc-count, bin-leak, proc-info,
+    trace-gc, leak-hunt, alloc. Needs only Erlang (erl, erlc) on this
+    machine. The node gets a unique name and a private cookie, and is
+    stopped by its pid at the end (unless --keep).
     """
     from ..demo import run_demo
 
-    run_demo(click.echo)
+    run_demo(click.echo, keep)
 
 
 def _register() -> None:

@@ -73,7 +73,6 @@ def take(remote: Remote, gc: str = "holders", jobs: int = 0,
     """The header and the sections of one snapshot of the attached node.
     ``gc`` collects first as watch does (holders by default: the method
     wants each snapshot after a collection)."""
-    from ..erldist.terms import Atom
     from .watch import sample_node
 
     epoch = time.time()
@@ -86,7 +85,10 @@ def take(remote: Remote, gc: str = "holders", jobs: int = 0,
                        Local("top", SCAN), Local("settled", SCAN),
                        Local("sample", "beam_probe_watch"),
                        Local("rss", "beam_probe_alloc"))
-    release = remote.call("erlang", "system_info", [Atom("otp_release")])
+    # From the helper, whose text holds the atom: a call of our own would
+    # create 'otp_release' on a node that never asked for it, and the
+    # first snapshot's diff would show it as an atom added.
+    release = reply["otp_release"]
     sample = record(remote.node, reply["sample"], epoch, gc, None)
     header = {
         "format": FORMAT, "node": remote.node,

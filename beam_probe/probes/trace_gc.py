@@ -5,7 +5,9 @@ the garbage collections of the chosen processes and streams the trace
 messages to us in batches; here each collection's start and end are
 paired into one line (sizes in bytes: the trace gives words) and folded
 into a summary per process with memwatch's rule: the heap left after a
-collection rising over RISES consecutive collections.
+collection rising over RISES consecutive major collections: memwatch
+counts V8's full collections, and a minor one on the BEAM moves live data
+to the old heap, which grows until the next major one, leak or not.
 
 What it costs (measured on 2 cores, tests/bench_trace_gc.py): a process
 collecting as fast as it can makes ~2,000-5,000 collections a second; the
@@ -246,7 +248,9 @@ class TraceGc:
         stats["reclaimed"] += reclaimed
         stats["time_us"] = round(stats["time_us"] + line["duration_us"], 1)
         stats["heap_after_last"] = total(after)
-        self._rising.setdefault(pid, _Rising()).add(total(after))
+        rising = self._rising.setdefault(pid, _Rising())
+        if kind == "major":
+            rising.add(total(after))
         return line
 
     def summary(self) -> dict:
