@@ -160,6 +160,11 @@ def proc_count_text(result: ProcCount) -> str:
     attribute = result["attribute"]
     header = (f"{result['node']}: top {len(result['processes'])} of "
               f"{result['scanned']} processes by {attribute}")
+    if result["processes"] and not any(p["value"]
+                                       for p in result["processes"]):
+        # The order of equal values is arbitrary: rows would mislead.
+        return (f"{result['node']}: {attribute} is 0 for every one of the "
+                f"{result['scanned']} processes")
     return header + "\n\n" + table(
         ("pid", attribute, "name", "current function", "initial call"),
         process_rows(result["processes"], "value"), "lrlll")
@@ -176,7 +181,10 @@ def proc_window_text(result: ProcWindow) -> str:
         "",
         table(("pid", "increase", "name", "current function",
                "initial call"),
-              process_rows(result["processes"], "delta"), "lrlll"),
+              process_rows(result["processes"], "delta"), "lrlll")
+        if any(p["delta"] for p in result["processes"]) else
+        f"no process's {attribute} changed over the window (an idle node): "
+        "nothing to rank",
     ]
     if result["born"]:
         lines += ["", "born inside the window (value at the end, largest "

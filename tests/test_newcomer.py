@@ -1,0 +1,81 @@
+"""What a newcomer trips over first: beam-probe with no arguments, help,
+shell completion, tables of nothing but zeros, one rule for byte units."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from conftest import run_cli
+
+
+def test_no_arguments_is_the_overview_and_success():
+    r = run_cli()
+    assert r.returncode == 0, r.stderr
+    assert "The leak hunt, in order:" in r.stdout and "Commands:" in r.stdout
+    assert "demo" in r.stdout
+
+
+def test_help_command_shows_a_commands_help():
+    r = run_cli("help", "proc-count")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("Usage: beam-probe proc-count")
+    assert run_cli("help").stdout == run_cli().stdout
+    bad = run_cli("help", "nosuch")
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0
+    assert "no command 'nosuch'" in bad.stderr
+
+
+def _complete(words: str, index: int) -> list[str]:
+    env = dict(os.environ, COMP_WORDS=words, COMP_CWORD=str(index),
+               _BEAM_PROBE_COMPLETE="bash_complete")
+    out = subprocess.run([sys.executable, "-c",
+                          "from beam_probe.cli.app import main; "
+                          "main(prog_name='beam-probe')"],
+                         env=env, capture_output=True, text=True).stdout
+    return [line.split(",", 1)[1] for line in out.splitlines() if line]
+
+
+def test_shell_completion_knows_commands_attributes_and_options():
+    assert _complete("beam-probe proc-c", 1) == ["proc-count"]
+    assert _complete("beam-probe proc-count app@db1 bin", 3) == \
+        ["binary_memory"]
+    assert "--gc" in _complete("beam-probe watch app@db1 --g", 3)
+    assert _complete("beam-probe trace-gc app@db1 --max-e", 3) == \
+        ["--max-events"]
+    # The script the README tells users to install.
+    script = subprocess.run(
+        [sys.executable, "-c", "from beam_probe.cli.app import main; "
+         "main(prog_name='beam-probe')"],
+        env=dict(os.environ, _BEAM_PROBE_COMPLETE="bash_source"),
+        capture_output=True, text=True).stdout
+    assert "complete" in script and "_BEAM_PROBE_COMPLETE" in script
+
+
+def test_all_zero_tables_say_so_in_one_line(target):
+    r = run_cli("proc-count", target.node, "message_queue_len", "5",
+                node=target)
+    assert r.returncode == 0, r.stderr
+    assert re.fullmatch(rf"{re.escape(target.node)}: message_queue_len is "
+                        r"0 for every one of the \d+ processes",
+                        r.stdout.strip()), r.stdout
+    r = run_cli("proc-window", target.node, "message_queue_len", "5", "50",
+                node=target)
+    assert r.returncode == 0, r.stderr
+    assert "changed over the window (an idle node): nothing to rank" \
+        in r.stdout
+
+
+def test_bytes_are_shown_in_binary_units_everywhere(target):
+    memory = run_cli("memory", target.node, node=target).stdout
+    check = run_cli("check", target.node, "--warn", "total=1KB",
+                    node=target).stdout
+    units = re.compile(r"\d(?:\.\d)? ?(KiB|MiB|GiB|KB|MB|GB)\b")
+    assert set(units.findall(memory)) <= {"KiB", "MiB", "GiB"}
+    head = check.split("|")[0]
+    assert units.findall(head) and \
+        set(units.findall(head)) <= {"KiB", "MiB", "GiB"}
+    # A count and a byte figure never share a name: 'processes' is bytes.
+    assert "process_count " in head and "processes " not in head
