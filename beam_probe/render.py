@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
+from . import syntax
+
 if TYPE_CHECKING:
     from .probes.results import (AllocReport, BinLeak, EtsReport,
                                  MemoryResult, Ping, ProcCount, ProcessRow,
@@ -120,7 +122,7 @@ def process_rows(processes: list[ProcessRow], key: str) -> list[tuple]:
     """Table rows: pid, the number, name, current function, initial call;
     a process that exited before it could be described says so."""
     return [(p["pid"], p[key],
-             "(exited)" if p.get("exited") else p["name"] or "",
+             "(exited)" if p.get("exited") else syntax.name(p["name"]) or "",
              p["current_function"] or "", p["initial_call"] or "")
             for p in processes]
 
@@ -208,6 +210,8 @@ def _info_value(key: str, value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int) and key in ("memory", "binary_memory"):
         return f"{value} ({human_bytes(value)})"
+    if key == "registered_name" and isinstance(value, str):
+        return syntax.name(value) or value
     if isinstance(value, list):
         return ", ".join(str(item) for item in value) or "[]"
     if isinstance(value, dict):
@@ -274,7 +278,7 @@ def ets_text(result: EtsReport) -> str:
             f"{result['tables']} ETS tables by {result['sort']} (all tables "
             f"{human_bytes(result['total_memory'])})")
     rows = [(t["name"], t["id"], t["owner"],
-             t["owner_name"] or t["owner_group"], t["size"],
+             syntax.name(t["owner_name"]) or t["owner_group"], t["size"],
              human_bytes(t["memory"]), t["type"], t["protection"])
             for t in result["largest"]]
     return head + "\n" + table(("table", "id", "owner", "owner is",

@@ -3,6 +3,7 @@ Node's --trace-gc prints one), and a summary per process."""
 
 from __future__ import annotations
 
+from . import syntax
 from .render import human_bytes, table
 
 _COLUMNS = ("time s", "pid", "process", "kind", "heap before -> after",
@@ -18,7 +19,7 @@ def _row(cells: tuple) -> str:
 
 
 def _who(item: dict) -> str:
-    return item["name"] or item["group"]
+    return syntax.name(item["name"]) or item["group"]
 
 
 def line(sample: dict) -> str:

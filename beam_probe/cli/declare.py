@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 import click
 
+from .. import syntax
 from ..errors import OutputFailed, UsageError
 from . import options as opt
 from .tty import Progress, write_out
@@ -177,7 +178,7 @@ class Declaration:
              "offline": run_offline}[self.kind](self, node, request, given)
 
         params = list(self.options) + ([opt.JOBS_OPTION] if self.jobs
-                                       else [])
+                                       else []) + [opt.SYNTAX_OPTION]
         if self.kind == "offline":
             params.append(opt.format_option())
         else:
@@ -222,12 +223,26 @@ def run(declared: Declaration, node: str | None, request: SimpleNamespace,
     with opt.attach(node, given) as remote, Progress() as progress:
         result = declared.probe(remote, request, progress)
         if isinstance(result, Rows):
+            if given["fmt"] != "json":
+                syntax.choose(given["syntax"],
+                              lambda: syntax.runs_elixir(remote))
             _write_rows(result, given["fmt"], progress)
             return
-    if given["fmt"] == "json":
-        write_out(render.to_json(result))
-    else:
-        write_out(render.printable(declared.render(result)))
+        if given["fmt"] == "json":
+            text = render.to_json(result)
+        else:
+            # Whether the node runs Elixir is asked only when the text
+            # shows a pid or a function (not for ping or memory: a round
+            # trip less); names are drawn again in its syntax if so.
+            syntax.use("erlang")
+            text = declared.render(result)
+            if given["syntax"] != "auto" or syntax.shows_code(text):
+                syntax.choose(given["syntax"],
+                              lambda: syntax.runs_elixir(remote))
+                if syntax.elixir():
+                    text = syntax.text(declared.render(result))
+            text = render.printable(text)
+    write_out(text)
 
 
 def run_offline(declared: Declaration, node: str | None,
@@ -240,7 +255,9 @@ def run_offline(declared: Declaration, node: str | None,
     if given["fmt"] == "json":
         write_out(render.to_json(result))
     else:
-        write_out(render.printable(declared.render(result)))
+        # No node to ask: Erlang's forms unless --syntax elixir.
+        syntax.choose(given["syntax"], lambda: False)
+        write_out(render.printable(syntax.text(declared.render(result))))
 
 
 class Live(Protocol):
@@ -276,6 +293,10 @@ def run_live(declared: Declaration, node: str | None,
     output = getattr(request, "output", None)
     try:
         live.open()
+        remote = getattr(live, "remote", None)
+        if lines and remote is not None:
+            syntax.choose(given["syntax"],
+                          lambda: syntax.runs_elixir(remote))
         for sample in live.samples():
             if output:
                 try:
@@ -286,7 +307,8 @@ def run_live(declared: Declaration, node: str | None,
                 view.draw(lambda width, height: declared.render(
                     live, width, height, True))
             elif lines:
-                write_out(render.printable(declared.render(sample)))
+                write_out(render.printable(syntax.text(
+                    declared.render(sample))))
             else:
                 write_out(json.dumps(sample, separators=(",", ":")))
     except KeyboardInterrupt:
@@ -297,7 +319,7 @@ def run_live(declared: Declaration, node: str | None,
             view.close()
     summary = live.summary()
     if view is not None or lines:
-        write_out(render.printable(declared.summary(summary)))
+        write_out(render.printable(syntax.text(declared.summary(summary))))
     else:
         write_out(json.dumps({"summary": summary}, separators=(",", ":")))
     code = live.exit_code()
@@ -330,7 +352,7 @@ def _write_rows(rows: Rows, fmt: str, progress: Progress) -> None:
                        for k, v in summary.items())
         write_out(f"]{tail}}}")
         return
-    write_out(render.printable(rows.title))
+    write_out(render.printable(syntax.text(rows.title)))
 
     def table_chunks() -> Iterator[list]:
         for chunk in chunks():
@@ -339,7 +361,7 @@ def _write_rows(rows: Rows, fmt: str, progress: Progress) -> None:
 
     for line in render.stream_table(rows.headers, table_chunks(),
                                     rows.align):
-        write_out(render.printable(line))
+        write_out(render.printable(syntax.text(line)))
     write_out(rows.footer(summary))
 
 

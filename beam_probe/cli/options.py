@@ -103,6 +103,15 @@ def format_option(formats: tuple[str, ...] = ("table", "json")) -> Any:
                         help="Output format.")
 
 
+SYNTAX_OPTION = click.option(
+    "--syntax", type=click.Choice(("auto", "erlang", "elixir")),
+    default="auto", show_default=True,
+    help="How text shows names, functions and pids: as Elixir writes them "
+         "(MyApp.Cache.loop/1, #PID<0.1.0>) or Erlang ('Elixir.MyApp."
+         "Cache':loop/1, <0.1.0>); auto follows the node. JSON always uses "
+         "Erlang's forms.")
+
+
 JOBS_OPTION = click.option(
     "--jobs", "-j", type=click.IntRange(min=0), default=0, show_default=True,
     metavar="J",

@@ -96,6 +96,7 @@ class TraceGc:
             jobs
         self._progress = progress
         self._attached: Any = None
+        self.remote: Any = None
         self._stream: Iterator[Any] | None = None
         self._open: dict[Pid, tuple[str, int, dict]] = {}
         self._who: dict[Pid, dict] = {}
@@ -111,7 +112,7 @@ class TraceGc:
         from .processes import proc_count
 
         self._attached = self._connect()
-        remote = self._attached.__enter__()
+        remote = self.remote = self._attached.__enter__()
         self.node = remote.node
         targets = [target(spec) for spec in self._specs]
         if self._top:

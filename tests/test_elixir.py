@@ -1,0 +1,115 @@
+"""Elixir reads as Elixir: against a real Elixir node (Debian's elixir
+package: its elixir application started in a node, and a module compiled
+there by Elixir itself), text shows MyApp.Cache.loop/1, #PID<...> and
+MyApp.Cache; --syntax erlang and JSON keep Erlang's forms; every form
+either language prints is accepted where a process is named."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import time
+
+import pytest
+
+from beam_probe.erldist.terms import Atom
+from beam_probe.remote import attach
+from conftest import run_cli
+
+ELIXIR_CODE = """
+defmodule MyApp.Cache do
+  def loop(state) do
+    receive do
+      {:put, item} -> loop([item | state])
+    end
+  end
+end
+Process.register(spawn(fn -> MyApp.Cache.loop([]) end), MyApp.Cache)
+"""
+
+
+def _elixir_ebin() -> str | None:
+    if not shutil.which("elixir"):
+        return None
+    out = subprocess.run(["elixir", "-e", "IO.puts(:code.lib_dir(:elixir))"],
+                         capture_output=True, text=True)
+    ebin = os.path.join(os.path.realpath(out.stdout.strip()), "ebin")
+    return ebin if out.returncode == 0 and os.path.isdir(ebin) else None
+
+
+@pytest.fixture(scope="module")
+def elixir_node(session_nodes):
+    ebin = _elixir_ebin()
+    if ebin is None:
+        pytest.skip("no elixir on this machine (.ci/setup installs Debian's "
+                    "elixir package; it could not be installed here)")
+    code = ELIXIR_CODE.replace("\\", "\\\\").replace('"', '\\"')
+    node = session_nodes.start("25", code_paths=(ebin,), eval_expr=(
+        "{ok, _} = application:ensure_all_started(elixir), "
+        f"'Elixir.Code':eval_string(<<\"{code}\">>)"))
+    # The node answers before its -eval has compiled the module (~1 s).
+    with attach(node.node, node.cookie.encode()) as remote:
+        deadline = time.monotonic() + 60
+        while remote.call("erlang", "whereis",
+                          [Atom("Elixir.MyApp.Cache")]) == Atom("undefined"):
+            assert time.monotonic() < deadline, "MyApp.Cache never started"
+            time.sleep(0.1)
+    return node
+
+
+def test_text_follows_the_node_and_json_keeps_erlang(elixir_node):
+    node = elixir_node
+    text = run_cli("proc-info", node.node, "MyApp.Cache", node=node)
+    assert text.returncode == 0, text.stderr
+    assert re.search(r": #PID<0\.\d+\.\d+> ", text.stdout.splitlines()[0])
+    assert re.search(r"registered_name +MyApp\.Cache$", text.stdout, re.M)
+    assert "MyApp.Cache.loop/1" in text.stdout
+    assert ":erlang.apply/2" in text.stdout  # its initial call
+    assert "Elixir." not in text.stdout
+    erlang = run_cli("proc-info", node.node, "MyApp.Cache", "--syntax",
+                     "erlang", node=node).stdout
+    assert "'Elixir.MyApp.Cache':loop/1" in erlang and "#PID" not in erlang
+    as_json = json.loads(run_cli("proc-info", node.node, "MyApp.Cache",
+                                 "--format", "json", node=node).stdout)
+    assert as_json["meta"]["registered_name"] == "Elixir.MyApp.Cache"
+    assert as_json["pid"].startswith("<0.")
+    assert as_json["location"]["current_stacktrace"][0].startswith(
+        "'Elixir.MyApp.Cache':loop/1")
+
+
+def test_every_form_names_the_process(elixir_node):
+    node = elixir_node
+    pid = json.loads(run_cli("proc-info", node.node, "MyApp.Cache",
+                             "--format", "json", node=node).stdout)["pid"]
+    for form in ("MyApp.Cache", "Elixir.MyApp.Cache", ":'Elixir.MyApp.Cache'",
+                 ":\"Elixir.MyApp.Cache\"", "'Elixir.MyApp.Cache'", pid,
+                 "#PID" + pid, pid.strip("<>")):
+        r = run_cli("proc-info", node.node, form, "--format", "json",
+                    node=node)
+        assert r.returncode == 0, (form, r.stderr)
+        assert json.loads(r.stdout)["pid"] == pid, form
+    r = run_cli("proc-info", node.node, ":logger", "--format", "json",
+                node=node)
+    assert r.returncode == 0 and \
+        json.loads(r.stdout)["meta"]["registered_name"] == "logger"
+
+
+def test_tables_and_traces_read_as_elixir(elixir_node, target):
+    node = elixir_node
+    table = run_cli("proc-count", node.node, "memory", "200", node=node)
+    assert table.returncode == 0, table.stderr
+    line = next(l for l in table.stdout.splitlines() if "MyApp.Cache" in l)
+    assert "#PID<" in line and "MyApp.Cache.loop/1" in line
+    assert ":code_server" in table.stdout
+    trace = run_cli("trace-gc", node.node, "MyApp.Cache", "--duration",
+                    "0.3", node=node)
+    assert trace.returncode == 0, trace.stderr
+    assert re.search(r"#PID<0\.\d+\.\d+> MyApp\.Cache", trace.stdout)
+    # An Erlang node stays in Erlang's syntax.
+    plain = run_cli("proc-count", target.node, "memory", "50", node=target)
+    assert "code_server" in plain.stdout and ":code_server" not in \
+        plain.stdout and "#PID" not in plain.stdout
