@@ -2,7 +2,7 @@
 
 Tables are drawn here rather than with tabulate: tabulate 0.10 costs ~39 ms
 to import on our machines (30 ms of it importlib.metadata), which alone would
-break the start-up budget of a one-query run (see README, "Why no
+break the start-up budget of a one-query run (see docs/CONTRIBUTING.md, "Why no
 tabulate"). Our tables are plain aligned columns, which this does in a few
 lines.
 """
