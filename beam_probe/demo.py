@@ -29,10 +29,12 @@ WARM_UP_SECONDS = 2.0
 STEPS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("1. Is memory growing? Watch it.",
      ("watch", "--interval", "0.5", "--count", "8", "--floor", "2"),
-     "Binary memory climbs with every request (the summary says whether "
-     "memwatch's rule fired: five rises in a row). On a real node, watch "
-     "for minutes, with --gc holders to collect first, before blaming a "
-     "leak: memory that only garbage holds falls when collected."),
+     "Binary memory moves with the requests, up as they arrive, down when "
+     "a worker happens to collect. The summary says whether memwatch's "
+     "rule fired (five rises in a row, through each category's floor). "
+     "On a real node, watch for minutes, with --gc holders to collect "
+     "first, before blaming a leak: memory that only garbage holds falls "
+     "when collected."),
     ("2. Who holds it? Rank the processes.",
      ("proc-count", "binary_memory", "3"),
      "demo_cache holds most of the refc binary memory: it keeps a small "

@@ -130,7 +130,13 @@ class LiveView:
         try:
             columns, rows = os.get_terminal_size(self.stream.fileno())
         except (AttributeError, OSError, ValueError):
-            columns, rows = shutil.get_terminal_size((80, 24))
+            columns, rows = 0, 0
+        if not columns or not rows:
+            # A terminal that does not know its size (script(1), some CI
+            # and serial consoles report 0 x 0): $COLUMNS/$LINES, else 80 x
+            # 24, rather than a 20-column sliver.
+            fallback = shutil.get_terminal_size((80, 24))
+            columns, rows = columns or fallback[0], rows or fallback[1]
         return max(20, columns), max(6, rows)
 
     def draw(self, make: Any) -> None:
