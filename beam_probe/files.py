@@ -47,15 +47,24 @@ def open_regular(path: str, flags: int = os.O_RDONLY,
         raise
 
 
-def write_whole(path: str, pieces: list[bytes]) -> int:
-    """Write ``pieces`` to a temporary file beside ``path``, then rename it
-    over ``path``: a reader never sees half a file. The bytes written.
-    OSError as the system raised it, the temporary file removed."""
-    tmp = f"{path}.{os.getpid()}.tmp"
+def write_whole(path: str, pieces: list[bytes], mode: int = 0o644) -> int:
+    """Write ``pieces`` to a temporary file beside ``path`` (a hidden
+    ``.beam_probe.*.tmp``: node_exporter's textfile collector reads only
+    *.prom), flush it to disk, then rename it over ``path``: a reader never
+    sees half a file. The bytes written. OSError as the system raised it,
+    the temporary file removed."""
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".beam_probe.",
+                               suffix=".tmp")
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(fd, "wb") as f:
             for piece in pieces:
                 f.write(piece)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         try:

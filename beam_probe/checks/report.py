@@ -3,8 +3,6 @@ line with perfdata, one JSON object, or a node_exporter textfile."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from typing import Any
 
 from .thresholds import (BYTES, CRITICAL, KEYS, OK, PERCENT, STATUS_NAMES,
@@ -192,22 +190,8 @@ def prometheus(report: dict[str, Any]) -> str:
 
 
 def write_atomically(path: str, text: str) -> None:
-    """A temporary file in the same directory, then a rename, so the
-    collector never reads half a file. The temporary name ends in .tmp,
-    which node_exporter's textfile collector ignores (it reads *.prom)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".beam_probe.",
-                               suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """The textfile, whole or not at all (files.write_whole): the collector
+    never reads half a file."""
+    from ..files import write_whole
+
+    write_whole(path, [text.encode("utf-8")])
