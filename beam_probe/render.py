@@ -152,9 +152,15 @@ def bin_leak_text(result: BinLeak) -> str:
         lines.append(f"{kind} memory: {human_bytes(before[kind])} -> "
                      f"{human_bytes(after[kind])} ({change})")
     lines.append("")
-    lines.append(table(("pid", "delta", "name", "current function",
-                        "initial call"),
-                       process_rows(result["processes"], "delta"), "lrlll"))
+    if result["processes"] and not any(p["delta"]
+                                       for p in result["processes"]):
+        lines.append("no process dropped a refc binary reference when "
+                     "collected: nothing held one idle")
+    else:
+        lines.append(table(("pid", "delta", "name", "current function",
+                            "initial call"),
+                           process_rows(result["processes"], "delta"),
+                           "lrlll"))
     return "\n".join(lines)
 
 
