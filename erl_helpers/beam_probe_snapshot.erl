@@ -44,6 +44,7 @@
                       atom_count := non_neg_integer(),
                       creation := non_neg_integer(),
                       otp_release := string(),
+                      elixir := boolean(),
                       atoms := [atom()],
                       atoms_from := non_neg_integer()}.
 
@@ -215,5 +216,9 @@ snapshot(Chunk, MaxAtoms, Jobs, Pmap, Others, Top, Settled, Sample, Rss) ->
       atom_count => AtomCount,
       creation => erlang:system_info(creation),
       otp_release => erlang:system_info(otp_release),
+      %% Whether the node runs Elixir: diff, offline, shows its names in
+      %% the node's syntax.
+      elixir => lists:keymember(elixir, 1,
+                                application:loaded_applications()),
       atoms => [Atom || Atom <- Atoms, erlang:is_atom(Atom)],
       atoms_from => From}.

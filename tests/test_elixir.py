@@ -113,3 +113,24 @@ def test_tables_and_traces_read_as_elixir(elixir_node, target):
     plain = run_cli("proc-count", target.node, "memory", "50", node=target)
     assert "code_server" in plain.stdout and ":code_server" not in \
         plain.stdout and "#PID" not in plain.stdout
+
+
+def test_diff_of_an_elixir_nodes_snapshots_reads_as_elixir(elixir_node,
+                                                           tmp_path):
+    node = elixir_node
+    files = [str(tmp_path / f"{i}.snapshot") for i in (1, 2)]
+    for path in files:
+        r = run_cli("snapshot", node.node, "-o", path, node=node)
+        assert r.returncode == 0, r.stderr
+        # Between the two, the cache takes 1 MB: its group leads the diff.
+        with attach(node.node, node.cookie.encode()) as remote:
+            remote.call("erlang", "send", [
+                Atom("Elixir.MyApp.Cache"),
+                (Atom("put"), bytes(1_000_000))])
+    text = run_cli("diff", *files).stdout
+    assert re.search(r"^MyApp\.Cache\s", text, re.M), text
+    assert "Elixir.MyApp.Cache" not in text
+    erlang = run_cli("diff", *files, "--syntax", "erlang").stdout
+    assert re.search(r"^Elixir\.MyApp\.Cache\s", erlang, re.M)
+    assert json.loads(run_cli("diff", *files, "--format", "json").stdout)[
+        "elixir"] is True

@@ -255,8 +255,10 @@ def run_offline(declared: Declaration, node: str | None,
     if given["fmt"] == "json":
         write_out(render.to_json(result))
     else:
-        # No node to ask: Erlang's forms unless --syntax elixir.
-        syntax.choose(given["syntax"], lambda: False)
+        # No node to ask: what the files say of it (a snapshot records
+        # whether its node ran Elixir), else Erlang's forms.
+        syntax.choose(given["syntax"], lambda: isinstance(result, dict)
+                      and result.get("elixir") is True)
         write_out(render.printable(syntax.text(declared.render(result))))
 
 

@@ -511,6 +511,9 @@ def heap_diff(snaps: list[Loaded], force: bool = False) -> dict:
         "size_bytes": change["total"], "memory": change,
         "details": details[:TOP_GROUPS], "groups": len(details)}
     result["ets"] = _tables(first, last)[:TOP_ROWS]
+    # Whether the node ran Elixir (files of format 1 do not say): text
+    # shows names in its syntax, as the commands on a live node do.
+    result["elixir"] = bool(last.header.get("elixir"))
     result["atoms"] = _atoms(first, last)
     result["ports"] = _ports(first, last)
     return result

@@ -100,6 +100,7 @@ def take(remote: Remote, gc: str = "holders", jobs: int = 0,
         "sample": sample,
         "atom_count": reply["atom_count"],
         "creation": reply["creation"],
+        "elixir": reply["elixir"] is True,
         "atoms_from": reply["atoms_from"],
         "atoms": [str(atom) for atom in reply["atoms"]],
     }
