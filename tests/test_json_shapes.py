@@ -202,7 +202,8 @@ DIFF3 = {
     "ets": [{"name": S, "id": S, "owner": S, "new": B, "rows_before": I,
              "rows_after": I, "bytes_before": I, "bytes_after": I}],
     "atoms": {"added": I, "names": [S], "all_named": B},
-    "ports": {"before": I, "after": I, "new": [S], "new_count": I}}
+    "ports": {"before": I, "after": I, "new": [S], "new_count": I},
+    "elixir": B}
 
 
 def test_snapshot_and_leak_hunt_json(target, tmp_path):

@@ -511,11 +511,11 @@ def heap_diff(snaps: list[Loaded], force: bool = False) -> dict:
         "size_bytes": change["total"], "memory": change,
         "details": details[:TOP_GROUPS], "groups": len(details)}
     result["ets"] = _tables(first, last)[:TOP_ROWS]
+    result["atoms"] = _atoms(first, last)
+    result["ports"] = _ports(first, last)
     # Whether the node ran Elixir (files of format 1 do not say): text
     # shows names in its syntax, as the commands on a live node do.
     result["elixir"] = bool(last.header.get("elixir"))
-    result["atoms"] = _atoms(first, last)
-    result["ports"] = _ports(first, last)
     return result
 
 
