@@ -12,8 +12,8 @@ _WIDTHS = (10, 12, 28, 5, 24, 22, 11, 11, 9)
 
 
 def _row(cells: tuple) -> str:
-    return "  ".join(str(cell).ljust(width)[:max(width, len(str(cell)))]
-                     if i not in (0, 6, 7, 8) else str(cell).rjust(width)
+    return "  ".join(str(cell).rjust(width) if i in (0, 6, 7, 8)
+                     else str(cell).ljust(width)
                      for i, (cell, width) in enumerate(zip(cells, _WIDTHS))
                      ).rstrip()
 

@@ -25,7 +25,7 @@
 
 -export([guard/3, others/0, settled/1, pmap/3, values/3, top/2, describe/1,
          bin_leak/9, proc_count/8, proc_count_all/10, snapshots/6, proc_window/10,
-         proc_info/1, health/7, fan_out/4]).
+         resolve/1, proc_info/2, health/7, fan_out/4]).
 
 -type watch() :: {node, node()} | {process, pid()}.
 -type pairs() :: [{integer(), pid()}].
@@ -506,15 +506,41 @@ proc_window(Attribute, N, Millis, Jobs, Pmap, Values, Top, Describe,
       dead_count => erlang:length(Dead),
       dead => Top(Dead, N)}.
 
+%% The process a user named (proc-info, trace-gc): Target is {pid,
+%% "<0.1.0>"} or {names, ["Name", ...]}, the registered names it may be (an
+%% Elixir alias is tried with and without its "Elixir." prefix), looked up
+%% with list_to_existing_atom/1, so no atom is ever created. not_a_pid for
+%% text that is no pid, undefined for a name nobody holds.
+-spec resolve({pid, string()} | {names, [string()]}) ->
+          pid() | not_a_pid | undefined.
+resolve({pid, Text}) ->
+    try erlang:list_to_pid(Text)
+    catch error:badarg -> not_a_pid
+    end;
+resolve({names, Names}) ->
+    Known = lists:filtermap(
+              fun(Name) ->
+                      try erlang:list_to_existing_atom(Name) of
+                          Atom ->
+                              case erlang:whereis(Atom) of
+                                  undefined -> false;
+                                  Found -> {true, Found}
+                              end
+                      catch error:badarg -> false
+                      end
+              end,
+              Names),
+    case Known of
+        [First | _] -> First;
+        [] -> undefined
+    end.
+
 %% One process, the way recon:info/1 groups it, without the dictionary and
 %% the mailbox; plus the count and summed size of its refc binaries, and
 %% the pids of other nodes it refers to as this node prints them (the
 %% first number of <5.81.0> is this node's own index for that node).
-%% Target is {pid, "<0.1.0>"} or {names, ["Name", ...]}: the registered
-%% names it may be (an Elixir alias is tried with and without its
-%% "Elixir." prefix), looked up with list_to_existing_atom/1, so no atom is
-%% ever created.
--spec proc_info({pid, string()} | {names, [string()]}) ->
+%% Target is as resolve/1 takes it, and Resolve is resolve/1 as a fun.
+-spec proc_info({pid, string()} | {names, [string()]}, fun()) ->
           #{pid := pid(),
             items := [{atom(), term()}],
             binary_count := non_neg_integer(),
@@ -522,30 +548,8 @@ proc_window(Attribute, N, Millis, Jobs, Pmap, Values, Top, Describe,
             pid_texts := [{pid(), string()}]} |
           {error, not_a_pid | no_such_name | {other_node, node()} |
                   {not_alive, pid()}}.
-proc_info(Target) ->
-    Pid = case Target of
-              {pid, Text} ->
-                  try erlang:list_to_pid(Text)
-                  catch error:badarg -> not_a_pid
-                  end;
-              {names, Names} ->
-                  Known = lists:filtermap(
-                            fun(Name) ->
-                                    try erlang:list_to_existing_atom(Name) of
-                                        Atom ->
-                                            case erlang:whereis(Atom) of
-                                                undefined -> false;
-                                                Found -> {true, Found}
-                                            end
-                                    catch error:badarg -> false
-                                    end
-                            end,
-                            Names),
-                  case Known of
-                      [First | _] -> First;
-                      [] -> undefined
-                  end
-          end,
+proc_info(Target, Resolve) ->
+    Pid = Resolve(Target),
     Items = [registered_name, group_leader, status,
              links, monitors, monitored_by, trap_exit,
              initial_call, current_stacktrace,

@@ -22,7 +22,7 @@
 %% reported as held, with who holds them, and left alone.
 -module(beam_probe_trace).
 
--export([trace_gc/9, follow/1, drain/3]).
+-export([trace_gc/10, follow/1, drain/3]).
 
 -type target() :: {pid, string()} | {names, [string()]}.
 %% A target's status, in the started chunk: {traced, Pid, Info} (Info:
@@ -40,34 +40,21 @@
 %%   {events, [{trace_ts, Pid, Kind, Info, MonotonicNs}]}   every FlushMs,
 %%                                             maybe []
 %% and returns summary() once stopped at DurationMs or after MaxMessages
-%% trace messages (two per collection: its start and its end). Follow and
-%% Drain are follow/1 and drain/3, passed as funs.
+%% trace messages (two per collection: its start and its end). Resolve is
+%% beam_probe_scan:resolve/1, Follow and Drain follow/1 and drain/3,
+%% passed as funs.
 -spec trace_gc(pid(), reference(), [target()], pos_integer(),
-               pos_integer(), pos_integer(), pos_integer(), fun(), fun()) ->
-          summary().
+               pos_integer(), pos_integer(), pos_integer(), fun(), fun(),
+               fun()) -> summary().
 trace_gc(Sink, Tag, Targets, DurationMs, MaxMessages, FlushMs, WaitMs,
-         Follow, Drain) ->
+         Resolve, Follow, Drain) ->
     Worker = erlang:self(),
     Prober = erlang:node(Sink),
-    Resolve =
-        fun({pid, Text}) ->
-                try erlang:list_to_pid(Text) of
-                    Pid -> Pid
-                catch
-                    error:badarg -> undefined
-                end;
-           ({names, Names}) ->
-                Known = [erlang:whereis(Atom)
-                         || Name <- Names,
-                            Atom <- try [erlang:list_to_existing_atom(Name)]
-                                    catch error:badarg -> []
-                                    end],
-                case [Pid || Pid <- Known, erlang:is_pid(Pid)] of
-                    [Pid | _] -> Pid;
-                    [] -> undefined
-                end
-        end,
-    Found = [{Target, Resolve(Target)} || Target <- Targets],
+    Found = [{Target, case Resolve(Target) of
+                          Pid when is_pid(Pid) -> Pid;
+                          _ -> undefined
+                      end}
+             || Target <- Targets],
     Flags = [garbage_collection, monotonic_timestamp],
     Sessions = erlang:element(1, code:ensure_loaded(trace)) =:= module
         andalso erlang:function_exported(trace, session_create, 3),
@@ -180,7 +167,7 @@ trace_gc(Sink, Tag, Targets, DurationMs, MaxMessages, FlushMs, WaitMs,
     end.
 
 %% The tracer's loop once its traces are set (a function of its own, run
-%% as a fun: a fun made inside trace_gc/9 would carry all of that
+%% as a fun: a fun made inside trace_gc/10 would carry all of that
 %% function's bindings, and erl_eval looks variables up among them on
 %% every step). It sends a batch every flush_ms, even empty (beam-probe
 %% shows progress and knows the tracer lives), or at MaxBatch events,

@@ -9,7 +9,7 @@ import os
 import subprocess
 
 from beam_probe.erldist.terms import Atom
-from beam_probe.helpers import HelperForms, canonical_variables
+from beam_probe.helpers import HelperForms, Local, canonical_variables
 from conftest import HELPERS
 
 
@@ -50,7 +50,7 @@ def test_every_helper_function_still_runs_after_renaming(remote):
     assert names and all(n == "_" or (n[0] == "V" and n[1:].isdigit())
                          for n in names)
     reply = remote.run("beam_probe_scan", "proc_info",
-                       (Atom("names"), ["code_server"]))
+                       (Atom("names"), ["code_server"]), Local("resolve"))
     assert reply["binary_count"] >= 0 and reply["items"]
 
 

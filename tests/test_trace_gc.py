@@ -191,6 +191,8 @@ def test_top_traces_the_largest(churn):
     (["--top", "0", "memory"], 2, "0"),
     (["--top", "3", "colour"], 2, "colour"),
     (["code_server", "--max-events", "200000"], 2, "--max-events"),
+    (["code_server", "--duration", "100000"], 2, "--duration"),
+    ([f"<0.{i}.0>" for i in range(1001)], 2, "at most 1000 processes"),
 ])
 def test_bad_input_is_one_line(target, args, code, message):
     r = run_cli("trace-gc", target.node, *args, node=target)

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..erldist.terms import Atom
+from ..erldist.terms import Atom, integers
 from ..errors import OutputFailed
 from ..helpers import Local
 from ..remote import Remote
 from .results import AllocReport, AllocType, Carriers, Verdict
-from .watch import rss_bytes
 
 HELPER = "beam_probe_alloc"
 # An allocator smaller than this is never called fragmented: a fresh node's
@@ -42,6 +41,19 @@ _KEYS = ("blocks", "blocks_max", "block_bytes", "block_bytes_max",
          "carriers", "carriers_max", "carrier_bytes", "carrier_bytes_max")
 
 
+def rss_bytes(line: Any) -> int | None:
+    """rss/0's VmRSS value, "   39540 kB", in bytes (None when unknown:
+    the node does not run Linux)."""
+    if isinstance(line, (bytes, bytearray)):
+        line = bytes(line).decode("latin-1")
+    if not isinstance(line, str):
+        return None
+    parts = line.split()
+    if len(parts) == 2 and parts[0].isdigit() and parts[1] == "kB":
+        return int(parts[0]) * 1024
+    return None
+
+
 def _carriers(numbers: list[int]) -> Carriers:
     row = dict(zip(_KEYS, numbers))
     return {**row,  # type: ignore[typeddict-item]
@@ -52,8 +64,7 @@ def _carriers(numbers: list[int]) -> Carriers:
 
 
 def _numbers(term: Any) -> list[int]:
-    # Eight numbers each below 256 arrive as STRING_EXT, a str.
-    numbers = [ord(c) for c in term] if isinstance(term, str) else list(term)
+    numbers = integers(term)
     if len(numbers) != len(_KEYS) or \
             not all(isinstance(n, int) for n in numbers):
         raise ValueError("allocator figures of another shape")
@@ -154,4 +165,4 @@ def _write(path: str, data: bytes) -> None:
             from None
 
 
-__all__ = ["alloc", "allocator_types", "verdict"]
+__all__ = ["alloc", "allocator_types", "rss_bytes", "verdict"]

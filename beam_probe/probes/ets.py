@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..erldist.terms import Atom, Pid, format_term
+from ..erldist.terms import Atom, Pid, format_term, mfa
 from ..errors import UsageError
 from ..remote import Remote
 from .results import EtsReport, EtsTable
@@ -18,12 +18,6 @@ from .results import EtsReport, EtsTable
 HELPER = "beam_probe_ets"
 MAX_N = 10_000  # as proc-count: the reply stays a few MB at most
 SORTS = ("memory", "size")
-
-
-def _mfa(term: Any) -> str:
-    if isinstance(term, tuple) and len(term) == 3:
-        return f"{format_term(term[0])}:{format_term(term[1])}/{term[2]}"
-    return format_term(term)
 
 
 def owner_group(items: dict[str, Any]) -> str:
@@ -35,11 +29,12 @@ def owner_group(items: dict[str, Any]) -> str:
         return f"label {format_term(label)}"
     first = items.get("$initial_call")
     if isinstance(first, tuple):
-        return _mfa(first)
+        return mfa(first) or format_term(first)
     name = items.get("registered_name")
     if isinstance(name, Atom):
         return str(name)
-    return _mfa(items.get("initial_call"))
+    initial = items.get("initial_call")
+    return mfa(initial) or format_term(initial)
 
 
 def _owner_items(owner: Any) -> dict[str, Any]:

@@ -16,9 +16,8 @@ from typing import Any
 from ..erldist.terms import Atom, format_term
 from ..helpers import Local
 from ..remote import Remote
-from .alloc import FRAGMENTED_MIN, allocator_types
+from .alloc import FRAGMENTED_MIN, allocator_types, rss_bytes
 from .results import AllocType, CheckValues, NodeHealth
-from .watch import rss_bytes
 from .processes import HELPER
 
 LOCALS = (Local("pmap"), Local("values"), Local("others"),

@@ -20,7 +20,7 @@ from itertools import compress, repeat
 from operator import eq, not_
 from typing import Any, Callable, Iterable, Iterator
 
-from ..erldist.terms import Atom, Pid, format_term
+from ..erldist.terms import Atom, Pid, format_term, integers
 from .snapshot import SnapshotError, read
 
 MEMORY_KEYS = ("total", "processes", "binary", "ets", "atom", "code",
@@ -187,10 +187,7 @@ def _numbers(column: Any) -> array:
         # A number of 2^56 or more: no lead byte of 1 to clear.
         wide = _big_endian(column, "Q")
         return array("q", [n - _LEAD for n in wide])
-    if isinstance(column, str):
-        # (array() would read a bytes initializer as machine words)
-        return array("q", array("B", column.encode("latin-1")))
-    return array("q", column)
+    return array("q", integers(column))
 
 
 def _big_endian(raw: bytes | bytearray, code: str = "q") -> array:

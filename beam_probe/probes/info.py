@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from ..erldist.terms import Atom, Pid, format_term, mfa
 from ..errors import NoSuchProcess, RemoteError, UsageError
+from ..helpers import Local
 from ..remote import Remote
 from .results import ProcInfo
 from .processes import HELPER
@@ -116,7 +117,7 @@ def _value(key: str, value: Any, shown: Callable[[Any], str]) -> Any:
 def proc_info(remote: Remote, spec: str) -> ProcInfo:
     """One process the way recon:info/1 groups it."""
     kind, text = target(spec)
-    reply = remote.run(HELPER, "proc_info", (kind, text))
+    reply = remote.run(HELPER, "proc_info", (kind, text), Local("resolve"))
     if isinstance(reply, tuple) and reply[0] == Atom("error"):
         why = reply[1]
         if why == Atom("not_a_pid"):

@@ -17,7 +17,7 @@ tracer receives two messages per collection, and the limits (--max-events,
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generator, Iterator
 
 from ..erldist.terms import Atom, Pid, format_term
 from ..errors import NoSuchProcess, UsageError
@@ -97,7 +97,7 @@ class TraceGc:
         self._progress = progress
         self._attached: Any = None
         self.remote: Any = None
-        self._stream: Iterator[Any] | None = None
+        self._stream: Generator[Any, None, Any] | None = None
         self._open: dict[Pid, tuple[str, int, dict]] = {}
         self._who: dict[Pid, dict] = {}
         self._stats: dict[Pid, dict] = {}
@@ -124,7 +124,8 @@ class TraceGc:
         self._progress(f"tracing for {self.duration:g} s")
         self._stream = remote.stream(
             HELPER, "trace_gc", targets, int(self.duration * 1000),
-            2 * self.max_events, FLUSH_MS, WAIT_MS, Local("follow"),
+            2 * self.max_events, FLUSH_MS, WAIT_MS,
+            Local("resolve", "beam_probe_scan"), Local("follow"),
             Local("drain"),
             timeout=FLUSH_MS / 1000 + remote.timeout, limit=4)
 
@@ -275,9 +276,7 @@ class TraceGc:
 
     def close(self) -> None:
         if self._stream is not None:
-            close = getattr(self._stream, "close", None)
-            if close is not None:
-                close()
+            self._stream.close()  # a generator: closes its mailbox
             self._stream = None
         if self._attached is not None:
             attached, self._attached = self._attached, None

@@ -13,13 +13,14 @@ however long it runs.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from ..errors import ProbeError, UsageError
 from ..helpers import Local
 from ..remote import Remote
 from ..trend import (DEFAULT_FLOOR, DEFAULT_RISES, LEAK_CATEGORIES, Floor,
                      LeakRule, Point, Series, Stats)
+from .alloc import rss_bytes
 from .results import Sample
 
 HELPER = "beam_probe_watch"
@@ -33,21 +34,6 @@ SUMMARISED = CHARTED + ("atom_count", "process_count", "port_count")
 # The memory categories of a sample, after erlang:memory()'s names.
 MEMORY_KEYS = ("total", "processes", "binary", "ets", "atom", "code",
                "system")
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else bytes(value).decode(
-        "latin-1")
-
-
-def rss_bytes(line: Any) -> int | None:
-    """VmRSS's value, "   39540 kB", in bytes (None when unknown)."""
-    if not isinstance(line, (bytes, bytearray, str)):
-        return None
-    parts = _text(line).split()
-    if len(parts) == 2 and parts[0].isdigit() and parts[1] == "kB":
-        return int(parts[0]) * 1024
-    return None
 
 
 def sample_node(remote: Remote, gc: str = "none",
