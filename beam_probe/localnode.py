@@ -41,9 +41,12 @@ class LocalNode:
     def __init__(self, name: str, *, erl: str = "erl", cookie: str = "",
                  args: tuple[str, ...] = (), code_paths: tuple[str, ...] = (),
                  eval_expr: str | None = None, dist_port: int | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None,
+                 long_host: str | None = None) -> None:
         self.name = name
-        self.node = f"{name}@{short_host()}"
+        # -name name@long_host (long names) when given, else -sname.
+        self.long_host = long_host
+        self.node = f"{name}@{long_host or short_host()}"
         self.erl = erl
         self.cookie = cookie or f"bp{os.getpid()}x{time.monotonic_ns()}"
         self.args = tuple(args)
@@ -68,7 +71,9 @@ class LocalNode:
         with open(self.cookie_file, "w") as f:
             f.write(self.cookie)
         os.chmod(self.cookie_file, 0o400)
-        cmd = [self.erl, "-sname", self.name, "-noshell", "-noinput"]
+        cmd = [self.erl, *(("-name", self.node) if self.long_host
+                           else ("-sname", self.name)),
+               "-noshell", "-noinput"]
         if self.dist_port:
             # EPMD-less: listen on a fixed port and register nowhere.
             cmd += ["-start_epmd", "false", "-erl_epmd_port",
@@ -111,7 +116,8 @@ class LocalNode:
                 socket.create_connection(("127.0.0.1", self.dist_port),
                                          timeout=1).close()
             else:
-                epmd.lookup(self.name, short_host(), time.monotonic() + 1.0)
+                epmd.lookup(self.name, self.long_host or short_host(),
+                            time.monotonic() + 1.0)
             return True
         except (ProbeError, OSError):
             return False

@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator
 
-from .erldist.connection import (MESSAGE, Connection, ReplyLimits,
-                              connect)
+from .erldist.connection import MESSAGE, Connection, ReplyLimits
+from .erldist.dial import connect
 from .erldist.etf import Encoded
 from .erldist.terms import Atom, Pid
 from .errors import RemoteError, TimedOut

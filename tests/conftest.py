@@ -111,9 +111,15 @@ class NodeFactory:
         self.beam_dir = beam_dir
         self.nodes: list[LocalNode] = []
 
-    def start(self, otp: str = "25", **kw) -> LocalNode:
+    def start(self, otp: str = "25", prefix: str | None = None,
+              **kw) -> LocalNode:
+        """A node of release ``otp``; its name starts with ``prefix``.
+        By default OTP 25's names sort after beam-probe's own
+        (beam_probe_N) and the other releases' before, so every test meets
+        both sides of the handshake's name rule."""
         kw.setdefault("code_paths", (self.beam_dir,))
-        node = LocalNode(unique_name(f"bpt{otp}"), erl=ERL[otp](), **kw)
+        prefix = prefix or (f"bpt{otp}" if otp == "25" else f"abp{otp}")
+        node = LocalNode(unique_name(prefix), erl=ERL[otp](), **kw)
         self.nodes.append(node)
         return node.start()
 
@@ -175,7 +181,7 @@ def hold_every_pool_name(node: LocalNode) -> None:
     a node meets all eight sooner or later, each an atom, once. Afterwards
     the names any run picks are atoms the node already has. (The caller's
     own connection holds one.)"""
-    from beam_probe.erldist.connection import NAME_POOL
+    from beam_probe.erldist.dial import NAME_POOL
 
     held = []
     try:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from beam_probe.erldist import epmd
-from beam_probe.erldist.connection import NAME_POOL, connect
+from beam_probe.erldist.dial import NAME_POOL, connect
 from beam_probe.erldist.terms import Atom
 from beam_probe.errors import (ConnectFailed, ConnectionLost, CookieError,
                                NodeNotFound, RemoteError, TimedOut)

@@ -8,7 +8,8 @@ import pytest
 
 from beam_probe.erldist import epmd, frames
 from beam_probe.erldist.handshake import (OUR_FLAGS, REQUIRED_PEER_FLAGS,
-                                       ClientHandshake, CookieRejected,
+                                       ClientHandshake, ClosedAfterReply,
+                                       CookieRejected, LostRace,
                                        HandshakeError, NameBusy, NotAllowed,
                                        State, TlsRequired, WrongNode, digest,
                                        frame16, frame32, same_node)
@@ -78,10 +79,24 @@ def test_wrong_ack_digest_means_cookie_mismatch():
     assert hs.state == State.FAILED
 
 
-def test_close_after_our_reply_means_cookie_rejected():
+def test_close_after_our_reply_is_a_cookie_or_a_late_race():
+    # Not yet a cookie verdict: connect() tries another name first.
     hs, _ = started()
     hs.receive(frame16(b"sok") + challenge_msg())
-    assert isinstance(hs.connection_closed(), CookieRejected)
+    err = hs.connection_closed()
+    assert isinstance(err, ClosedAfterReply) and "cookie" in str(err)
+    assert not isinstance(err, (CookieRejected, NameBusy))
+
+
+@pytest.mark.parametrize("status", [b"ok", b"ok_simultaneous"])
+def test_close_before_the_challenge_is_a_lost_name_race(status):
+    # A node whose name sorts lower than ours shuts a pending handshake
+    # down when another arrives from the same name: never the cookie.
+    hs, _ = started()
+    hs.receive(frame16(b"s" + status))
+    err = hs.connection_closed()
+    assert isinstance(err, LostRace) and isinstance(err, NameBusy)
+    assert "cookie" not in str(err)
 
 
 def test_close_before_status_means_our_name_is_busy():

@@ -3,42 +3,26 @@
 A plain blocking socket with one reader thread, not asyncio: asyncio costs
 ~33 ms to import, a quarter of the budget of a one-query run, and the work
 is a handful of request/reply exchanges. The protocol itself is sans-IO
-(handshake.py before, session.py after the handshake); this module does the
-I/O: connecting, the name pool, deadlines, and the reader thread that feeds
-the session and hands replies to the calls waiting for them (several can be
-in flight, from any thread).
+(handshake.py before, session.py after the handshake); dial.py connects,
+and this module does the I/O of a live connection: deadlines, the tick, and
+the reader thread that feeds the session and hands replies to the calls
+waiting for them (several can be in flight, from any thread).
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from .errors import (ConnectFailed, ConnectionLost, CookieError, ProbeError,
-                      ProtocolError, TimedOut)
-from . import epmd, etf, frames
-from .handshake import (ClientHandshake, CookieRejected, HandshakeError,
-                        NameBusy, NotAllowed, State, TlsRequired, WrongNode)
+from .errors import ConnectionLost, ProbeError, ProtocolError, TimedOut
+from . import etf, frames
 from .session import Session
 from .terms import Pid, Reference
 
-if TYPE_CHECKING:  # ssl is loaded only when TLS is asked for
-    from .tls import TlsSettings
-
-# Our own names. Each name becomes an atom on the target the first time it
-# connects, and atoms are never collected, so names come from this fixed pool
-# rather than being made per run: any number of runs adds at most this many
-# atoms, and this many probes can be attached at once; more wait for a name
-# to free (see connect).
-NAME_POOL = tuple(f"beam_probe_{i}" for i in range(1, 9))
-
-# When every name is busy, wait this long (times a random factor from 1 to
-# 2, so probes that collided do not collide again in step) before the next
-# round. A quick probe holds its name for ~40 ms.
-BUSY_WAIT = 0.05
+if TYPE_CHECKING:
+    from .claims import Claim
 
 # The target drops a peer it has heard nothing from for net_ticktime
 # (60 s by default, checked in four ticks of 15 s). We echo every tick the
@@ -126,26 +110,8 @@ class ReplyLimits:
         self.max_items = max_items
 
 
-class NodeAddress:
-    """Where to find a node: its full name, host, and short name."""
-
-    def __init__(self, node: str) -> None:
-        alive, sep, host = node.partition("@")
-        if not sep or not alive or not host:
-            raise ValueError(f"not a node name: {node!r} (expected name@host)")
-        self.node = node
-        self.alive = alive
-        self.host = host
-
-    @property
-    def long_names(self) -> bool:
-        # A node started with -name has a dotted host (or an IP address);
-        # one started with -sname does not. Our name must take the same form.
-        return "." in self.host or ":" in self.host
-
-
 class Connection:
-    """A live, handshaken connection. Use :func:`connect` to make one.
+    """A live, handshaken connection. Use :func:`dial.connect` to make one.
 
     The protocol is the session's (session.py, sans-IO); this class does the
     I/O around it: the socket, one reader thread feeding the session,
@@ -173,6 +139,9 @@ class Connection:
         self._closed = False
         self._failure: ProbeError | None = None
         self._trailing = trailing
+        # Our name's claim on this machine (claims.py), freed with the
+        # connection: while we hold the name, no probe here dials with it.
+        self._claim: "Claim | None" = None
         self._thread = threading.Thread(target=self._read_loop,
                                         name="beam-probe-reader", daemon=True)
         self._thread.start()
@@ -244,6 +213,10 @@ class Connection:
         with self._lock:
             return self.session.new_ref()
 
+    def hold(self, claim: "Claim | None") -> None:
+        """Keep ``claim`` until the connection closes."""
+        self._claim = claim
+
     def close(self) -> None:
         """Close the socket; the node sees a clean disconnect."""
         if self._closed:
@@ -254,7 +227,15 @@ class Connection:
         except OSError:
             pass
         self.sock.close()
+        self._release()
         self._fail_all(ConnectionLost("the connection was closed"))
+
+    def _release(self) -> None:
+        # close() and the reader thread's end may both get here.
+        with self._lock:
+            claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.release()
 
     def __enter__(self) -> "Connection":
         return self
@@ -325,6 +306,7 @@ class Connection:
             if not self._closed:
                 self._closed = True
                 self.sock.close()
+                self._release()
 
     def _feed(self, data: bytes) -> None:
         events, reply = self.session.receive(data)
@@ -351,164 +333,4 @@ class Connection:
                                 "streamed reply")
 
 
-def _our_host(address: NodeAddress, sock: socket.socket) -> str:
-    if address.long_names:
-        # The address we reach the node from is one it can reach us at.
-        return sock.getsockname()[0]
-    return socket.gethostname().split(".")[0]
-
-
-def _open_socket(host: str, port: int, timeout: float) -> socket.socket:
-    try:
-        sock = socket.create_connection((host, port), timeout=timeout)
-    except socket.gaierror:
-        raise ConnectFailed(f"host {host!r} is unknown (DNS lookup failed)") \
-            from None
-    except socket.timeout:
-        raise TimedOut(f"timed out connecting to {host}:{port}") from None
-    except ConnectionRefusedError:
-        raise ConnectFailed(f"connection to {host}:{port} refused: no node "
-                            "listens there") from None
-    except OSError as exc:
-        raise ConnectFailed(f"cannot reach {host}:{port}: "
-                            f"{exc.strerror or exc}") from None
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
-
-
-def _handshake(sock: Any, our_node: str, cookie: bytes,
-               creation: int, deadline: float, length_size: int,
-               expected_peer: str) -> ClientHandshake:
-    hs = ClientHandshake(our_node, cookie, creation=creation,
-                         challenge=int.from_bytes(os.urandom(4), "big"),
-                         length_size=length_size,
-                         expected_peer=expected_peer)
-    sock.settimeout(max(0.001, deadline - time.monotonic()))
-    sock.sendall(hs.start())
-    while hs.state != State.CONNECTED:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise socket.timeout
-        sock.settimeout(remaining)
-        data = sock.recv(4096)
-        if not data:
-            raise hs.connection_closed()
-        try:
-            reply = hs.receive(data)
-        except NameBusy as exc:
-            if exc.answer:
-                sock.sendall(exc.answer)
-            raise
-        if reply:
-            sock.sendall(reply)
-    return hs
-
-
-def _random_index(n: int) -> int:
-    # os.urandom rather than the random module: no import on start-up.
-    return int.from_bytes(os.urandom(2), "big") % n
-
-
-def connect(node: str, cookie: bytes, *, timeout: float = 15.0,
-            dist_port: int | None = None,
-            names: tuple[str, ...] = NAME_POOL,
-            tls: "TlsSettings | None" = None,
-            limits: ReplyLimits | None = None) -> Connection:
-    """EPMD lookup (unless ``dist_port``), TCP connect, TLS when ``tls`` is
-    given, handshake.
-
-    ``timeout`` bounds the whole set-up, across every read. A busy name
-    (another probe of ours holds it or is connecting with it) is not an
-    error: the next name of the pool is tried, starting from a random one
-    so that probes started in the same instant spread out, and when every
-    name is busy, the next round waits a little, until ``timeout``. Raises
-    a ProbeError subclass with a one-line message for every way this can
-    fail.
-    """
-    address = NodeAddress(node)
-    deadline = time.monotonic() + timeout
-    context = None
-    if tls is not None:
-        from . import tls as tls_layer
-        # Certificates are loaded before anything is sent, so a bad file is
-        # reported as such rather than as a failed connection.
-        context = tls_layer.make_context(tls)
-    port = dist_port or epmd.lookup(address.alive, address.host, deadline)
-    creation = int.from_bytes(os.urandom(4), "big") | 1
-    busy: NameBusy | None = None
-    while True:
-        first = _random_index(len(names))
-        for i in range(len(names)):
-            name = names[(first + i) % len(names)]
-            try:
-                return _attempt(address, port, name, cookie, creation,
-                                deadline, timeout, context, tls, limits)
-            except NameBusy as exc:
-                busy = exc
-            except TimedOut:
-                if busy is None:
-                    raise
-                break
-        pause = BUSY_WAIT * (1 + _random_index(1000) / 1000)
-        if time.monotonic() + pause >= deadline:
-            break
-        time.sleep(pause)
-    raise ConnectFailed(f"all {len(names)} beam-probe names were busy on "
-                        f"{node} for {timeout:g} s: too many probes at once "
-                        f"({busy})")
-
-
-def _attempt(address: NodeAddress, port: int, name: str, cookie: bytes,
-             creation: int, deadline: float, timeout: float, context: Any,
-             tls: "TlsSettings | None", limits: ReplyLimits | None
-             ) -> Connection:
-    """One handshake as ``name``; NameBusy when the node has that name."""
-    node = address.node
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise TimedOut(f"{node} did not complete the handshake within "
-                       f"{timeout:g} s")
-    sock: Any = _open_socket(address.host, port, remaining)
-    our_node = f"{name}@{_our_host(address, sock)}"
-    if context is not None:
-        from . import tls as tls_layer
-        sock = tls_layer.start(sock, context, node, address.host, tls,
-                               deadline)
-    try:
-        # inet_tls_dist frames the handshake with 4-byte lengths.
-        hs = _handshake(sock, our_node, cookie, creation, deadline,
-                        4 if context is not None else 2, node)
-    except NameBusy:
-        sock.close()
-        raise
-    except CookieRejected as exc:
-        sock.close()
-        raise CookieError(f"{node} rejected the connection: {exc}") \
-            from None
-    except (NotAllowed, TlsRequired, WrongNode) as exc:
-        sock.close()
-        raise ConnectFailed(f"{node}: {exc}") from None
-    except HandshakeError as exc:
-        sock.close()
-        raise ProtocolError(f"handshake with {node} failed: {exc}") \
-            from None
-    except socket.timeout:
-        sock.close()
-        raise TimedOut(f"{node} did not complete the handshake within "
-                       f"{timeout:g} s") from None
-    except OSError as exc:
-        sock.close()
-        if context is not None:
-            from . import tls as tls_layer
-            # Under TLS 1.3 the node checks our certificate after our side
-            # of the TLS handshake is done: its refusal arrives here.
-            raise tls_layer.failure(exc, node, tls) from None
-        raise ConnectionLost(f"connection to {node} lost during the "
-                             f"handshake: {exc}") from None
-    sock.settimeout(None)
-    return Connection(sock, our_node, hs.peer_name or node, creation,
-                      hs.peer_flags, hs.trailing, limits)
-
-
-__all__ = ["Connection", "NodeAddress", "ReplyLimits", "connect",
-           "NAME_POOL"]
+__all__ = ["Connection", "Mailbox", "ReplyLimits"]

@@ -91,6 +91,20 @@ class NameBusy(HandshakeError):
         self.answer = answer
 
 
+class LostRace(NameBusy):
+    """The node closed the connection after status ``ok``, before its
+    challenge: another handshake from our name arrived, and a node whose
+    name sorts lower than ours shuts the first one down (net_kernel's
+    simultaneous-connect rule). Not a refusal: try another name."""
+
+
+class ClosedAfterReply(HandshakeError):
+    """The node closed the connection after our challenge reply, without a
+    word. Its digest check failing (a wrong cookie) does that; so does a
+    name race lost at that moment (see LostRace). connect() tells the two
+    apart by trying again under another name."""
+
+
 class NotAllowed(HandshakeError):
     """The peer refused us (status `not_allowed`)."""
 
@@ -228,10 +242,14 @@ class ClientHandshake:
             # name is already pending there ('already_pending').
             return NameBusy("the node closed the connection before giving "
                             "a status: our name is busy there")
+        if was == State.AWAIT_CHALLENGE:
+            return LostRace(f"the node closed the connection after status "
+                            f"{self.status}: another handshake from our "
+                            f"name replaced ours")
         if was == State.AWAIT_ACK:
             # The peer checks our digest before it sends its ack and closes
             # without a word when it does not match (erl_dist_protocol).
-            return CookieRejected(
+            return ClosedAfterReply(
                 "the node closed the connection after our challenge reply: "
                 "the cookie does not match the node's cookie")
         return HandshakeError(
