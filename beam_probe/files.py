@@ -48,13 +48,27 @@ def open_regular(path: str, flags: int = os.O_RDONLY,
 
 
 def write_whole(path: str, pieces: list[bytes], mode: int = 0o644) -> int:
-    """Write ``pieces`` to a temporary file beside ``path`` (a hidden
-    ``.beam_probe.*.tmp``: node_exporter's textfile collector reads only
-    *.prom), flush it to disk, then rename it over ``path``: a reader never
-    sees half a file. The bytes written. OSError as the system raised it,
-    the temporary file removed."""
+    """Write ``pieces`` to ``path``; the bytes written.
+
+    A regular file (or none yet) is replaced whole: the pieces go to a
+    temporary file beside ``path`` (a hidden ``.beam_probe.*.tmp``:
+    node_exporter's textfile collector reads only *.prom), flushed to disk,
+    then renamed over ``path``, so a reader never sees half a file. Any
+    other existing path is never replaced, as node_exporter and OpenSSH
+    treat their files: a device, a FIFO, a terminal or a symbolic link
+    (/dev/stdout, /dev/null) is written in place as a stream
+    (write_stream), a directory is refused. OSError as the system raised
+    it (NotRegular for a directory), the temporary file removed."""
     import tempfile
 
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise NotRegular(f"{path} is a directory")
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        return write_stream(path, pieces)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".beam_probe.",
                                suffix=".tmp")
@@ -73,6 +87,60 @@ def write_whole(path: str, pieces: list[bytes], mode: int = 0o644) -> int:
             pass
         raise
     return sum(len(piece) for piece in pieces)
+
+
+def write_stream(path: str, pieces: list[bytes]) -> int:
+    """Write ``pieces`` into an existing ``path`` in place: a device, a
+    FIFO with a reader, a terminal, or what a symbolic link names (a
+    regular file there is truncated first). Never creates a file. A FIFO
+    that nobody reads is an error at once, not a wait (O_NONBLOCK on open:
+    ENXIO); a full device (/dev/full) raises ENOSPC."""
+    import errno
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY
+                     | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise NotRegular(f"{path} is a FIFO or socket that nothing "
+                             "reads") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode):
+            os.ftruncate(fd, 0)
+        # Blocking from here: a reader that is slow must not lose bytes.
+        fcntl.fcntl(fd, fcntl.F_SETFL,
+                    fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        written = 0
+        for piece in pieces:
+            view = memoryview(piece)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+                written += n
+        return written
+    finally:
+        os.close(fd)
+
+
+def open_append(path: str) -> tuple[int, os.stat_result]:
+    """``path`` opened to append (created if missing), and its stat. The
+    last component is never followed if it is a symbolic link: a root cron
+    job appending in a shared folder must not write where someone else's
+    link points (NotRegular, naming it)."""
+    import errno
+
+    try:
+        return open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT
+                            | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotRegular(f"{path} is a symbolic link: not followed "
+                             "for appending (name the file itself)") \
+                from None
+        raise
 
 
 def read_regular(path: str, limit: int) -> tuple[bytes, os.stat_result]:

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -667,3 +668,96 @@ def run_fresh_check(target, names):
                 except Exception:
                     missing.append(name)
             return missing
+
+
+# --- 9. Paths that are not regular files are never replaced -----------------
+#
+# Devices are made with mknod in a temporary folder (the majors and minors
+# of /dev/null and /dev/full), never a real /dev entry.
+
+
+def _device(folder, name, minor):
+    path = folder / name
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+    except PermissionError:
+        pytest.skip("making a device needs root (CAP_MKNOD)")
+    return path
+
+
+def _still_a_device(path):
+    return stat.S_ISCHR(os.lstat(path).st_mode)
+
+
+def test_a_full_device_is_written_in_place_and_fails(target, tmp_path):
+    full = _device(tmp_path, "full", 7)
+    r = run_cli("snapshot", target.node, "-o", str(full), "--gc", "none",
+                node=target)
+    one_line(r, 11, str(full), "No space left")
+    assert _still_a_device(full)
+    r = run_cli("alloc", target.node, "--raw", str(full), node=target)
+    one_line(r, 11, "No space left")
+    assert _still_a_device(full)
+    r = run_cli("check", target.node, "--textfile", str(full), node=target)
+    assert r.returncode == 1 and "No space left" in r.stdout, r.stdout
+    assert _still_a_device(full)
+    assert [p.name for p in tmp_path.iterdir()] == ["full"]
+
+
+def test_a_null_device_takes_the_output_and_stays(target, tmp_path):
+    null = _device(tmp_path, "null", 3)
+    for args in (["snapshot", target.node, "-o", str(null), "--gc", "none"],
+                 ["alloc", target.node, "--raw", str(null)],
+                 ["check", target.node, "--textfile", str(null)]):
+        r = run_cli(*args, node=target)
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
+        assert _still_a_device(null)
+    assert [p.name for p in tmp_path.iterdir()] == ["null"]
+
+
+def test_a_fifo_is_streamed_to_its_reader(target, tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    r = run_cli("snapshot", target.node, "-o", str(fifo), "--gc", "none",
+                node=target)
+    one_line(r, 11, "FIFO", "nothing reads")
+    received = []
+    reader = threading.Thread(target=lambda: received.append(
+        open(fifo, "rb").read()))
+    reader.start()
+    r = run_cli("snapshot", target.node, "-o", str(fifo), "--gc", "none",
+                node=target)
+    reader.join(30)
+    assert r.returncode == 0, r.stderr
+    assert received and received[0].startswith(b"BEAMPROBE SNAPSHOT")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_directory_is_refused(target, tmp_path):
+    r = run_cli("snapshot", target.node, "-o", str(tmp_path), "--gc",
+                "none", node=target)
+    one_line(r, 11, "is a directory")
+
+
+def test_appends_do_not_follow_a_symbolic_link(target, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    link = tmp_path / "history.jsonl"
+    link.symlink_to(victim)
+    r = run_cli("check", target.node, "--history", str(link), node=target)
+    assert r.returncode == 1, r.stdout
+    assert "symbolic link" in r.stdout and str(link) in r.stdout, r.stdout
+    r = run_cli("watch", target.node, "--count", "1", "-o", str(link),
+                "--format", "json", node=target)
+    one_line(r, 11, str(link), "symbolic link")
+    assert victim.read_text() == "precious\n" and link.is_symlink()
+
+
+def test_a_link_to_a_file_is_written_through_and_kept(target, tmp_path):
+    real = tmp_path / "real.prom"
+    real.write_text("old\n")
+    link = tmp_path / "link.prom"
+    link.symlink_to(real)
+    r = run_cli("check", target.node, "--textfile", str(link), node=target)
+    assert r.returncode == 0, r.stdout
+    assert link.is_symlink() and "beam_probe_up" in real.read_text()

@@ -43,12 +43,12 @@ def record(node: str, values: dict[str, Any], now: float) -> dict[str, Any]:
 def append(path: str, records: list[dict[str, Any]]) -> None:
     """Append ``records``, one line each, in one write. Raises HistoryError
     when the file cannot be opened or the write is short (a full disk)."""
-    from ..files import error_text, open_regular
+    from ..files import error_text, open_append
 
     data = "".join(json.dumps(r, separators=(",", ":")) + "\n"
                    for r in records).encode()
     try:
-        fd, info = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        fd, info = open_append(path)
     except OSError as exc:
         raise HistoryError(error_text(exc)) from None
     try:
