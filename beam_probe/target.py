@@ -30,18 +30,41 @@ NODE_ENV = ("BEAM_PROBE_NODE", "RELEASE_NODE")
 COOKIE_ENV = ("BEAM_PROBE_COOKIE", "RELEASE_COOKIE")
 
 
+# A node name is an atom: at most 255 characters (erl refuses longer). A
+# host name is at most 253 characters in labels of at most 63 (RFC 1035);
+# longer ones failed deep in the resolver or the EPMD request's 2-byte
+# length, as internal errors.
+MAX_NODE_NAME = 255
+MAX_HOST = 253
+MAX_LABEL = 63
+
+
 def full_node_name(name: str, env: Mapping[str, str] | None = None) -> str:
-    """``app`` -> ``app@shorthost``; a name with ``@`` is returned as it is."""
+    """``app`` -> ``app@shorthost``; a name with ``@`` is returned as it is.
+    UsageError for anything that cannot be a node's name."""
     env = os.environ if env is None else env
     name = name.strip()
+    shown = repr(name) if len(name) <= 60 else repr(name[:40]) + \
+        f"... ({len(name)} characters)"
     if not name or name.startswith("@") or name.endswith("@") or \
             name.count("@") > 1:
-        raise UsageError(f"not a node name: {name!r} (expected name@host)")
-    if "@" in name:
-        return name
-    if env.get("RELEASE_DISTRIBUTION") == "name":
-        return f"{name}@{socket.getfqdn()}"
-    return f"{name}@{socket.gethostname().split('.')[0]}"
+        raise UsageError(f"not a node name: {shown} (expected name@host)")
+    if "@" not in name:
+        host = socket.getfqdn() if env.get("RELEASE_DISTRIBUTION") == \
+            "name" else socket.gethostname().split(".")[0]
+        name = f"{name}@{host}"
+    alive, _, host = name.partition("@")
+    if len(name) > MAX_NODE_NAME:
+        raise UsageError(f"not a node name: {shown} (a node name is at "
+                         f"most {MAX_NODE_NAME} characters)")
+    if not name.isprintable() or any(c.isspace() for c in name):
+        raise UsageError(f"not a node name: {shown} (it holds spaces or "
+                         "control characters)")
+    if len(host) > MAX_HOST or any(
+            not 0 < len(label) <= MAX_LABEL for label in host.split(".")):
+        raise UsageError(f"not a node name: {shown} (its host is not a "
+                         "host name)")
+    return name
 
 
 def resolve_node(option: str | None,

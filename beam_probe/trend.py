@@ -35,6 +35,50 @@ NOISE_SHARE = 0.01
 DEFAULT_FLOOR = 12
 
 
+# A record read back from a file (a watch file, a check history) is what
+# beam-probe wrote only if its time is epoch seconds from 1970 to the year
+# 5138 and its figures fit 64 bits: NaN, 1e308, -1e18 or 10^400 are not
+# samples of ours (they ended in an internal error in arithmetic and date
+# formatting before).
+MAX_EPOCH = 1e11
+MAX_FIGURE = 2.0**63
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a figure")
+
+
+def read_record(raw: bytes) -> dict | None:
+    """One JSON line of a watch file or a history, or None when it is not
+    a record: an object with a node name and a time in range. A figure
+    out of range (or not a number) reads as None, as a missing one does."""
+    import json
+
+    try:
+        item = json.loads(raw, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(item, dict) or not isinstance(item.get("node"), str) \
+            or not figure(item.get("epoch"), 0, MAX_EPOCH):
+        return None
+    for key, value in item.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and not figure(value):
+            item[key] = None
+    return item
+
+
+def figure(value: object, low: float = -MAX_FIGURE,
+           high: float = MAX_FIGURE) -> bool:
+    """A number (not a bool) within [low, high]: NaN compares false."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return low <= value <= high
+    except OverflowError:
+        return False
+
+
 class Point(NamedTuple):
     epoch: float
     value: float

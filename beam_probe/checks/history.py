@@ -108,13 +108,10 @@ def load_tail(path: str, nodes: list[str], need: int
 
 def _parse(raw: bytes) -> dict[str, Any] | None:
     """One record, or None for a line that is not one of ours."""
-    try:
-        item = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return None
-    if isinstance(item, dict) and isinstance(item.get("node"), str) \
-            and isinstance(item.get("binary"), (int, float)) \
-            and isinstance(item.get("epoch"), (int, float)) \
+    from ..trend import figure, read_record
+
+    item = read_record(raw)
+    if item is not None and figure(item.get("binary")) \
             and isinstance(item.get("time"), str):
         return item
     return None

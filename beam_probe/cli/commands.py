@@ -281,6 +281,7 @@ def _plot_text(data: dict) -> str:
 
     from .. import render_watch
     from ..probes.plot import bytes_only
+    from .tty import colour_wanted
 
     if "output" in data:
         return (f"{data['output']}: {data['samples']} samples of "
@@ -295,7 +296,7 @@ def _plot_text(data: dict) -> str:
     series = [(name, data["series"][name]) for name in data["metrics"]]
     return render_watch.plot_text(title, series, width, max(8, height - 2),
                                   bytes_only(data["metrics"]),
-                                  colour=sys.stdout.isatty())
+                                  colour=colour_wanted(sys.stdout))
 
 
 @command("plot", "FILE...", kind="offline", render=_plot_text,

@@ -31,6 +31,15 @@ def is_terminal(stream: Any) -> bool:
     return stream is not None and stream.isatty()
 
 
+def colour_wanted(stream: Any) -> bool:
+    """Colour for a terminal, unless the user said no: NO_COLOR set to
+    anything (no-color.org), or TERM=dumb."""
+    import os
+
+    return is_terminal(stream) and not os.environ.get("NO_COLOR") and \
+        os.environ.get("TERM") != "dumb"
+
+
 def write_out(text: str) -> None:
     """Text and a newline on stdout, flushed."""
     stream = sys.stdout

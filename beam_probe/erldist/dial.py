@@ -46,7 +46,12 @@ class NodeAddress:
     def __init__(self, node: str) -> None:
         alive, sep, host = node.partition("@")
         if not sep or not alive or not host:
-            raise ValueError(f"not a node name: {node!r} (expected name@host)")
+            raise ValueError(f"not a node name: {node[:300]!r} (expected "
+                             "name@host)")
+        if len(node) > 255:
+            # An atom: erl refuses longer names, and EPMD's request and the
+            # handshake carry a name's length in 2 bytes.
+            raise ValueError("not a node name: longer than 255 characters")
         self.node = node
         self.alive = alive
         self.host = host

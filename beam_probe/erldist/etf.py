@@ -90,6 +90,7 @@ _latin1_atoms: dict[bytes, Any] = {}
 _items_left = 0
 _limits = threading.Lock()
 _max_uncompressed = MAX_UNCOMPRESSED
+_inflate_left = MAX_UNCOMPRESSED
 _unpack_I = struct.Struct(">I").unpack_from
 _unpack_i = struct.Struct(">i").unpack_from
 _unpack_H = struct.Struct(">H").unpack_from
@@ -393,10 +394,15 @@ def _d_new_fun(data, pos):
 
 
 def _d_compressed(data, pos):
+    global _inflate_left
     (size,) = _unpack_I(data, pos)
-    if size > _max_uncompressed:
-        raise DecodeError(f"compressed term claims {size} bytes, over the "
-                          f"{_max_uncompressed}-byte limit")
+    # One budget for the whole decode, every nesting level included: a
+    # term compressed inside a compressed term, each checked against the
+    # limit alone, took ~130 MB a level (a hostile peer reached 1.2 GB).
+    if size > _inflate_left:
+        raise DecodeError(f"compressed terms claim more than the "
+                          f"{_max_uncompressed}-byte limit in all")
+    _inflate_left -= size
     inflater = zlib.decompressobj()
     try:
         # max_length bounds the output to the size the header claims.
@@ -447,15 +453,16 @@ def decode_from(data: bytes, pos: int = 0, *, max_items: int = MAX_ITEMS,
                 max_uncompressed: int = MAX_UNCOMPRESSED) -> tuple[Any, int]:
     """Decode one versioned term (131 ...) at ``pos``; return it and the end.
 
-    At most ``max_items`` list, tuple and map items are made, and a
-    compressed term may inflate to at most ``max_uncompressed`` bytes.
+    At most ``max_items`` list, tuple and map items are made, and the
+    compressed terms in it (nested ones included) may inflate to at most
+    ``max_uncompressed`` bytes in all.
     Raises DecodeError, and only DecodeError, for any malformed input or a
     term over those limits.
     """
-    global _items_left, _max_uncompressed
+    global _items_left, _max_uncompressed, _inflate_left
     with _limits:
         _items_left = max_items
-        _max_uncompressed = max_uncompressed
+        _max_uncompressed = _inflate_left = max_uncompressed
         return _decode_versioned(data, pos)
 
 

@@ -445,8 +445,9 @@ def _atoms(a: Loaded, b: Loaded) -> dict:
     first, last = a.header["atom_count"], b.header["atom_count"]
     start = b.header.get("atoms_from", last)
     names = b.header.get("atoms", [])
-    known = [names[i - start] for i in range(max(first, start), last)
-             if 0 <= i - start < len(names)]
+    # Only the indices whose names the file holds: the counts alone could
+    # claim 10^12 atoms (checked when read, but never looped over).
+    known = names[max(first, start) - start:max(0, last - start)]
     return {"added": last - first, "names": known[:TOP_ROWS],
             "all_named": first >= start and len(known) == last - first}
 

@@ -10,13 +10,12 @@ optional extra imported by this command alone.
 
 from __future__ import annotations
 
-import json
 import os
 from datetime import datetime
 from typing import Any, Callable, Iterator
 
 from ..errors import UsageError
-from ..trend import BYTE_CATEGORIES, Series
+from ..trend import BYTE_CATEGORIES, Series, figure, read_record
 
 DEFAULT_METRICS = ("total", "processes", "binary", "ets")
 # Every numeric field of a sample that can be drawn.
@@ -89,18 +88,6 @@ def _lines(path: str) -> Iterator[bytes]:
             yield line
 
 
-def _sample(line: bytes) -> dict | None:
-    try:
-        item = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    if isinstance(item, dict) and isinstance(item.get("node"), str) \
-            and isinstance(item.get("epoch"), (int, float)) \
-            and not isinstance(item.get("epoch"), bool):
-        return item
-    return None
-
-
 def load(files: list[str], wanted: tuple[str, ...], node: str | None,
          since: float | None, until: float | None,
          progress: Callable[[str], None] = lambda text: None) -> dict:
@@ -119,7 +106,7 @@ def load(files: list[str], wanted: tuple[str, ...], node: str | None,
         for raw in _lines(path):
             if not raw.strip():
                 continue
-            item = _sample(raw)
+            item = read_record(raw)
             if item is None:
                 if not raw.startswith(b'{"summary"'):
                     skipped += 1
@@ -146,7 +133,7 @@ def load(files: list[str], wanted: tuple[str, ...], node: str | None,
                         isinstance(value, bool):
                     value = None
                 series[name].add(epoch, value)
-                if isinstance(floor.get(name), (int, float)):
+                if figure(floor.get(name)):
                     has_floor = True
                     floors[name].add(epoch, floor[name])
             for rise in item.get("leaks") or []:
