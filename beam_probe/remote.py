@@ -139,16 +139,20 @@ class Remote:
             self.conn.close_mailbox(box)
 
     def fan_out(self, nodes: list, module: str, function: str, *args: Any,
-                timeout: float) -> Any:
+                timeout: float, wait: float | None = None) -> Any:
         """``function`` on each of ``nodes`` at once, through the attached
         node (erpc:multicall), each under a guard that watches the call on
         the attached node: when we go, it goes, and so do they. Returns
-        erpc:multicall's list of {ok, Value} or {Class, Reason}."""
+        erpc:multicall's list of {ok, Value} or {Class, Reason}.
+        ``timeout`` bounds each node; we wait ``wait`` for the whole (by
+        default a little longer, so that slow nodes are reported as such
+        rather than ending the call)."""
         inner, bindings = self.guarded(module, function, args,
                                        Var("BeamProbeWatch"),
                                        timeout + GUARD_MARGIN)
         return self.run(GUARD, "fan_out", nodes, inner, bindings,
-                        _millis(timeout), timeout=timeout + GUARD_MARGIN)
+                        _millis(timeout), timeout=timeout + GUARD_MARGIN
+                        if wait is None else wait)
 
     def _watch(self) -> tuple:
         return (A_NODE, Atom(self.conn.our_node))

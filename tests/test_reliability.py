@@ -422,6 +422,56 @@ def test_connecting_has_its_own_limit():
     assert elapsed < 4
 
 
+class Silent(FakeServer):
+    """Accepts connections and says nothing."""
+
+    def _serve(self) -> None:
+        held = []
+        while True:
+            try:
+                held.append(self.server.accept()[0])
+            except OSError:
+                return
+
+
+@pytest.mark.parametrize("where", ["node", "epmd"])
+def test_check_timeout_bounds_the_whole_run(where):
+    """NRPE kills a plugin at its -t: --timeout bounds connecting too."""
+    silent = Silent()
+    args = ["check", "x@127.0.0.1", "--timeout", "2"]
+    env = {"BEAM_PROBE_COOKIE": "c"}
+    if where == "node":
+        args += ["--dist-port", str(silent.port)]
+    else:
+        env["ERL_EPMD_PORT"] = str(silent.port)
+    try:
+        r, elapsed = _timed(args, env)
+    finally:
+        silent.close()
+    assert r.returncode == 2 and r.stdout.startswith("BEAM CRITICAL"), \
+        r.stdout
+    assert "timed out" in r.stdout
+    assert elapsed < 2 + 1.5, elapsed  # the interpreter's start included
+
+
+def test_connecting_waits_at_most_timeout_unless_told():
+    silent = Silent()
+    try:
+        r, elapsed = _timed(["ping", "x@127.0.0.1", "--dist-port",
+                             str(silent.port), "--timeout", "1"],
+                            {"BEAM_PROBE_COOKIE": "c"})
+        one_line(r, 6, "within 1 s")
+        assert elapsed < 1 + 1.5, elapsed
+        r, elapsed = _timed(["ping", "x@127.0.0.1", "--dist-port",
+                             str(silent.port), "--timeout", "1",
+                             "--connect-timeout", "3"],
+                            {"BEAM_PROBE_COOKIE": "c"})
+        one_line(r, 6, "within 3 s")
+        assert 3 <= elapsed < 3 + 1.5, elapsed
+    finally:
+        silent.close()
+
+
 def test_a_fifo_cookie_file_is_refused(target, tmp_path):
     fifo = tmp_path / "cookie"
     os.mkfifo(fifo, 0o600)

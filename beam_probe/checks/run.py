@@ -109,11 +109,15 @@ def _history(request: CheckRequest, measured: list[dict[str, Any]],
 
 def _measure(attach: Callable[[], Any], cluster: bool, jobs: int,
              timeout: float) -> list[dict[str, Any]]:
+    """The figures, within ``timeout`` for the whole: connecting (at most
+    all of it), then each call within what is left."""
     from ..probes import health
 
+    deadline = time.monotonic() + timeout
     with attach() as remote:
+        remote.timeout = max(0.1, deadline - time.monotonic())
         if cluster:
-            return health.measure_cluster(remote, timeout, jobs)
+            return health.measure_cluster(remote, timeout, jobs, deadline)
         return [health.measure(remote, jobs)]
 
 

@@ -78,6 +78,10 @@ def check(args: tuple[str, ...], warn_specs: tuple[str, ...],
         plugin_exit(3, f"BEAM UNKNOWN - unexpected argument {rest[0]!r}")
     if trend is not None and not history:
         plugin_exit(3, "BEAM UNKNOWN - --trend needs --history FILE")
+    # A plugin's -t bounds its whole run (NRPE kills it at 10 s by
+    # default): connecting takes its share of --timeout, never more.
+    given["connect_timeout"] = min(given["connect_timeout"]
+                                   or given["timeout"], given["timeout"])
     request = CheckRequest(node=node, warn=warn_specs, crit=crit_specs,
                            fmt=given["fmt"], textfile=textfile,
                            history=history, trend=trend, cluster=cluster,

@@ -89,10 +89,11 @@ def node_options(default_timeout: float = DEFAULT_TIMEOUT,
                      show_default=True, metavar="SECONDS",
                      help="Limit for each call to the node."),
         click.option("--connect-timeout", type=Seconds(0.1),
-                     default=DEFAULT_CONNECT_TIMEOUT, show_default=True,
-                     metavar="SECONDS",
+                     default=None, metavar="SECONDS",
                      help="Limit for connecting (EPMD, TLS and the "
-                          "handshake, every read included)."),
+                          "handshake, every read included). [default: "
+                          f"{DEFAULT_CONNECT_TIMEOUT:g}, or --timeout if "
+                          "less]"),
         format_option(formats),
     ]
 
@@ -149,8 +150,17 @@ def attach(node_arg: str | None, opts: dict[str, Any]) -> Any:
                       cacertfile=opts["cacertfile"],
                       server_name=opts["tls_server_name"])
     return attach_remote(node, cookie, timeout=opts["timeout"],
-                         connect_timeout=opts["connect_timeout"],
+                         connect_timeout=connect_timeout(opts),
                          dist_port=opts["dist_port"], tls=tls)
+
+
+def connect_timeout(opts: dict[str, Any]) -> float:
+    """--connect-timeout, or when not given the default, but never more
+    than --timeout: `--timeout 5` against a silent peer took 15 s."""
+    given = opts.get("connect_timeout")
+    if given is not None:
+        return float(given)
+    return min(DEFAULT_CONNECT_TIMEOUT, opts["timeout"])
 
 
 __all__ = ["DEFAULT_TIMEOUT", "EPILOG_NODE", "JOBS_OPTION", "Seconds",

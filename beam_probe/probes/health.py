@@ -71,18 +71,26 @@ def _health(node: str, reply: dict) -> NodeHealth:
             "allocators": _allocators(types)}
 
 
-def measure_cluster(remote: Remote, timeout: float,
-                    jobs: int = 0) -> list[NodeHealth]:
+def measure_cluster(remote: Remote, timeout: float, jobs: int = 0,
+                    deadline: float | None = None) -> list[NodeHealth]:
     """Every check value of the attached node and of every node it is
     connected to (erlang:nodes()), fanned out by the node itself.
 
     A node that does not answer within ``timeout`` seconds, or fails, gets
-    an "error" instead of "values".
+    an "error" instead of "values". With a ``deadline`` (time.monotonic())
+    the whole answers by it: each node gets at most four fifths of what
+    is left, the rest is for the replies to come back.
     """
+    import time
+
     others = remote.call("erlang", "nodes", [])
     nodes = [Atom(remote.node), *others]
+    wait = None
+    if deadline is not None:
+        wait = max(0.1, deadline - time.monotonic())
+        timeout = min(timeout, 0.8 * wait)
     replies = remote.fan_out(nodes, HELPER, "health", jobs, *LOCALS,
-                             timeout=timeout)
+                             timeout=timeout, wait=wait)
     results = []
     for node, reply in zip(nodes, replies):
         if reply[0] == Atom("ok"):
