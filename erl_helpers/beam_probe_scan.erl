@@ -57,19 +57,10 @@
 -spec guard(watch(), timeout(), fun(() -> Result)) -> Result.
 guard(Watch, TimeoutMs, Work) ->
     Watcher = erlang:self(),
-    %% monitor_node/2 on a node that is not connected would try to connect
-    %% to it: check first.
-    Up = case Watch of
-             {node, Node} ->
-                 lists:member(Node, erlang:nodes(connected))
-                     andalso erlang:monitor_node(Node, true);
-             {process, Pid} ->
-                 erlang:is_reference(erlang:monitor(process, Pid))
-         end,
-    case Up of
-        true -> ok;
-        false -> erlang:exit(Watcher, normal)
-    end,
+    %% Our connection's processes: its owner, which lives as long as the
+    %% connection, and its controllers. Watching means monitoring those, a
+    %% local matter: monitor_node/2 on a node whose connection has just
+    %% gone would make this node try to connect back to it.
     Connection =
         case Watch of
             {node, Prober} ->
@@ -83,6 +74,28 @@ guard(Watch, TimeoutMs, Work) ->
             {process, _} ->
                 []
         end,
+    Watched = case Watch of
+                  {node, _} -> Connection;
+                  {process, Caller} -> [Caller]
+              end,
+    lists:foreach(fun(Pid) -> erlang:monitor(process, Pid) end, Watched),
+    %% Whether beam-probe can still be answered: a reply to a node that is
+    %% gone would connect back, so when it is gone this process ends
+    %% normally instead, and rex sends nothing.
+    Here = fun() ->
+                   case Watch of
+                       {node, _} ->
+                           Watched =/= [] andalso
+                               lists:all(fun erlang:is_process_alive/1,
+                                         Watched);
+                       {process, _} ->
+                           true
+                   end
+           end,
+    case Here() of
+        true -> ok;
+        false -> erlang:exit(Watcher, normal)
+    end,
     Body = fun() ->
                    erlang:put('$beam_probe_ours',
                               [Watcher, erlang:self() | Connection]),
@@ -92,18 +105,24 @@ guard(Watch, TimeoutMs, Work) ->
         {Worker, Done} ->
             receive
                 {'DOWN', Done, process, Worker, {beam_probe_done, Result}} ->
-                    Result;
+                    case Here() of
+                        true -> Result;
+                        false -> erlang:exit(Watcher, normal)
+                    end;
                 {'DOWN', Done, process, Worker, Reason} ->
-                    erlang:exit(Reason);
-                {nodedown, _} ->
-                    erlang:exit(Worker, kill),
-                    erlang:exit(Watcher, normal);
+                    case Here() of
+                        true -> erlang:exit(Reason);
+                        false -> erlang:exit(Watcher, normal)
+                    end;
                 {'DOWN', _, process, _, _} ->
                     erlang:exit(Worker, kill),
                     erlang:exit(Watcher, normal)
             after TimeoutMs ->
                 erlang:exit(Worker, kill),
-                erlang:exit({beam_probe_deadline, TimeoutMs})
+                case Here() of
+                    true -> erlang:exit({beam_probe_deadline, TimeoutMs});
+                    false -> erlang:exit(Watcher, normal)
+                end
             end
     catch
         error:system_limit ->
@@ -416,7 +435,10 @@ proc_count_all(Sink, Tag, Attribute, Chunk, WaitMs, Jobs, Pmap, Values,
                    ok;
                Send(Rest) ->
                    Rows = lists:sublist(Rest, Chunk),
-                   erlang:send(Sink, {Tag, erlang:self(), Describe(Rows)}),
+                   %% noconnect: were beam-probe gone, a plain send
+                   %% would make the node connect back to it.
+                   erlang:send(Sink, {Tag, erlang:self(), Describe(Rows)},
+                               [noconnect]),
                    receive
                        {Tag, more} ->
                            Send(lists:nthtail(erlang:length(Rows), Rest))

@@ -234,6 +234,48 @@ def test_a_killed_bin_leak_stops_collecting(big):
     _stopped_within_3_s(remote, count_before, memory_before)
 
 
+def _footprint(remote):
+    """What a node that tried to connect back to us would have gained: its
+    registered names (inet_gethost_native), ports, ETS tables."""
+    return (set(remote.call("erlang", "registered", [])),
+            len(remote.call("erlang", "ports", [])),
+            len(remote.call("ets", "all", [])))
+
+
+@pytest.mark.slow
+def test_a_frozen_node_does_not_call_us_back(big):
+    """The node is stopped mid-command, we time out and go, the node goes
+    on: whatever it finishes after we left, it answers no one (a reply to
+    a node that is gone would make it connect back, start its DNS helper
+    and open ports for it)."""
+    node, remote = big
+    before = _footprint(remote)
+    tracer = remote.call("beam_probe_workload", "watch_connects", [])
+    for _round in range(2):
+        probe = subprocess.Popen(cli("snapshot", node.node, "-o",
+                                     os.devnull, "--gc", "all",
+                                     "--timeout", "2"),
+                                 env=dict(os.environ, HOME=node.home),
+                                 stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        try:
+            assert wait_for(lambda: bool(ours_running(remote)), 20,
+                            step=0.002)
+            time.sleep(0.3)
+            os.kill(node.pid, signal.SIGSTOP)
+            try:
+                _out, err = probe.communicate(timeout=30)
+            finally:
+                os.kill(node.pid, signal.SIGCONT)
+        finally:
+            probe.kill()
+        assert probe.returncode == 6, err
+        assert wait_for(lambda: not ours_running(remote), 10)
+        time.sleep(2)
+        assert _footprint(remote) == before
+    assert remote.call("beam_probe_workload", "connects", [tracer]) == []
+
+
 def test_a_call_we_gave_up_on_is_stopped_by_its_deadline(target, remote):
     """A library caller that times out but keeps the connection: the node
     stops the work at the guard's deadline, a little after ours."""

@@ -19,6 +19,8 @@
 -export([fragment/2, hold_binaries/1, big_table/2, churn/1]).
 %% Callbacks: the scene's supervisor, and its proc_lib workers.
 -export([init/1, start_leak_worker/0, leak_worker/1, noise_loop/0]).
+%% What net_kernel is asked to connect to (test_reliability.py).
+-export([watch_connects/0, connects/1]).
 
 -define(BINARY_SIZE, 1024).
 -define(LEAKER_HEAP_WORDS, 100000).
@@ -346,4 +348,34 @@ churn_loop(N) ->
     after 0 ->
         _ = lists:seq(1, N),
         churn_loop(N)
+    end.
+
+%% A tracer of net_kernel's messages that keeps the nodes it is asked to
+%% connect to: {auto_connect, Node, _} when a send or a monitor meets a
+%% node that is not connected (OTP 25 and 28 alike), {connect, _, Node}
+%% from net_kernel:connect_node/1.
+watch_connects() ->
+    Tracer = spawn(fun() -> connects_loop([]) end),
+    erlang:trace(whereis(net_kernel), true, ['receive', {tracer, Tracer}]),
+    Tracer.
+
+%% The nodes asked for so far; stops the tracer.
+connects(Tracer) ->
+    erlang:trace(whereis(net_kernel), false, ['receive']),
+    Tracer ! {stop, self()},
+    receive
+        {connects, Tracer, Nodes} -> Nodes
+    after 5000 -> timeout
+    end.
+
+connects_loop(Nodes) ->
+    receive
+        {trace, _, 'receive', {auto_connect, Node, _}} ->
+            connects_loop([Node | Nodes]);
+        {trace, _, 'receive', {'$gen_call', _, {connect, _, Node}}} ->
+            connects_loop([Node | Nodes]);
+        {trace, _, 'receive', _} ->
+            connects_loop(Nodes);
+        {stop, From} ->
+            From ! {connects, self(), lists:reverse(Nodes)}
     end.
