@@ -95,6 +95,9 @@ def run_demo(echo=print, keep: bool = False) -> int:
         # The cookie reaches the commands through the node's private
         # HOME (~/.erlang.cookie), never through their arguments.
         env = dict(os.environ, HOME=node.home)
+        # leak-hunt keeps its snapshots in a folder of the temporary
+        # directory: the demo's own, removed with it.
+        env["TMPDIR"] = workdir
         for title, command, note in STEPS:
             args = [command[0], node.node, *command[1:]]
             echo(f"\n{title}\n$ beam-probe {' '.join(args)}")

@@ -62,12 +62,25 @@ EXIT_CODES = [
 ]
 
 
+class EndedEarly(Exception):
+    """A probe whose node failed it after part of the answer was in hand
+    (leak-hunt's snapshots before the node went): ``result`` is written as
+    any result is, then ``error`` ends the run with its line and code.
+    ``elixir`` says how to show names, the node being gone to ask."""
+
+    def __init__(self, result: object, error: ProbeError,
+                 elixir: bool = False) -> None:
+        super().__init__(str(error))
+        self.result, self.error, self.elixir = result, error, elixir
+
+
 class Terminated(BaseException):
     """SIGTERM arrived: stop as Ctrl-C stops (a BaseException, so that no
     ``except Exception`` on the way swallows it)."""
 
 
 __all__ = ["ConnectFailed", "ConnectionLost", "CookieError", "EXIT_CODES",
+           "EndedEarly",
            "HostUnknown", "NoCookie", "NoSuchProcess", "NodeNotFound",
            "OutputFailed", "ProbeError", "ProtocolError", "RemoteError",
            "Terminated", "TimedOut", "TlsConfigError", "TlsError",

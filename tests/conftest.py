@@ -92,9 +92,12 @@ ERL = {"25": lambda: shutil.which("erl") or pytest.fail("erl not on PATH"),
 
 @pytest.fixture(scope="session", autouse=True)
 def private_cache(tmp_path_factory) -> str:
-    """Parsed helper forms go to a scratch cache, not the user's."""
+    """Parsed helper forms go to a scratch cache, not the user's; what the
+    commands keep in the temporary directory (leak-hunt's snapshots) goes
+    to a scratch folder too, removed with pytest's."""
     path = str(tmp_path_factory.mktemp("cache"))
     os.environ["BEAM_PROBE_CACHE"] = path
+    os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("tmp"))
     return path
 
 

@@ -164,6 +164,44 @@ def test_ctrl_c_in_a_leak_hunt_diffs_what_was_taken(target, tmp_path):
     assert "suspects" not in result["diff"]
 
 
+def test_a_leak_hunt_keeps_and_diffs_what_it_took_when_the_node_goes(
+        nodes, otp, tmp_path):
+    """Without --save: the snapshots stay in a folder named on stderr, the
+    two taken are compared, and the exit code is the connection's."""
+    import subprocess
+    import sys
+    import time
+
+    node = nodes.start(otp)
+    env = dict(os.environ, BEAM_PROBE_COOKIE=node.cookie,
+               TMPDIR=str(tmp_path))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "beam_probe", "leak-hunt", node.node,
+         "--interval", "2", "--snapshots", "4", "--format", "json"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(
+                list(tmp_path.glob("beam-probe-hunt-*/*.snapshot"))) < 2:
+            time.sleep(0.05)
+        node.stop()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 7, err
+    (folder,) = tmp_path.glob("beam-probe-hunt-*")
+    kept, lost = err.strip().splitlines()
+    assert kept == f"beam-probe: 2 snapshots kept in {folder}"
+    assert lost.startswith("beam-probe: connection lost")
+    result = json.loads(out)
+    assert result["taken"] == result["compared"] == 2
+    assert result["error"].startswith("connection lost")
+    assert sorted(result["files"]) == sorted(map(str, folder.iterdir()))
+    assert result["diff"]["after"]["node"] == node.node
+
+
 @pytest.mark.slow
 def test_a_node_dying_mid_snapshot_is_one_line_and_no_file(nodes, tmp_path):
     import subprocess

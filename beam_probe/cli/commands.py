@@ -455,19 +455,41 @@ def leak_hunt(remote: Any, request: SimpleNamespace,
     Takes --snapshots snapshots (3) --interval seconds apart, each after
     the collection --gc asks for (holders), then prints the diff of the
     first, the second and the last: the suspects first, each with the
-    command to look closer. Ctrl-C keeps what was taken and diffs it when
-    there are two or more. --save DIR keeps the files for diff.
+    command to look closer. The snapshots are kept (in --save DIR, else
+    a new folder of the temporary directory, named on stderr); Ctrl-C, or
+    a node that goes mid-way, still diffs what was taken when there are
+    two or more.
 
     \b
     Examples:
       beam-probe leak-hunt app@db1 --interval 60
       beam-probe leak-hunt app@db1 --interval 300 --save /tmp/hunt
     """
+    from ..errors import EndedEarly
     from ..probes import snapshot as snapshots
 
-    return snapshots.leak_hunt(remote, request.snapshots, request.interval,
-                               request.gc, request.save, request.jobs,
-                               request.max_gc, progress)
+    try:
+        result = snapshots.leak_hunt(remote, request.snapshots,
+                                     request.interval, request.gc,
+                                     request.save, request.jobs,
+                                     request.max_gc, progress)
+    except EndedEarly as ended:
+        _name_kept(ended.result)
+        if ended.result["diff"] is None:
+            raise ended.error from None
+        raise
+    _name_kept(result)
+    return result
+
+
+def _name_kept(result: dict) -> None:
+    """Where the snapshots are, on stderr: kept always, --save or not."""
+    from .tty import note_line
+
+    if result["saved"]:
+        note_line(f"beam-probe: {result['taken']} snapshot"
+                  f"{'s' if result['taken'] != 1 else ''} kept in "
+                  f"{result['saved']}")
 
 
 __all__ = ["DECLARED", "bin_leak", "diff", "leak_hunt", "memory", "ping",

@@ -219,9 +219,16 @@ def run(declared: Declaration, node: str | None, request: SimpleNamespace,
         given: dict[str, Any]) -> None:
     """Attach, ask, and write the answer: parse -> one probe -> render."""
     from .. import render
+    from ..errors import EndedEarly
 
+    failure: EndedEarly | None = None
     with opt.attach(node, given) as remote, Progress() as progress:
-        result = declared.probe(remote, request, progress)
+        try:
+            result = declared.probe(remote, request, progress)
+        except EndedEarly as ended:
+            # Part of an answer, and a node that cannot be asked more:
+            # written as any answer, then the error ends the run.
+            failure, result = ended, ended.result
         if isinstance(result, Rows):
             if given["fmt"] != "json":
                 syntax.choose(given["syntax"],
@@ -237,12 +244,15 @@ def run(declared: Declaration, node: str | None, request: SimpleNamespace,
             syntax.use("erlang")
             text = declared.render(result)
             if given["syntax"] != "auto" or syntax.shows_code(text):
-                syntax.choose(given["syntax"],
-                              lambda: syntax.runs_elixir(remote))
+                syntax.choose(given["syntax"], (
+                    lambda: syntax.runs_elixir(remote)) if failure is None
+                    else (lambda: failure.elixir))
                 if syntax.elixir():
                     text = syntax.text(declared.render(result))
             text = render.printable(text)
     write_out(text)
+    if failure is not None:
+        raise failure.error
 
 
 def run_offline(declared: Declaration, node: str | None,

@@ -65,6 +65,12 @@ def error_line(text: str) -> None:
     click.echo(line, err=True)
 
 
+def note_line(text: str) -> None:
+    """A line for the operator that is not the answer (where files were
+    kept): on stderr, as errors are, so stdout stays the answer."""
+    error_line(text)
+
+
 class Progress:
     """Stage and elapsed time on stderr while a long call runs, redrawn in
     place, on a terminal only. Call it with each stage's text."""

@@ -334,11 +334,16 @@ def leak_hunt(remote: Remote, count: int, interval: float, gc: str,
               sleep: Callable[[float], None] = time.sleep) -> dict:
     """The three-snapshot method in one go: ``count`` snapshots
     ``interval`` seconds apart, each after the chosen collection, then the
-    diff of the first, the second and the last. Ctrl-C keeps what was
-    taken and diffs it when there are two or more."""
-    import shutil
+    diff of the first, the second and the last.
+
+    What was taken is always kept, in ``save`` or else a new folder of the
+    temporary directory (the result's "saved"): a node dying of memory is
+    when the evidence matters most. Ctrl-C keeps what was taken and diffs
+    it when there are two or more; so does a node that fails mid-way, and
+    then EndedEarly carries that diff and the node's error."""
     import tempfile
 
+    from ..errors import EndedEarly, ProbeError
     from .heapdiff import heap_diff, load
 
     folder = save or tempfile.mkdtemp(prefix="beam-probe-hunt-")
@@ -346,36 +351,42 @@ def leak_hunt(remote: Remote, count: int, interval: float, gc: str,
         os.makedirs(save, exist_ok=True)
     files: list[str] = []
     interrupted = False
+    failure: ProbeError | None = None
+    elixir = False
     stamp = time.strftime("%Y%m%dT%H%M%S")
     try:
-        try:
-            for i in range(count):
-                if i:
-                    progress(f"snapshot {i + 1} of {count} in "
-                             f"{interval:g} s")
-                    sleep(interval)
-                progress(f"snapshot {i + 1} of {count}")
-                header, sections = take(remote, gc, jobs, max_gc, progress)
-                path = os.path.join(folder, f"{remote.node}-{stamp}-"
-                                    f"{i + 1}.snapshot")
-                write(path, header, sections)
-                files.append(path)
-        except KeyboardInterrupt:
-            interrupted = True
-        chosen = files if len(files) <= 3 else \
-            [files[0], files[1], files[-1]]
-        diff = None
-        if len(chosen) >= 2:
-            progress("comparing")
-            diff = heap_diff([load(path) for path in chosen])
-    finally:
-        if not save:
-            shutil.rmtree(folder, ignore_errors=True)
-    return {"node": remote.node, "interval": interval, "gc": gc,
-            "taken": len(files), "files": files if save else [],
-            "saved": save,
-            "interrupted": interrupted, "compared": len(chosen),
-            "diff": diff}
+        for i in range(count):
+            if i:
+                progress(f"snapshot {i + 1} of {count} in "
+                         f"{interval:g} s")
+                sleep(interval)
+            progress(f"snapshot {i + 1} of {count}")
+            header, sections = take(remote, gc, jobs, max_gc, progress)
+            path = os.path.join(folder, f"{remote.node}-{stamp}-"
+                                f"{i + 1}.snapshot")
+            write(path, header, sections)
+            files.append(path)
+            elixir = header["elixir"]
+    except KeyboardInterrupt:
+        interrupted = True
+    except ProbeError as exc:
+        failure = exc
+    if not files and not save:
+        os.rmdir(folder)  # nothing taken: no folder to name
+    chosen = files if len(files) <= 3 else [files[0], files[1], files[-1]]
+    diff = None
+    if len(chosen) >= 2:
+        progress("comparing")
+        diff = heap_diff([load(path) for path in chosen])
+    result = {"node": remote.node, "interval": interval, "gc": gc,
+              "taken": len(files), "files": files,
+              "saved": folder if files or save else None,
+              "interrupted": interrupted, "compared": len(chosen),
+              "diff": diff}
+    if failure is not None:
+        result["error"] = f"{failure.label}: {failure}"
+        raise EndedEarly(result, failure, elixir)
+    return result
 
 
 __all__ = ["FORMAT", "MAGIC", "SnapshotError", "leak_hunt", "read",
