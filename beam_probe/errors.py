@@ -25,12 +25,22 @@ class NoSuchProcess(ProbeError):
     label = "no such process"
 
 
+class NothingToTrace(NoSuchProcess):
+    """trace-gc: none of the processes asked for could be traced (gone,
+    not found, or traced by another tool)."""
+
+    label = "nothing to trace"
+
+
 class OutputFailed(ProbeError):
     """Standard output could not be written: closed, or the disk is full."""
 
     exit_code = 11
     label = "output"
 
+
+# Not errors: runs that end with a partial answer, said in their output.
+EXIT_OVERLOAD = 12
 
 EXIT_CODES = [
     (0, "success"),
@@ -54,6 +64,10 @@ EXIT_CODES = [
     (OutputFailed.exit_code, "standard output, `watch --output` FILE, or "
                              "`alloc --raw` FILE could not be written "
                              "(closed, or the disk is full)"),
+    (EXIT_OVERLOAD, "`trace-gc`: the trace ended early because the "
+                    "traced processes collected faster than the node's "
+                    "tracer could forward (overload); what was traced is "
+                    "shown"),
     (130, "interrupted (Ctrl-C, SIGINT); `watch` ends on Ctrl-C as a "
           "normal stop, exit 0"),
     (141, "standard output is a pipe whose reader closed it (as `head` "
@@ -80,7 +94,7 @@ class Terminated(BaseException):
 
 
 __all__ = ["ConnectFailed", "ConnectionLost", "CookieError", "EXIT_CODES",
-           "EndedEarly",
+           "EXIT_OVERLOAD", "EndedEarly", "NothingToTrace",
            "HostUnknown", "NoCookie", "NoSuchProcess", "NodeNotFound",
            "OutputFailed", "ProbeError", "ProtocolError", "RemoteError",
            "Terminated", "TimedOut", "TlsConfigError", "TlsError",

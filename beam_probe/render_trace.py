@@ -51,7 +51,10 @@ def summary_text(summary: dict) -> str:
             f"{summary['node']} (ended by {summary['ended_by']})")
     if summary.get("dropped_messages"):
         head += (f"; {summary['dropped_messages']} trace messages dropped "
-                 "on the node while the output was not read")
+                 "on the node: they came faster than beam-probe took them")
+    if summary["ended_by"] == "overload":
+        head += ("; the trace ended early: the processes collected faster "
+                 "than the node's tracer could forward (exit 12)")
     if not summary["processes"]:
         return head + "; none of the traced processes collected"
     flag = any(p["leak_suspected"] for p in summary["processes"])

@@ -8,9 +8,10 @@
 %%
 %% Two processes: the call's worker (under guard/3, which kills it when
 %% beam-probe's connection goes) and the tracer it spawns, which holds the
-%% traces. The tracer watches both beam-probe's node (monitor_node) and the
-%% worker, so it removes its traces and exits within a moment of either
-%% going: Ctrl-C, kill -9, a network failure, the guard's deadline. It also
+%% traces. The tracer watches the worker, which the guard kills when
+%% beam-probe's connection goes, so it removes its traces and exits within
+%% a moment of either going: Ctrl-C, kill -9, a network failure, the
+%% guard's deadline. It also
 %% ends at its duration, at its event limit, and when beam-probe has not
 %% asked for the next batch within WaitMs.
 %%
@@ -50,11 +51,24 @@ trace_gc(Sink, Tag, Targets, DurationMs, MaxMessages, FlushMs, WaitMs,
          Resolve, Follow, Drain) ->
     Worker = erlang:self(),
     Prober = erlang:node(Sink),
-    Found = [{Target, case Resolve(Target) of
-                          Pid when is_pid(Pid) -> Pid;
-                          _ -> undefined
-                      end}
-             || Target <- Targets],
+    Resolved = [{Target, case Resolve(Target) of
+                             Pid when is_pid(Pid) -> Pid;
+                             _ -> undefined
+                         end}
+                || Target <- Targets],
+    %% A process named twice (by name and by pid, say) is traced once, not
+    %% found the second time as traced by this very tracer.
+    Found = lists:reverse(
+              lists:foldl(fun({_, undefined} = Item, Acc) ->
+                                  [Item | Acc];
+                             ({_, Pid} = Item, Acc) ->
+                                  case lists:keymember(Pid, 2, Acc) of
+                                      true -> Acc;
+                                      false -> [Item | Acc]
+                                  end
+                          end,
+                          [],
+                          Resolved)),
     Flags = [garbage_collection, monotonic_timestamp],
     Sessions = erlang:element(1, code:ensure_loaded(trace)) =:= module
         andalso erlang:function_exported(trace, session_create, 3),
@@ -65,11 +79,12 @@ trace_gc(Sink, Tag, Targets, DurationMs, MaxMessages, FlushMs, WaitMs,
                end,
     Tracer =
         fun() ->
-                %% monitor_node/2 on a node that is not connected would
-                %% connect to it: check first.
+                %% The worker is watched, and the guard kills it when our
+                %% connection goes: so the tracer goes too. (Not
+                %% monitor_node/2: on a node whose connection has just
+                %% gone it would connect back.)
                 lists:member(Prober, erlang:nodes(connected))
                     orelse erlang:exit(normal),
-                erlang:monitor_node(Prober, true),
                 erlang:monitor(process, Worker),
                 Self = erlang:self(),
                 Session = case Sessions of
@@ -87,9 +102,12 @@ trace_gc(Sink, Tag, Targets, DurationMs, MaxMessages, FlushMs, WaitMs,
                 %% session cannot be read, so any other session counts.
                 Holder =
                     fun(Pid) when Session =/= none ->
+                            %% undefined: the process is not alive.
                             case trace:session_info(Pid) of
-                                [] -> none;
-                                Others -> Others
+                                Others when is_list(Others), Others =/= [] ->
+                                    Others;
+                                _ ->
+                                    none
                             end;
                        (Pid) ->
                             case erlang:trace_info(Pid, tracer) of
@@ -151,7 +169,7 @@ trace_gc(Sink, Tag, Targets, DurationMs, MaxMessages, FlushMs, WaitMs,
                                     end,
                                     erlang:system_info(wordsize), Statuses}},
                             [noconnect]),
-                Follow(#{sink => Sink, tag => Tag, prober => Prober,
+                Follow(#{sink => Sink, tag => Tag,
                          worker => Worker, stop => Stop, drain => Drain,
                          deadline => erlang:monotonic_time(millisecond)
                              + DurationMs,
@@ -180,7 +198,7 @@ trace_gc(Sink, Tag, Targets, DurationMs, MaxMessages, FlushMs, WaitMs,
 %% arriving faster than erl_eval takes them, ~16 us each on our machine)
 %% ends the trace: the mailbox, and the node's memory, stay bounded.
 -spec follow(map()) -> no_return().
-follow(#{sink := Sink, tag := Tag, prober := Prober, worker := Worker,
+follow(#{sink := Sink, tag := Tag, worker := Worker,
          stop := Stop, drain := Drain, deadline := Deadline,
          flush_ms := FlushMs, wait_ms := WaitMs,
          max_messages := MaxMessages}) ->
@@ -221,7 +239,6 @@ follow(#{sink := Sink, tag := Tag, prober := Prober, worker := Worker,
                 Got = erlang:length(Taken),
                 Answers = erlang:length([more || {T, more} <- Others,
                                                  T =:= Tag]),
-                [Gone() || {nodedown, Node} <- Others, Node =:= Prober],
                 [Gone() || {'DOWN', _, process, Pid, _} <- Others,
                            Pid =:= Worker],
                 Now = erlang:monotonic_time(millisecond),

@@ -280,3 +280,38 @@ class _Drain:
             t.join()
         return (self.parts["out"].decode(errors="replace"),
                 self.parts["err"].decode(errors="replace"))
+
+
+def run_in_terminal(*args: str, env: dict, timeout: float = 60
+                    ) -> tuple[int, bytes]:
+    """Run the command line with a pseudo-terminal as its stdin, stdout and
+    stderr (80 x 24); its exit code and every byte it wrote there."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    import time
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "beam_probe", *args],
+                            env=env, stdin=slave, stdout=slave, stderr=slave,
+                            start_new_session=True)
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child's side is closed
+                break
+            if not chunk:
+                break
+            out += chunk
+        return proc.wait(max(1.0, deadline - time.monotonic())), out
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

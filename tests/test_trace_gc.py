@@ -138,6 +138,7 @@ def test_another_tracer_is_left_alone(churn, otp):
         assert [t["name"] for t in head["tracing"]] == ["code_server"]
         alone = run_cli("trace-gc", node.node, "bp_churn", node=node)
         assert alone.returncode == 10, alone.stderr
+        assert alone.stderr.startswith("beam-probe: nothing to trace: ")
         assert "traced by" in alone.stderr and \
             len(alone.stderr.strip().splitlines()) == 1
         # The other tracer still holds the process.
@@ -167,6 +168,32 @@ def test_two_at_once_never_trace_one_process_twice(churn):
     assert r.call("erlang", "is_process_alive", [pid]) is True
 
 
+def test_a_process_named_twice_is_traced_once(churn):
+    node, _r, pid = churn
+    head = _lines(run_cli("trace-gc", node.node, "bp_churn", str(pid),
+                          "--max-events", "3", "--format", "json",
+                          node=node))[0]
+    assert [t["pid"] for t in head["tracing"]] == [str(pid)]
+    assert head["skipped"] == []
+
+
+def test_an_overloaded_trace_says_so_and_exits_12():
+    """The tracer's own stop when events outrun it (no node: the summary
+    as the tracer reports it)."""
+    from beam_probe.probes.trace_gc import TraceGc
+    from beam_probe.render_trace import summary_text
+
+    trace = TraceGc(lambda: None, [], None, 1.0, 1000, 0, lambda _: None)
+    trace.ended = {"reason": "overload", "trace_messages": 40000,
+                   "dropped": 1200, "reductions": 1}
+    assert trace.exit_code() == 12
+    text = summary_text(trace.summary())
+    assert "ended early" in text and "exit 12" in text
+    assert "faster than beam-probe took them" in text
+    trace.ended["reason"] = "duration"
+    assert trace.exit_code() == 0
+
+
 def test_ctrl_c_ends_with_a_summary(churn):
     node, _r, _pid = churn
     code, out, err = interrupt_cli("trace-gc", node.node, "bp_churn",
@@ -185,8 +212,8 @@ def test_top_traces_the_largest(churn):
 
 
 @pytest.mark.parametrize("args, code, message", [
-    (["<0.9999.0>"], 10, "no such process"),
-    (["no_such_name_here"], 10, "no such process"),
+    (["<0.9999.0>"], 10, "<0.9999.0>: not alive"),
+    (["no_such_name_here"], 10, "no_such_name_here: no such process"),
     ([], 2, "give the processes to trace"),
     (["--top", "0", "memory"], 2, "0"),
     (["--top", "3", "colour"], 2, "colour"),

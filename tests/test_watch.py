@@ -184,6 +184,36 @@ def test_node_gone_and_back_is_a_gap_then_a_reconnect(nodes):
     assert all((s.get("gcs_per_s") or 0) >= 0 for s in samples)
 
 
+def test_an_outage_is_one_down_sample_per_interval():
+    """A node that takes 3.5 intervals to fail (a connect waiting out its
+    timeout) is down in every interval, not once per failure."""
+    from beam_probe.errors import TimedOut
+    from beam_probe.probes.watch import Watch
+
+    now = [1_000_000.0]
+
+    class Unreachable:
+        node = "app@db1"
+
+        def run(self, *args, **kwargs):
+            now[0] += 3.5
+            raise TimedOut("timed out connecting to db1:4369")
+
+        def close(self):
+            pass
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    watch = Watch(Unreachable, interval=1.0, count=8,
+                  clock=lambda: now[0], sleep=sleep)
+    samples = list(watch.samples())
+    assert [s.get("down") for s in samples] == [True] * 8
+    assert [s["epoch"] - 1_000_000 for s in samples] == list(range(8))
+    assert all("timed out" in s["error"] for s in samples)
+    assert watch.summary()["down_samples"] == 8
+
+
 def test_ctrl_c_is_a_normal_end_with_a_summary(target):
     code, out, err = interrupt_cli("watch", target.node, "--interval", "0.2",
                                    after=2.5, cookie=target.cookie)
@@ -350,3 +380,30 @@ def test_plot_refuses_a_mixed_cluster_file_without_node(tmp_path):
     picked = run_cli("plot", str(path), "--metric", "total", "--node",
                      "n1@h", "--format", "json")
     assert json.loads(picked.stdout)["samples"] == 3
+
+
+# --- what a terminal is sent ------------------------------------------------
+
+COLOUR = b"\x1b[3"       # a foreground colour (the chart's series)
+CURSOR = b"\x1b[?25l"    # the cursor hidden while the view draws
+
+
+@pytest.mark.parametrize("term, no_color, cursor, colour", [
+    ("xterm", None, True, True), ("xterm", "1", True, False),
+    ("dumb", None, False, False)])
+def test_the_live_view_respects_no_color_and_a_dumb_terminal(
+        target, term, no_color, cursor, colour):
+    from conftest import run_in_terminal
+
+    env = dict(os.environ, HOME=target.home, TERM=term)
+    env.pop("NO_COLOR", None)
+    if no_color:
+        env["NO_COLOR"] = no_color
+    code, out = run_in_terminal("watch", target.node, "--interval", "0.2",
+                                "--count", "3", env=env)
+    assert code == 0, out
+    assert (CURSOR in out) is cursor, out[:300]
+    assert (COLOUR in out) is colour, out[:300]
+    if term == "dumb":
+        assert b"\x1b" not in out
+        assert out.count(b"samples") >= 3  # each frame below the last

@@ -25,11 +25,24 @@ EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, EXIT_TERMINATED = 130, 141, 143
 
 
 class Main(click.Group):
-    """Turn every ProbeError into one line on stderr and its exit code."""
+    """Turn every ProbeError, and click's own usage errors, into one line
+    on stderr and its exit code."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as exc:
+            _usage_line(exc)
+            sys.exit(exc.exit_code)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            # click would print the usage, a hint and the error: four
+            # lines where every other failure is one.
+            _usage_line(exc)
+            ctx.exit(exc.exit_code)
         except ProbeError as exc:
             error_line(f"beam-probe: {exc.label}: {exc}")
             ctx.exit(exc.exit_code)
@@ -49,6 +62,12 @@ class Main(click.Group):
             error_line(f"beam-probe: internal error: {type(exc).__name__}: "
                        f"{exc} (set BEAM_PROBE_DEBUG=1 for a traceback)")
             ctx.exit(1)
+
+
+def _usage_line(exc: click.UsageError) -> None:
+    command = exc.ctx.command_path if exc.ctx is not None else "beam-probe"
+    error_line(f"beam-probe: usage: {exc.format_message()} (see "
+               f"`{command} --help`)")
 
 
 @click.group(cls=Main, invoke_without_command=True,

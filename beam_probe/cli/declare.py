@@ -294,14 +294,15 @@ def run_live(declared: Declaration, node: str | None,
 
     from .. import render
     from ..checks.history import HistoryError, append
-    from .tty import LiveView, is_terminal
+    from .tty import LiveView, colour_wanted, cursor_wanted, is_terminal
 
     live: Live = declared.probe(lambda: opt.attach(node, given), request,
                                 Progress())
     fmt = given["fmt"]
     lines = fmt == "table" and getattr(live, "scrolls", False)
-    view = LiveView() if fmt == "table" and is_terminal(sys.stdout) \
-        and not lines else None
+    view = LiveView(plain=not cursor_wanted(sys.stdout)) \
+        if fmt == "table" and is_terminal(sys.stdout) and not lines else None
+    colour = colour_wanted(sys.stdout)
     output = getattr(request, "output", None)
     try:
         live.open()
@@ -317,7 +318,7 @@ def run_live(declared: Declaration, node: str | None,
                     raise OutputFailed(f"{output}: {exc}") from None
             if view is not None:
                 view.draw(lambda width, height: declared.render(
-                    live, width, height, True))
+                    live, width, height, colour))
             elif lines:
                 write_out(render.printable(syntax.text(
                     declared.render(sample))))

@@ -31,13 +31,20 @@ def is_terminal(stream: Any) -> bool:
     return stream is not None and stream.isatty()
 
 
-def colour_wanted(stream: Any) -> bool:
-    """Colour for a terminal, unless the user said no: NO_COLOR set to
-    anything (no-color.org), or TERM=dumb."""
+def cursor_wanted(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal that moves its cursor: not one
+    whose TERM is dumb (Emacs' shell, some CI consoles print the codes)."""
     import os
 
-    return is_terminal(stream) and not os.environ.get("NO_COLOR") and \
-        os.environ.get("TERM") != "dumb"
+    return is_terminal(stream) and os.environ.get("TERM") != "dumb"
+
+
+def colour_wanted(stream: Any) -> bool:
+    """Colour for a terminal, unless the user said no: NO_COLOR set to
+    anything but the empty string (no-color.org), or TERM=dumb."""
+    import os
+
+    return cursor_wanted(stream) and not os.environ.get("NO_COLOR")
 
 
 def write_out(text: str) -> None:
@@ -76,7 +83,7 @@ class Progress:
     place, on a terminal only. Call it with each stage's text."""
 
     def __init__(self) -> None:
-        self.enabled = is_terminal(sys.stderr)
+        self.enabled = cursor_wanted(sys.stderr)
         self.message = ""
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -123,10 +130,13 @@ class LiveView:
     from the top of a cleared screen. The last frame stays when it
     closes."""
 
-    def __init__(self, stream: Any = None) -> None:
+    def __init__(self, stream: Any = None, plain: bool = False) -> None:
         import signal
 
         self.stream = stream or sys.stdout
+        # A terminal that cannot move its cursor (TERM=dumb) gets each
+        # frame below the last, with no control codes at all.
+        self.plain = plain
         self._make: Any = None
         self._drawing = self._resized = False
         self._started = False
@@ -162,6 +172,11 @@ class LiveView:
                 resized, self._resized = self._resized, False
                 width, height = self.size()
                 lines = make(width, height - 1)
+                if self.plain:
+                    self._write(("\n" if self._started else "")
+                                + "".join(line + "\n" for line in lines))
+                    self._started = True
+                    return
                 if not self._started:
                     text = "\x1b[?25l"  # the cursor, hidden while we draw
                 elif resized:
@@ -198,7 +213,7 @@ class LiveView:
         if self._previous is not None:
             signal.signal(signal.SIGWINCH, self._previous)
             self._previous = None
-        if self._started:
+        if self._started and not self.plain:
             self._write("\x1b[?25h")
 
 

@@ -33,7 +33,10 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 # A pid as Erlang prints it (<0.123.0>), without the brackets a shell
 # would eat (0.123.0), or as Elixir prints it (#PID<0.123.0>).
-_PID = re.compile(r"(?:#PID)?<?(\d+)\.(\d+)\.(\d+)>?")
+# Brackets come in pairs: `#PID<0.1.0` or `<0.1.0` is a typo, refused
+# rather than looked up as a registered name.
+_PID = re.compile(r"(?:#PID<|<)(\d+)\.(\d+)\.(\d+)>|(\d+)\.(\d+)\.(\d+)")
+_PID_TYPO = re.compile(r"(?:#PID)?<?\d+\.\d+\.\d+>?")
 
 # An atom is at most 255 characters (erl_parse).
 MAX_NAME = 255
@@ -51,7 +54,11 @@ def target(spec: str) -> tuple[Atom, Any]:
     spec = spec.strip()
     match = _PID.fullmatch(spec)
     if match:
-        return Atom("pid"), "<{}.{}.{}>".format(*match.groups())
+        return Atom("pid"), "<{}.{}.{}>".format(
+            *(part for part in match.groups() if part is not None))
+    if _PID_TYPO.fullmatch(spec):
+        raise UsageError(f"PID must look like <0.123.0>, #PID<0.123.0> or "
+                         f"0.123.0, not {spec!r} (a bracket is missing)")
     name = spec
     if name.startswith(":"):
         name = name[1:]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Callable, Generator, Iterator
 
 from ..erldist.terms import Atom, Pid, format_term
-from ..errors import NoSuchProcess, UsageError
+from ..errors import EXIT_OVERLOAD, NothingToTrace, UsageError
 from ..helpers import Local
 from .ets import owner_group
 from .info import target
@@ -179,7 +179,7 @@ class TraceGc:
                                 "why": self._held(status[2])})
             elif kind == "gone":
                 skipped.append({"pid": format_term(status[1]),
-                                "why": "exited"})
+                                "why": "not alive"})
             else:
                 spec = status[1]
                 shown = spec[1] if isinstance(spec[1], str) else \
@@ -187,7 +187,7 @@ class TraceGc:
                 skipped.append({"pid": shown, "why": "no such process"})
         if not tracing:
             why = "; ".join(f"{s['pid']}: {s['why']}" for s in skipped)
-            raise NoSuchProcess(f"nothing to trace on {self.node}: {why}")
+            raise NothingToTrace(f"{self.node}: {why}")
         return {"node": self.node, "mode": self.mode, "tracing": tracing,
                 "skipped": skipped, "duration": self.duration,
                 "max_events": self.max_events}
@@ -268,8 +268,10 @@ class TraceGc:
                 "collections": self.collections,
                 "ended_by": self.ended.get("reason", "interrupted"),
                 "tracer_messages": self.ended.get("trace_messages"),
-                # Trace messages the tracer dropped while we did not read
-                # (the output blocked: a pager, a paused terminal).
+                # Trace messages the tracer dropped while we did not ask
+                # for more: our output blocked (a pager, a paused
+                # terminal), or the events came faster than we read them
+                # (writing to a file included).
                 "dropped_messages": self.ended.get("dropped"),
                 "tracer_reductions": self.ended.get("reductions"),
                 "processes": processes}
@@ -283,7 +285,10 @@ class TraceGc:
             attached.__exit__(None, None, None)
 
     def exit_code(self) -> int:
-        return 0
+        """EXIT_OVERLOAD when the trace ended early by overload: what was
+        traced is shown, but not every collection of the period."""
+        return EXIT_OVERLOAD if self.ended.get("reason") == "overload" \
+            else 0
 
 
 __all__ = ["TraceGc", "check_limits"]

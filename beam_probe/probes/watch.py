@@ -150,11 +150,20 @@ class Watch:
             slot += 1
             if self.count is not None and slot >= self.count:
                 return
-            # The next slot not yet begun: a slow sample skips slots.
+            # The next slot not yet begun: a slow sample skips slots. A
+            # failure that took several (a connect waiting out its
+            # timeout on an unreachable node) is a gap in each of them:
+            # one down sample per interval, as the view and files say.
             now = self.clock()
             due = started + slot * self.interval
-            if due < now:
-                slot += int((now - due) // self.interval) + 1
+            while due < now:
+                slot += 1
+                if sample.get("down"):
+                    gap = self._down(due, sample["error"])
+                    self._keep(gap)
+                    yield gap
+                    if self.count is not None and slot >= self.count:
+                        return
                 due = started + slot * self.interval
             if self.duration is not None and due - started > self.duration:
                 return
@@ -170,13 +179,13 @@ class Watch:
             # Gone (stopped, restarted, unreachable), or it answered
             # nonsense: a gap, and a new connection at the next slot.
             self.close()
-            return self._down(now, exc), None
+            return self._down(now, f"{exc.label}: {exc}"), None
         if previous is not None and raw["gc_count"] < previous[1][
                 "gc_count"]:
             previous = None  # a restart: the counters began again
         return record(self.node, raw, now, self.gc, previous), raw
 
-    def _down(self, now: float, exc: ProbeError) -> Sample:
+    def _down(self, now: float, error: str) -> Sample:
         self.down += 1
         self.rule.gap()
         for floor in self.floors.values():
@@ -184,7 +193,7 @@ class Watch:
         return {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                       time.gmtime(now)),
                 "epoch": round(now, 3), "node": self.node, "down": True,
-                "error": f"{exc.label}: {exc}"}
+                "error": error}
 
     def _keep(self, sample: Sample) -> None:
         """Floors, the leak rule, stats and chart series: one sample's
