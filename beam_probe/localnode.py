@@ -42,7 +42,8 @@ class LocalNode:
                  args: tuple[str, ...] = (), code_paths: tuple[str, ...] = (),
                  eval_expr: str | None = None, dist_port: int | None = None,
                  env: dict[str, str] | None = None,
-                 long_host: str | None = None) -> None:
+                 long_host: str | None = None,
+                 home_parent: str | None = None) -> None:
         self.name = name
         # -name name@long_host (long names) when given, else -sname.
         self.long_host = long_host
@@ -54,6 +55,8 @@ class LocalNode:
         self.eval_expr = eval_expr
         self.dist_port = dist_port
         self.env = env
+        # Where the private HOME is made (default: the temporary directory).
+        self.home_parent = home_parent
         self.home: str | None = None
         self.proc: subprocess.Popen | None = None
 
@@ -67,7 +70,8 @@ class LocalNode:
         return self.proc.pid if self.proc else None
 
     def start(self, timeout: float = 30.0) -> "LocalNode":
-        self.home = tempfile.mkdtemp(prefix=f"{self.name}-home-")
+        self.home = tempfile.mkdtemp(prefix=f"{self.name}-home-",
+                                     dir=self.home_parent)
         with open(self.cookie_file, "w") as f:
             f.write(self.cookie)
         os.chmod(self.cookie_file, 0o400)

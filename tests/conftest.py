@@ -86,8 +86,79 @@ def pytest_sessionstart(session) -> None:
         print("beam-probe tests: OTP 28.5 runtime ready", flush=True)
 
 
+# OTP 27: Debian 13's erlang-base, erlang-ssl and elixir in a root of their
+# own (.ci/otp27-root makes it: Debian 13's libc is newer than this
+# machine's), run through chroot. The root sees this machine's /tmp
+# (bind-mounted) and network, so its nodes register with the host's EPMD
+# and read test files and homes under /tmp by the same paths.
+OTP27_ROOT = os.environ.get("BEAM_PROBE_OTP27_ROOT",
+                            "/var/cache/beam-probe/trixie")
+
+
+def otp27_missing() -> str | None:
+    """Why OTP 27 nodes cannot run here, or None."""
+    import tempfile
+
+    if not os.path.exists(os.path.join(OTP27_ROOT, "usr", "bin", "erl")):
+        return (f"no OTP 27 root at {OTP27_ROOT} (.ci/setup makes it, as "
+                "root, with debootstrap)")
+    if os.geteuid() != 0:
+        return "OTP 27 nodes run through chroot, which needs root"
+    try:
+        shared = os.path.samestat(os.stat("/tmp"), os.stat(
+            os.path.join(OTP27_ROOT, "tmp")))
+    except OSError:
+        shared = False
+    if not shared or not os.path.exists(os.path.join(OTP27_ROOT, "proc",
+                                                     "self")):
+        return (f"{OTP27_ROOT} lacks its mounts (/proc, /tmp): run "
+                ".ci/otp27-root mount")
+    if not os.path.realpath(tempfile.gettempdir()).startswith("/tmp"):
+        return "the OTP 27 root sees /tmp only: unset TMPDIR"
+    return None
+
+
+def otp27_erl() -> str:
+    """An erl that runs OTP 27's in its root (the node's pid is the
+    chroot's: exec all the way down)."""
+    missing = otp27_missing()
+    if missing:
+        pytest.skip(missing)
+    wrapper = os.path.join(CACHE, "otp27-erl")
+    text = f'#!/bin/sh\nexec chroot {OTP27_ROOT} /usr/bin/erl "$@"\n'
+    if not os.path.exists(wrapper) or open(wrapper).read() != text:
+        os.makedirs(CACHE, exist_ok=True)
+        with open(wrapper + ".tmp", "w") as f:
+            f.write(text)
+        os.chmod(wrapper + ".tmp", 0o755)
+        os.replace(wrapper + ".tmp", wrapper)
+    return wrapper
+
+
 ERL = {"25": lambda: shutil.which("erl") or pytest.fail("erl not on PATH"),
-       "28": otp28_erl}
+       "27": otp27_erl, "28": otp28_erl}
+# What each release gives that beam-probe answers differently with: trace
+# sessions (27+), '$initial_call' read as one key (26.2+), labels (28).
+RELEASES = ("25", "27", "28")
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--otp", default=",".join(RELEASES), metavar="RELEASES",
+        help="the OTP releases whose nodes the tests start, comma-separated "
+             f"(default {','.join(RELEASES)}; 27 needs root and the root "
+             ".ci/setup makes)")
+
+
+def pytest_generate_tests(metafunc) -> None:
+    if "otp" in metafunc.fixturenames:
+        wanted = [r.strip() for r in
+                  metafunc.config.getoption("otp").split(",") if r.strip()]
+        unknown = [r for r in wanted if r not in RELEASES]
+        if unknown:
+            raise pytest.UsageError(f"--otp: no release {unknown[0]} "
+                                    f"(choose from {', '.join(RELEASES)})")
+        metafunc.parametrize("otp", wanted, scope="session")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -122,6 +193,8 @@ class NodeFactory:
         both sides of the handshake's name rule."""
         kw.setdefault("code_paths", (self.beam_dir,))
         prefix = prefix or (f"bpt{otp}" if otp == "25" else f"abp{otp}")
+        if otp == "27":
+            kw.setdefault("home_parent", "/tmp")  # seen from the root too
         node = LocalNode(unique_name(prefix), erl=ERL[otp](), **kw)
         self.nodes.append(node)
         return node.start()
@@ -145,9 +218,6 @@ def session_nodes(beam_dir):
     factory.stop_all()
 
 
-@pytest.fixture(scope="session", params=["25", "28"])
-def otp(request) -> str:
-    return request.param
 
 
 @pytest.fixture(scope="session")

@@ -360,7 +360,8 @@ def test_cluster_two_nodes_and_a_silent_one(nodes, otp):
     rows = {row["node"]: row for row in json.loads(r.stdout)["nodes"]}
     assert rows[a.node]["status"] == "OK"
     assert rows[b.node]["status"] == "CRITICAL"
-    assert "no answer within 2 s" in rows[b.node]["error"]
+    # The whole check within --timeout: connecting, then the node's share.
+    assert re.search(r"no answer within 1\.\d s", rows[b.node]["error"])
 
 
 # --- the container's entry point, run directly --------------------------------

@@ -32,23 +32,42 @@ Process.register(spawn(fn -> MyApp.Cache.loop([]) end), MyApp.Cache)
 """
 
 
-def _elixir_ebin() -> str | None:
-    if not shutil.which("elixir"):
+def _elixir_ebin(otp: str) -> str | None:
+    """The elixir application's ebin as the node of ``otp`` sees it: the
+    host's Elixir 1.14 for OTP 25, Debian 13's 1.18 in the OTP 27 root."""
+    from conftest import OTP27_ROOT, otp27_missing
+
+    if otp == "27":
+        if otp27_missing():
+            return None
+        command, root = ["chroot", OTP27_ROOT, "elixir"], OTP27_ROOT
+    elif shutil.which("elixir"):
+        command, root = ["elixir"], ""
+    else:
         return None
-    out = subprocess.run(["elixir", "-e", "IO.puts(:code.lib_dir(:elixir))"],
+    out = subprocess.run([*command, "-e", "IO.puts(:code.lib_dir(:elixir))"],
                          capture_output=True, text=True)
-    ebin = os.path.join(os.path.realpath(out.stdout.strip()), "ebin")
-    return ebin if out.returncode == 0 and os.path.isdir(ebin) else None
+    ebin = os.path.join(os.path.realpath(root + out.stdout.strip()), "ebin")
+    if out.returncode != 0 or not os.path.isdir(ebin):
+        return None
+    return ebin[len(os.path.realpath(root)) if root else 0:]
 
 
-@pytest.fixture(scope="module")
-def elixir_node(session_nodes):
-    ebin = _elixir_ebin()
+@pytest.fixture(scope="module", params=["25", "27"],
+                ids=["elixir1.14-otp25", "elixir1.18-otp27"])
+def elixir_node(request, session_nodes):
+    otp = request.param
+    if otp not in request.config.getoption("otp").split(","):
+        pytest.skip(f"OTP {otp} is not among --otp")
+    ebin = _elixir_ebin(otp)
     if ebin is None:
-        pytest.skip("no elixir on this machine (.ci/setup installs Debian's "
-                    "elixir package; it could not be installed here)")
+        from conftest import otp27_missing
+
+        pytest.skip(otp27_missing() or "no elixir for this release here "
+                    "(.ci/setup installs Debian's elixir package; it could "
+                    "not be installed here)")
     code = ELIXIR_CODE.replace("\\", "\\\\").replace('"', '\\"')
-    node = session_nodes.start("25", code_paths=(ebin,), eval_expr=(
+    node = session_nodes.start(otp, code_paths=(ebin,), eval_expr=(
         "{ok, _} = application:ensure_all_started(elixir), "
         f"'Elixir.Code':eval_string(<<\"{code}\">>)"))
     # The node answers before its -eval has compiled the module (~1 s).
@@ -98,7 +117,7 @@ def test_every_form_names_the_process(elixir_node):
         json.loads(r.stdout)["meta"]["registered_name"] == "logger"
 
 
-def test_tables_and_traces_read_as_elixir(elixir_node, target):
+def test_tables_and_traces_read_as_elixir(elixir_node):
     node = elixir_node
     table = run_cli("proc-count", node.node, "memory", "200", node=node)
     assert table.returncode == 0, table.stderr
@@ -109,7 +128,9 @@ def test_tables_and_traces_read_as_elixir(elixir_node, target):
                     "0.3", node=node)
     assert trace.returncode == 0, trace.stderr
     assert re.search(r"#PID<0\.\d+\.\d+> MyApp\.Cache", trace.stdout)
-    # An Erlang node stays in Erlang's syntax.
+
+
+def test_an_erlang_node_stays_in_erlang_syntax(target):
     plain = run_cli("proc-count", target.node, "memory", "50", node=target)
     assert "code_server" in plain.stdout and ":code_server" not in \
         plain.stdout and "#PID" not in plain.stdout

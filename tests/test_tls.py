@@ -3,9 +3,10 @@
 The certificates are made here with the openssl command: a CA, the node's
 certificate (for this host's short name, localhost and 127.0.0.1), a client
 certificate from the same CA, a self-signed one the node does not trust, and
-an encrypted copy of the client key. The nodes are OTP 25 from Debian
-(erlang-ssl): the OTP 28 runtime the other tests use comes from a wheel that
-carries no ssl application, so it cannot start TLS distribution.
+an encrypted copy of the client key. The nodes are OTP 25 from Debian 12
+and OTP 27 from Debian 13 (erlang-ssl): the OTP 28 runtime the other tests
+use comes from a wheel that carries no ssl application, so it cannot start
+TLS distribution.
 """
 
 from __future__ import annotations
@@ -96,11 +97,15 @@ def pki(tmp_path_factory) -> dict[str, str]:
     return files
 
 
-@pytest.fixture(scope="session")
-def tls_node(session_nodes, pki):
-    """An OTP 25 node on TLS distribution that requires client certificates
-    (verify_peer, fail_if_no_peer_cert) and offers TLS 1.2 and 1.3."""
-    return session_nodes.start("25", args=(
+@pytest.fixture(scope="session", params=["25", "27"])
+def tls_node(request, session_nodes, pki):
+    """A node on TLS distribution that requires client certificates
+    (verify_peer, fail_if_no_peer_cert) and offers TLS 1.2 and 1.3: OTP 25
+    (Debian 12's ssl) and OTP 27 (Debian 13's, in its root; the
+    certificates are under /tmp, which it shares)."""
+    if request.param not in request.config.getoption("otp").split(","):
+        pytest.skip(f"OTP {request.param} is not among --otp")
+    return session_nodes.start(request.param, args=(
         "-proto_dist", "inet_tls", "-ssl_dist_optfile", pki["node.conf"]))
 
 

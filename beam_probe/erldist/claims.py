@@ -21,8 +21,7 @@ our host name): see connect() in connection.py.
 A claim is a Linux abstract socket address: bound by one process at a time,
 released by the kernel when the process ends however it ends (kill -9
 included), nothing left in the file system, no permission shared between
-users. Elsewhere it is an flock() on a file in a per-user folder of the
-temporary directory.
+users. Elsewhere it is an flock() on a file in a per-user folder of /tmp.
 """
 
 from __future__ import annotations
@@ -83,9 +82,10 @@ def claim(node: str, name: str, abstract: bool | None = None
 
 def _flock(key: str) -> Claim | None:
     import fcntl
-    import tempfile
 
-    folder = os.path.join(tempfile.gettempdir(), f"beam-probe-{os.getuid()}")
+    # /tmp, not $TMPDIR: probes of one user with different TMPDIRs must
+    # still meet here.
+    folder = os.path.join("/tmp", f"beam-probe-{os.getuid()}")
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
         fd = os.open(os.path.join(folder, key), os.O_RDWR | os.O_CREAT

@@ -88,7 +88,8 @@ def measure_cluster(remote: Remote, timeout: float, jobs: int = 0,
     wait = None
     if deadline is not None:
         wait = max(0.1, deadline - time.monotonic())
-        timeout = min(timeout, 0.8 * wait)
+        # In tenths of a second: said to the user ("no answer within 1.6 s").
+        timeout = max(0.1, int(10 * min(timeout, 0.8 * wait)) / 10)
     replies = remote.fan_out(nodes, HELPER, "health", jobs, *LOCALS,
                              timeout=timeout, wait=wait)
     results = []
