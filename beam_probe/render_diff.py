@@ -6,6 +6,12 @@ from __future__ import annotations
 from .render import human_bytes, table
 
 SHOWN = 20
+# Example pids a table shows per group (JSON has up to 10).
+EXAMPLES_SHOWN = 3
+
+
+def _examples(entry: dict) -> str:
+    return " ".join(entry.get("examples", [])[:EXAMPLES_SHOWN])
 
 
 def _signed_bytes(n: int) -> str:
@@ -46,11 +52,11 @@ def diff_text(result: dict, look: bool = True) -> str:
         parts.append(
             "by group (HeapDiff: + born, - died, change in bytes)\n"
             + table(("what", "before", "after", "+", "-", "memory",
-                     "binary"),
+                     "binary", "examples"),
                     [(d["what"], d["before"], d["after"], d["+"], d["-"],
                       _signed_bytes(d["size_bytes"]),
-                      _signed_bytes(d["binary_bytes"]))
-                     for d in details[:SHOWN]], "lrrrrrr")
+                      _signed_bytes(d["binary_bytes"]), _examples(d))
+                     for d in details[:SHOWN]], "lrrrrrrl")
             + (f"\n... and {len(details) - SHOWN} more groups"
                if len(details) > SHOWN else ""))
     if result["ets"]:
@@ -82,11 +88,17 @@ def _suspects(s: dict, node: str, look: bool) -> str:
         found = True
         lines.append("born between the first and second snapshots, still "
                      "alive at the third:\n" + table(
-                         ("what", "count", "memory", "binary", "growth"),
+                         ("what", "count", "memory", "binary", "growth",
+                          "examples"),
                          [(e["what"], e["count"], human_bytes(e["bytes"]),
                            human_bytes(e["binary_bytes"]),
-                           _signed_bytes(e["growth"]))
-                          for e in s["born_and_kept"][:SHOWN]], "lrrrr"))
+                           _signed_bytes(e["growth"]), _examples(e))
+                          for e in s["born_and_kept"][:SHOWN]], "lrrrrl"))
+        if look:
+            first = s["born_and_kept"][0]
+            if first.get("examples"):
+                lines.append(f"  look closer: beam-probe proc-info {node} "
+                             f"'{first['examples'][0]}'")
     if s["growing_processes"]:
         found = True
         lines.append("long-lived processes that grew in both intervals:\n"
@@ -106,9 +118,10 @@ def _suspects(s: dict, node: str, look: bool) -> str:
     if s["groups_rising"]:
         found = True
         lines.append("groups whose count rose in both intervals:\n" + table(
-            ("what", "counts"),
-            [(g["what"], " -> ".join(str(n) for n in g["counts"]))
-             for g in s["groups_rising"][:SHOWN]], "ll"))
+            ("what", "counts", "examples"),
+            [(g["what"], " -> ".join(str(n) for n in g["counts"]),
+              _examples(g))
+             for g in s["groups_rising"][:SHOWN]], "lll"))
     if s["ets"]:
         found = True
         lines.append("ETS tables born and kept, or growing in both "

@@ -10,7 +10,7 @@
 %% processes instead of 20-30 MB.
 -module(beam_probe_snapshot).
 
--export([snapshot/9]).
+-export([snapshot/11]).
 
 %% One chunk of processes, compressed: a map of columns, one element per
 %% process, each column a binary of fixed-width records so that a reader
@@ -27,18 +27,35 @@
 %% binary:encode_unsigned(N + 2^56), big-endian: the shortest form of a
 %% number at least 2^56 is eight bytes, so every value below 2^64 - 2^56
 %% (far above any memory size) has one width, led by a byte the reader
-%% subtracts. A group is the process's "constructor":
+%% subtracts. A group is the process's "constructor", the first of:
 %%   {label, Term}        the process label (OTP 28, proc_lib:set_label)
-%%   {initial_call, MFA}  proc_lib's '$initial_call' (OTP 26.2+, read as
-%%                        that one key, never the whole dictionary), or
-%%                        the initial call itself unless it is proc_lib's
 %%   {name, Atom}         the registered name
-%%   {parent, Pid}        a proc_lib process without either: beam-probe
-%%                        names it after its parent (OTP 25+)
+%%   {parent, Id, Pid}    a process started by proc_lib (init_p/3 from a
+%%                        fun, init_p/5 from M:F/A) or spawned from a fun
+%%                        (erlang:apply/2), whose code says little: Id is
+%%                        proc_lib's '$initial_call' where the node reads
+%%                        that one key (OTP 26.2+; never the whole
+%%                        dictionary), else the initial call; Pid its
+%%                        parent, from which beam-probe walks up to the
+%%                        nearest named ancestor (see ancestors below)
+%%   {initial_call, MFA}  the initial call
+%%
+%% ancestors: the parents of those processes, their parents and so on up
+%% to MaxDepth levels, each process once, as [{Pid, Class}]:
+%%   {label, Term} | {name, Atom}   a named ancestor: the walk ends here
+%%   {up, Parent, Id}     an unnamed proc_lib or fun-spawned process: the
+%%                        walk goes on to Parent (Id as above)
+%%   {call, MFA}          any other process: the walk ends at its code
+%% A process that died meanwhile, or past MaxDepth or MaxAncestors, is
+%% absent. Walked level by level with compiled calls (process_info over
+%% the level, a match specification to classify): one process_info per
+%% distinct ancestor, not one per process.
 -type chunk() :: binary().
 -type snapshot() :: #{sample := map(),
                       items := [atom()],
                       processes := [chunk()],
+                      process_count := non_neg_integer(),
+                      ancestors := binary(),
                       tables := binary(),
                       ports := binary(),
                       atom_count := non_neg_integer(),
@@ -49,17 +66,15 @@
                       atoms_from := non_neg_integer()}.
 
 %% Chunk rows a chunk; the names of at most MaxAtoms of the newest atoms
-%% (by index, an undocumented encoding, guarded).
--spec snapshot(pos_integer(), non_neg_integer(), non_neg_integer(), fun(),
-               fun(), fun(), fun(), fun(), fun()) -> snapshot().
-snapshot(Chunk, MaxAtoms, Jobs, Pmap, Others, Top, Settled, Sample, Rss) ->
-    %% rex carries every call of ours (and of anyone using rpc): its heap
-    %% grows with our own traffic, which would show as a process growing
-    %% in both intervals (measured on OTP 28). It is collected first.
-    case erlang:whereis(rex) of
-        undefined -> ok;
-        Rex -> erlang:garbage_collect(Rex)
-    end,
+%% (by index, an undocumented encoding, guarded); ancestors MaxDepth levels
+%% up, at most MaxAncestors of them.
+-spec snapshot(pos_integer(), non_neg_integer(), pos_integer(),
+               pos_integer(), non_neg_integer(), fun(), fun(), fun(),
+               fun(), fun(), fun()) -> snapshot().
+snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
+         Settled, Sample, Rss) ->
+    %% (Others/0 collects rex first: our traffic would show as rex
+    %% growing in both intervals, measured on OTP 28.)
     Header = Sample(none, 0, Jobs, Pmap, Others, Top, Settled, Rss),
     Supported = fun(Item) ->
                         try erlang:process_info(erlang:self(), Item) of
@@ -70,6 +85,32 @@ snapshot(Chunk, MaxAtoms, Jobs, Pmap, Others, Top, Settled, Sample, Rss) ->
                 end,
     Label = Supported(label),
     Dictionary = Supported({dictionary, '$initial_call'}),
+    %% How a process is known, first match first, as match specification
+    %% clauses over Pattern's variables ($1 registered name, $2 initial
+    %% call, $3 parent, $4 label, $5 '$initial_call'), each giving
+    %% Result(Kind): for the rows, their group; for the ancestors, their
+    %% class. Code that says little (proc_lib's, a fun's) is known by its
+    %% place in the tree: {parent, Id, Parent}.
+    Kinds = fun(Pattern, Result) ->
+                    Vague = [{proc_lib, init_p, 3}, {proc_lib, init_p, 5},
+                             {erlang, apply, 2}],
+                    [{Pattern, [{'=/=', '$4', undefined}],
+                      Result({{label, '$4'}})}
+                     || Label]
+                    ++ [{Pattern, [{'=/=', '$1', []}],
+                         Result({{name, '$1'}})}]
+                    ++ [{Pattern, [{'=/=', '$5', undefined}, {is_pid, '$3'}],
+                         Result({{parent, '$5', '$3'}})}
+                        || Dictionary]
+                    ++ [{Pattern, [{'==', '$2', {const, Call}},
+                                   {is_pid, '$3'}],
+                         Result({{parent, '$2', '$3'}})}
+                        || Call <- Vague]
+                    ++ [{Pattern, [{'=/=', '$5', undefined}],
+                         Result({{initial_call, '$5'}})}
+                        || Dictionary]
+                    ++ [{Pattern, [], Result({{initial_call, '$2'}})}]
+            end,
     %% Each item in a fixed place; one the node lacks is asked as
     %% registered_name again, and its place is not looked at.
     Items = [registered_name, initial_call, parent,
@@ -92,17 +133,7 @@ snapshot(Chunk, MaxAtoms, Jobs, Pmap, Others, Top, Settled, Sample, Rss) ->
     %% The first clause that matches gives the group, in this order. A
     %% process that died meanwhile has 'undefined' for its info list and
     %% matches none.
-    Clauses =
-        [{Pattern, [{'=/=', '$4', undefined}], Row({{label, '$4'}})}
-         || Label]
-        ++ [{Pattern, [{'=/=', '$5', undefined}],
-             Row({{initial_call, '$5'}})}
-            || Dictionary]
-        ++ [{Pattern, [{'=/=', '$1', []}], Row({{name, '$1'}})},
-            {Pattern, [{'=/=', '$2', {const, {proc_lib, init_p, 5}}}],
-             Row({{initial_call, '$2'}})},
-            {Pattern, [{is_pid, '$3'}], Row({{parent, '$3'}})},
-            {Pattern, [], Row({{initial_call, '$2'}})}],
+    Clauses = Kinds(Pattern, Row),
     Compiled = ets:match_spec_compile(Clauses),
     %% A chunk as columns, the repeated terms (groups, functions) each
     %% once, with an index per row: decoding a million rows of tuples
@@ -146,6 +177,7 @@ snapshot(Chunk, MaxAtoms, Jobs, Pmap, Others, Top, Settled, Sample, Rss) ->
                        binary_count => Pack(Counts),
                        binary_bytes => Pack(Bytes)}
              end,
+    ParentOf = ets:match_spec_compile([{{parent, '_', '$1'}, [], ['$1']}]),
     %% A slice is read Chunk processes at a time, each batch encoded and
     %% compressed before the next is read, so a worker never holds more
     %% than one batch of process_info lists. Read whole, a slice of 250k
@@ -177,23 +209,74 @@ snapshot(Chunk, MaxAtoms, Jobs, Pmap, Others, Top, Settled, Sample, Rss) ->
                 Encoded = Encode(Rows, lists:map(fun erlang:length/1,
                                                  Binaries),
                                  lists:map(fun lists:sum/1, Sizes)),
-                Batch(Rest, [erlang:term_to_binary(Encoded, [{compressed, 1}])
+                %% The parents the walk starts from, from the batch's
+                %% distinct groups.
+                {Groups, _} = maps:get(groups, Encoded),
+                Parents = ets:match_spec_run(Groups, ParentOf),
+                Batch(Rest, [{erlang:term_to_binary(Encoded,
+                                                    [{compressed, 1}]),
+                              Parents, erlang:length(Rows)}
                              | Acc])
         end,
     Take = fun(Pids) -> Batch(Pids, []) end,
-    Processes = lists:append(Pmap(Take, Others(), Jobs)),
+    {Processes, ParentLists, Counts} =
+        lists:unzip3(lists:append(Pmap(Take, Others(), Jobs))),
+    %% The ancestors, level by level: each level's processes read in one
+    %% compiled pass, classified by Kinds, their unnamed ones' parents the
+    %% next level; a process already known is not read again.
+    AncestorItems = lists:sublist(Items, 5),
+    AncestorPattern = {'$10', [{registered_name, '$1'}, {initial_call, '$2'},
+                               {parent, '$3'}, {'_', '$4'}, {'_', '$5'}]},
+    Classify = ets:match_spec_compile(
+                 Kinds(AncestorPattern,
+                       fun({{parent, Id, Parent}}) ->
+                               [{{'$10', {{up, Parent, Id}}}}];
+                          ({{initial_call, Call}}) ->
+                               [{{'$10', {{call, Call}}}}];
+                          (Named) ->
+                               [{{'$10', Named}}]
+                       end)),
+    UpOf = ets:match_spec_compile([{{'_', {up, '$1', '_'}}, [], ['$1']}]),
+    Walk = fun Walk(_, [], Known, _) ->
+                   Known;
+               Walk(0, _, Known, _) ->
+                   Known;
+               Walk(Depth, Level, Known, Room) ->
+                   Now = lists:sublist(Level, Room),
+                   Infos = lists:zipwith(fun erlang:process_info/2, Now,
+                                         lists:duplicate(erlang:length(Now),
+                                                         AncestorItems)),
+                   Classes = ets:match_spec_run(lists:zip(Now, Infos),
+                                                Classify),
+                   Seen = maps:merge(Known, maps:from_list(Classes)),
+                   Next = lists:filter(fun(Pid) ->
+                                               not maps:is_key(Pid, Seen)
+                                       end,
+                                       lists:usort(ets:match_spec_run(
+                                                     Classes, UpOf))),
+                   Walk(Depth - 1, Next, Seen,
+                        Room - erlang:length(Now))
+           end,
+    Ancestors = Walk(MaxDepth, lists:usort(lists:append(ParentLists)), #{},
+                     MaxAncestors),
     Tables = lists:map(fun(T) ->
                                {T, ets:info(T, name), ets:info(T, owner),
                                 ets:info(T, size), ets:info(T, memory),
                                 ets:info(T, type)}
                        end,
                        ets:all()),
+    %% Our connection's port (TCP distribution) is ours, as our processes
+    %% are: not the node's to report.
+    Ours = case erlang:get('$beam_probe_ours') of
+               undefined -> [];
+               List -> List
+           end,
     Ports = lists:map(fun(P) ->
                               {P, erlang:port_info(P, name),
                                erlang:port_info(P, connected),
                                erlang:port_info(P, memory)}
                       end,
-                      erlang:ports()),
+                      lists:subtract(erlang:ports(), Ours)),
     AtomCount = erlang:system_info(atom_count),
     From = erlang:max(0, AtomCount - MaxAtoms),
     %% Atom indices are dense below the count; an index the node refuses
@@ -211,6 +294,10 @@ snapshot(Chunk, MaxAtoms, Jobs, Pmap, Others, Top, Settled, Sample, Rss) ->
       items => [Item || Item <- [label], Label]
                ++ [dictionary_initial_call || Dictionary],
       processes => Processes,
+      %% Every process but ours: the rows, counted.
+      process_count => lists:sum(Counts),
+      ancestors => erlang:term_to_binary(maps:to_list(Ancestors),
+                                         [{compressed, 1}]),
       tables => erlang:term_to_binary(Tables, [{compressed, 1}]),
       ports => erlang:term_to_binary(Ports, [{compressed, 1}]),
       atom_count => AtomCount,

@@ -138,12 +138,23 @@ sample(Gc, MaxGc, Jobs, Pmap, Others, Top, Settled, Rss) ->
                            [{'$1', [{'=:=', {element, 1, '$1'}, size}],
                              ['$1']}]),
                     Current)),
+    %% Our own processes and our connection's port (guard/3 keeps them)
+    %% are not the node's: counted out, as scans and snapshots leave them
+    %% out, so every command gives one count.
+    Ours = case erlang:get('$beam_probe_ours') of
+               undefined -> [];
+               List -> List
+           end,
+    OurProcesses = erlang:length(lists:filter(fun erlang:is_process_alive/1,
+                                              lists:filter(fun erlang:is_pid/1,
+                                                           Ours))),
+    OurPorts = erlang:length(lists:filter(fun erlang:is_port/1, Ours)),
     #{memory => Memory,
       gc_count => GcCount,
       gc_words_reclaimed => WordsReclaimed,
-      process_count => erlang:system_info(process_count),
+      process_count => erlang:system_info(process_count) - OurProcesses,
       process_limit => erlang:system_info(process_limit),
-      port_count => erlang:system_info(port_count),
+      port_count => erlang:system_info(port_count) - OurPorts,
       port_limit => erlang:system_info(port_limit),
       atom_count => erlang:system_info(atom_count),
       atom_limit => erlang:system_info(atom_limit),

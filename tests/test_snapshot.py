@@ -49,6 +49,73 @@ def scene(nodes, otp, tmp_path):
     return node, otp, paths
 
 
+ITEMS, CONNS = 4, 3
+
+
+@pytest.fixture
+def tree(nodes, otp, tmp_path):
+    """A node whose two registered top supervisors gain, between the first
+    and second snapshots, unregistered per-item supervisors with workers
+    started by proc_lib from M:F/A and from a fun, as a real application
+    starts them."""
+    node = nodes.start(otp)
+    paths = [tmp_path / f"{i}.snapshot" for i in "abc"]
+    with attach(node.node, node.cookie.encode()) as r:
+        r.call("beam_probe_workload", "tree", [])
+        _snapshot(node, paths[0])
+        r.call("beam_probe_workload", "grow_tree", [ITEMS, CONNS])
+        _snapshot(node, paths[1])
+        _snapshot(node, paths[2])
+    return node, otp, paths
+
+
+def _tree_groups(otp):
+    """What each kind of new process is named after, by release: OTP 25
+    cannot read '$initial_call' as one key, so proc_lib's own entry point
+    names it; 26.2+ reads it; 28 has labels. Either way, under the
+    nearest registered ancestor, and how far up it is."""
+    def what(mfa, entry):
+        return mfa if int(otp) >= 27 else entry
+
+    sup = what("supervisor:beam_probe_workload/1", "proc_lib:init_p/5")
+    worker = what("beam_probe_workload:tree_worker/2", "proc_lib:init_p/5")
+    fun = what("beam_probe_workload:-start_fun_worker/1-fun-0-/0",
+               "proc_lib:init_p/3")
+    groups = {f"{sup} under bp_items_sup": ITEMS,
+              f"{worker} under bp_items_sup (2 up)": ITEMS,
+              f"{fun} under bp_items_sup (2 up)": ITEMS,
+              f"{sup} under bp_conns_sup": CONNS,
+              f"{fun} under bp_conns_sup (2 up)": CONNS}
+    if otp == "28":
+        groups["label bp_conn_worker"] = CONNS
+    else:
+        groups[f"{worker} under bp_conns_sup (2 up)"] = CONNS
+    return groups
+
+
+def test_groups_name_the_nearest_named_ancestor(tree):
+    node, otp, paths = tree
+    result = _diff(*paths)
+    kept = {e["what"]: e for e in result["suspects"]["born_and_kept"]}
+    assert {what: e["count"] for what, e in kept.items()} == \
+        _tree_groups(otp)
+    for what, entry in kept.items():
+        if " under " in what:
+            made, under = what.split(" under ")
+            assert made != under.split(" (")[0], what  # never X under X
+        # Examples to look at next: real pids, up to 10, of this group.
+        assert len(entry["examples"]) == min(10, entry["count"])
+    with attach(node.node, node.cookie.encode()) as r:
+        for what, entry in kept.items():
+            for pid in entry["examples"]:
+                assert r.call("erlang", "is_process_alive", [
+                    r.call("erlang", "list_to_pid", [pid])]) is True
+    text = run_cli("diff", *map(str, paths)).stdout
+    first = next(iter(sorted(kept)))
+    line = next(l for l in text.splitlines() if l.startswith(first))
+    assert kept[first]["examples"][0] in line
+
+
 def _diff(*paths, args=()):
     r = run_cli("diff", *map(str, paths), "--format", "json", *args)
     assert r.returncode == 0, r.stderr
@@ -59,9 +126,9 @@ def test_three_snapshots_name_exactly_the_planted_leaks(scene):
     node, otp, paths = scene
     result = _diff(*paths)
     s = result["suspects"]
-    # OTP 26.2+ reads '$initial_call' as one key; 25 groups by the parent.
+    # OTP 26.2+ reads '$initial_call' as one key; 25 has proc_lib's entry.
     worker = ("beam_probe_workload:leak_worker/1" if int(otp) >= 27
-              else "proc_lib:init_p/5 under bp_leak_sup")
+              else "proc_lib:init_p/5") + " under bp_leak_sup"
     assert [(e["what"], e["count"]) for e in s["born_and_kept"]] == \
         [(worker, WORKERS)]
     assert [r["name"] for r in s["growing_processes"]] == ["bp_bin_hoarder"]
@@ -285,3 +352,46 @@ def test_packed_columns_read_whole_and_refuse_other_shapes():
     assert list(_pid_keys(b"<0.70000.3><0.1.0>", 2)) == list(keys)
     with pytest.raises(ValueError):
         _pid_keys(pid(1, 0) + b"\x00" * 21, 2)
+
+
+# --- our own footprint is not the node's ------------------------------------
+
+
+def test_an_idle_nodes_back_to_back_snapshots_show_nothing_new(nodes, otp,
+                                                               tmp_path):
+    """Each snapshot is a connection of its own: its port, its processes
+    and our node name's atom must not show as the node's."""
+    node = nodes.start(otp)
+    a, b = tmp_path / "a.snapshot", tmp_path / "b.snapshot"
+    taken = json.loads(_snapshot(node, a, "--format", "json").stdout)
+    _snapshot(node, b)
+    result = _diff(a, b)
+    assert result["ports"]["new_count"] == 0, result["ports"]
+    assert result["after"]["ports"] == result["before"]["ports"]
+    born = [d for d in result["change"]["details"] if d["+"]]
+    assert born == [], born
+    # One process count: what snapshot said is what diff reads.
+    assert result["before"]["processes"] == taken["processes"]
+    assert not any(name.startswith("beam_probe_")
+                   for name in result["atoms"]["names"])
+
+
+def test_proc_count_memory_does_not_rank_our_traffic(nodes, otp, tmp_path):
+    """rex carries our calls (the helper forms parsed on a first contact
+    among them): it is collected before the ranking."""
+    node = nodes.start(otp)
+    r = run_cli("proc-count", node.node, "memory", "5", "--format", "json",
+                node=node, env={"BEAM_PROBE_CACHE": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["processes"]
+    assert rows[0]["name"] != "rex", rows
+    with attach(node.node, node.cookie.encode()) as remote:
+        from beam_probe.erldist.terms import Atom
+
+        rex = remote.call("erlang", "whereis", [Atom("rex")])
+        remote.call("erlang", "garbage_collect", [rex])
+        settled = remote.call("erlang", "process_info",
+                              [rex, Atom("memory")])[1]
+    shown = next((row["value"] for row in rows if row["name"] == "rex"),
+                 None)
+    assert shown is None or shown <= 2 * settled, (shown, settled)

@@ -26,6 +26,9 @@ from .snapshot import SnapshotError, read
 MEMORY_KEYS = ("total", "processes", "binary", "ets", "atom", "code",
                "system")
 TOP_GROUPS = 200
+# Pids of a group's processes to look at next (proc-info, trace-gc): this
+# many in JSON, the text shows the first few.
+EXAMPLES = 10
 TOP_ROWS = 50
 # A long-lived process is a suspect when its memory (or its refc binary
 # bytes) rose in both intervals by this much in all: an idle system
@@ -63,6 +66,11 @@ class Loaded:
         self.tables: list[dict] = []
         self.ports: list[dict] = []
         self.counts: list[int] | None = None  # rows per group id
+        # Groups named by their place in the tree, named once every section
+        # is read: (group id, what the process runs, its parent's key).
+        self.placed: list[tuple[int, str, int]] = []
+        # Format 3: each ancestor's class, by pid key (see name_placed).
+        self.ancestors: dict[int, tuple] | None = None
 
     def rows_of(self, keys: set[int]) -> dict[int, int]:
         """The rows of a few pid keys, in one pass: no index of every row
@@ -90,19 +98,20 @@ class Loaded:
 
 
 def _key(pid: Pid) -> int:
-    return (pid.serial << 32) | pid.id  # as _pid_key, for a decoded pid
+    return (pid.serial << 32) | pid.id  # as _pid_keys makes them
 
 
 def load(path: str) -> Loaded:
     header, sections = read(path)
     snap = Loaded(path, header)
-    parents: list[tuple[int, int]] = []  # (row, parent key)
     seen = set()
     for kind, term in sections:
         seen.add(kind)
         try:
             if kind == "processes":
-                _add_rows(snap, term, parents)
+                _add_rows(snap, term)
+            elif kind == "ancestors":
+                snap.ancestors = {_key(pid): _class(c) for pid, c in term}
             elif kind == "tables":
                 snap.tables = [_table(snap, t) for t in term]
             elif kind == "ports":
@@ -114,32 +123,89 @@ def load(path: str) -> Loaded:
     if "processes" not in seen:
         raise SnapshotError(f"{path} holds no processes")
     snap.creation = header.get("creation")
-    # A proc_lib process known only by its parent: named after the parent
-    # (its registered name or label, else its initial call). The few
-    # parents are found in one pass, with no index of every row.
-    wanted = {parent for _, parent in parents
-              if parent not in snap.names and parent not in snap.labels}
-    rows_of = snap.rows_of(wanted)
-    for row, parent in parents:
-        if parent in snap.names:
-            under = snap.names[parent]
-        elif parent in snap.labels:
-            under = snap.labels[parent]
-        elif parent in rows_of:
-            under = snap.call_names[snap.calls[rows_of[parent]]]
-        else:
-            under = snap.pid_text(parent)
-        call = snap.call_names[snap.calls[row]]
-        snap.groups[row] = snap.intern(snap._groups, snap.group_names,
-                                       ("parent", call, under),
-                                       lambda: f"{call} under {under}")
+    name_placed(snap)
     return snap
 
 
-def _pid_key(text: str) -> int:
-    """'<0.123.4>' -> its key: the serial, then the number."""
-    _node, ident, serial = text[1:-1].split(".")
-    return (int(serial) << 32) | int(ident)
+# Code that says little of what a process is for: proc_lib's (a fun's, an
+# M:F/A's) and a fun's. A walk that ends at an ancestor running it names
+# the ancestor by its pid instead.
+VAGUE = frozenset(("proc_lib:init_p/3", "proc_lib:init_p/5",
+                   "erlang:apply/2"))
+
+
+def _class(term: Any) -> tuple:
+    """An ancestor's class, in plain values: ("name", text), ("label",
+    text), ("up", parent key, what it runs) or ("call", what it runs)."""
+    kind = str(term[0])
+    if kind == "up":
+        return ("up", _key(term[1]), _mfa(term[2]))
+    if kind == "call":
+        return ("call", _mfa(term[1]))
+    return (kind, _group_text(term))
+
+
+def name_placed(snap: Loaded) -> None:
+    """Name each group known by its place in the tree: "what under whom",
+    whom being the nearest named (registered or labelled) ancestor, with
+    how many levels up when it is not the parent: "proc_lib:init_p/5
+    under bp_item_sup_sup (2 up)". An ancestor tree that ends unnamed ends
+    at the code of its last ancestor, or its pid when that code says
+    little, never "X under X". Files of formats 1 and 2 hold no
+    ancestors: there the parent's own name, label or code is used."""
+    rows_of: dict[int, int] = {}
+    if snap.ancestors is None:
+        # The few parents that are neither named nor labelled are found
+        # in one pass, with no index of every row.
+        rows_of = snap.rows_of({parent for _g, _w, parent in snap.placed
+                                if parent not in snap.names
+                                and parent not in snap.labels})
+    for group, what, parent in snap.placed:
+        under, depth = (_walk(snap.ancestors, parent) if snap.ancestors
+                        is not None else _parent_only(snap, parent, rows_of))
+        if under == what:
+            under = snap.pid_text(parent)  # never "X under X"
+        snap.group_names[group] = f"{what} under {under}" + (
+            f" ({depth} up)" if depth > 1 else "")
+
+
+def _walk(ancestors: dict[int, tuple], parent: int) -> tuple[str, int]:
+    """Up from ``parent`` to the first named ancestor: its name and how
+    many levels up it is (1: the parent)."""
+    key, depth, last = parent, 1, None
+    while True:
+        found = ancestors.get(key)
+        if found is None or found[0] == "up" and depth > MAX_WALK:
+            # Gone, or past the walk: the last one reached.
+            if last is None:
+                return _pid_text(key), depth
+            last_key, last_what, last_depth = last
+            return (_pid_text(last_key) if last_what in VAGUE
+                    else last_what), last_depth
+        if found[0] != "up":
+            return found[1], depth
+        last = (key, found[2], depth)
+        key, depth = found[1], depth + 1
+
+
+# The node walks at most snapshot.MAX_DEPTH levels; a longer chain in a
+# crafted file is not followed further (nor round a cycle).
+MAX_WALK = 16
+
+
+def _parent_only(snap: Loaded, parent: int, rows_of: dict[int, int]
+                 ) -> tuple[str, int]:
+    if parent in snap.names:
+        return snap.names[parent], 1
+    if parent in snap.labels:
+        return snap.labels[parent], 1
+    if parent in rows_of:
+        return snap.call_names[snap.calls[rows_of[parent]]], 1
+    return snap.pid_text(parent), 1
+
+
+def _pid_text(key: int) -> str:
+    return f"<0.{key & 0xFFFFFFFF}.{key >> 32}>"
 
 
 _PIDS = re.compile(rb"<\d+\.(\d+)\.(\d+)>")
@@ -221,7 +287,7 @@ def _rows_of(indices: array, wanted: set[int]) -> Iterator[tuple[int, int]]:
 
 
 def _group_text(group: Any) -> str:
-    kind, value = group
+    kind, value = group[0], group[1]
     if kind == "label":
         return f"label {format_term(value)}"
     if kind == "name":
@@ -229,7 +295,7 @@ def _group_text(group: Any) -> str:
     return _mfa(value)
 
 
-def _add_rows(snap: Loaded, chunk: Any, parents: list) -> None:
+def _add_rows(snap: Loaded, chunk: Any) -> None:
     memory = _numbers(chunk["memory"])
     count = len(memory)
     keys = _pid_keys(chunk["pids"], count)
@@ -239,11 +305,15 @@ def _add_rows(snap: Loaded, chunk: Any, parents: list) -> None:
                       snap.call_names, _mfa)
     unique, group_indices = chunk["groups"]
     indices = _numbers(group_indices)
-    group_ids = [0 if group[0] == "parent" else
+    group_ids = [_placed(snap, group) if group[0] == "parent" else
                  snap.intern(snap._groups, snap.group_names,
                              (group[0], group[1]),
                              lambda g=group: _group_text(g))
                  for group in unique]
+    if any(group[0] == "parent" and len(group) == 2 for group in unique):
+        # Formats 1 and 2: {parent, Pid}, what the process runs from its
+        # own initial call, one group per row's call.
+        _place_by_row(snap, unique, indices, group_ids, calls)
     names = chunk["names"]
     if isinstance(names, tuple):
         name_values, name_indices = names[0], _numbers(names[1])
@@ -259,9 +329,6 @@ def _add_rows(snap: Loaded, chunk: Any, parents: list) -> None:
         raise ValueError("columns of different lengths")
     start = len(snap.keys)
     for row, value in _rows_of(indices, {
-            i for i, group in enumerate(unique) if group[0] == "parent"}):
-        parents.append((start + row, _pid_key(str(unique[value][1]))))
-    for row, value in _rows_of(indices, {
             i for i, group in enumerate(unique) if group[0] == "label"}):
         snap.labels[keys[row]] = snap.group_names[group_ids[value]]
     for row, value in named:
@@ -272,6 +339,36 @@ def _add_rows(snap: Loaded, chunk: Any, parents: list) -> None:
     for array_, column in zip((snap.memory, snap.binary, snap.binary_count,
                                snap.queue), columns):
         array_.extend(column)
+
+
+def _placed(snap: Loaded, group: tuple) -> int:
+    """The id of a group known by its place: {parent, What, Pid} (format
+    3); named once the ancestors are read. Formats 1-2's {parent, Pid}
+    are given their ids per row (_place_by_row)."""
+    if len(group) == 2:
+        return -1
+    return _placed_id(snap, _mfa(group[1]), _key(group[2]))
+
+
+def _placed_id(snap: Loaded, what: str, parent: int) -> int:
+    key = ("parent", what, parent)
+    found = snap._groups.get(key)
+    if found is None:
+        found = snap._groups[key] = len(snap.group_names)
+        snap.group_names.append("")
+        snap.placed.append((found, what, parent))
+    return found
+
+
+def _place_by_row(snap: Loaded, unique: list, indices: array,
+                  group_ids: list, calls: array) -> None:
+    """Formats 1 and 2: a {parent, Pid} group is what each of its rows
+    runs, under that parent."""
+    for row, value in _rows_of(indices, {
+            i for i, group in enumerate(unique) if group[0] == "parent"}):
+        group_ids.append(_placed_id(snap, snap.call_names[calls[row]],
+                                    _key(unique[value][1])))
+        indices[row] = len(group_ids) - 1
 
 
 def _table(snap: Loaded, t: tuple) -> dict:
@@ -422,6 +519,42 @@ def _groups(a: Loaded, b: Loaded, a_in_b: array) -> list[dict]:
                                  e["what"]))
 
 
+def _examples(snap: Loaded, names: set[str], born: Iterable[int]
+              ) -> dict[str, list[str]]:
+    """Up to EXAMPLES pids per group of ``names`` in ``snap``: its rows in
+    ``born`` first (the ones a leak hunt is about), then any. One pass at
+    most over the rows, which stops once every group has its examples
+    (a group with fewer processes has them all)."""
+    ids = {g for g, name in enumerate(snap.group_names) if name in names}
+    counts = _per_group(snap)
+    want = {name: 0 for name in names}
+    for g in ids:
+        want[snap.group_names[g]] += counts[g]
+    need = {name: min(EXAMPLES, n) for name, n in want.items()}
+    out: dict[str, list[str]] = {name: [] for name in names}
+    taken: set[int] = set()
+    missing = sum(need.values())
+
+    def take(rows: Iterable[int]) -> int:
+        nonlocal missing
+        for row in rows:
+            g = snap.groups[row]
+            if g not in ids or row in taken:
+                continue
+            name = snap.group_names[g]
+            if len(out[name]) < need[name]:
+                out[name].append(snap.pid_text(snap.keys[row]))
+                taken.add(row)
+                missing -= 1
+                if not missing:
+                    break
+        return missing
+
+    if take(born):
+        take(range(len(snap.keys)))
+    return out
+
+
 def _tables(a: Loaded, b: Loaded) -> list[dict]:
     """Tables of b that are new since a or grew, largest growth first."""
     before = {t["id"]: t for t in a.tables}
@@ -441,14 +574,23 @@ def _tables(a: Loaded, b: Loaded) -> list[dict]:
                                       t["name"]))
 
 
+# Our own node names (the pool's, name@host): atoms our connections add
+# to a node the first time each name meets it. Ours, not the node's.
+_OUR_ATOM = re.compile(r"beam_probe_[1-8]@")
+
+
 def _atoms(a: Loaded, b: Loaded) -> dict:
+    """Atoms made between a and b, ours left out: how many, and the names
+    of those b's file holds."""
     first, last = a.header["atom_count"], b.header["atom_count"]
     start = b.header.get("atoms_from", last)
     names = b.header.get("atoms", [])
     # Only the indices whose names the file holds: the counts alone could
     # claim 10^12 atoms (checked when read, but never looped over).
     known = names[max(first, start) - start:max(0, last - start)]
-    return {"added": last - first, "names": known[:TOP_ROWS],
+    ours = sum(1 for name in known if _OUR_ATOM.match(name))
+    theirs = [name for name in known if not _OUR_ATOM.match(name)]
+    return {"added": last - first - ours, "names": theirs[:TOP_ROWS],
             "all_named": first >= start and len(known) == last - first}
 
 
@@ -501,13 +643,19 @@ def heap_diff(snaps: list[Loaded], force: bool = False) -> dict:
     change = {k: (after["memory"][k] or 0) - (before["memory"][k] or 0)
               for k in MEMORY_KEYS}
     details = _groups(first, last, first_in_last)
+    shown = details[:TOP_GROUPS]
+    born = compress(range(len(last.keys)), bytes(map(
+        _FOUND, _inverse(first_in_last, len(last.keys)))).translate(_FLIP))
+    examples = _examples(last, {d["what"] for d in shown}, born)
+    for d in shown:
+        d["examples"] = examples[d["what"]]
     result: dict[str, Any] = {"before": before, "after": after}
     if len(snaps) == 3:
         result["middle"] = _summary(snaps[1])
         result["suspects"] = suspects(*snaps, a_in_b, b_in_c, c_in_b)
     result["change"] = {
         "size_bytes": change["total"], "memory": change,
-        "details": details[:TOP_GROUPS], "groups": len(details)}
+        "details": shown, "groups": len(details)}
     result["ets"] = _tables(first, last)[:TOP_ROWS]
     result["atoms"] = _atoms(first, last)
     result["ports"] = _ports(first, last)
@@ -535,8 +683,10 @@ def suspects(a: Loaded, b: Loaded, c: Loaded, a_in_b: array,
         name = c.group_names[c.groups[k]]
         e = kept.setdefault(name, {"what": name, "count": 0,
                                    "bytes": 0, "binary_bytes": 0,
-                                   "growth": 0})
+                                   "growth": 0, "examples": []})
         e["count"] += 1
+        if len(e["examples"]) < EXAMPLES:
+            e["examples"].append(c.pid_text(c.keys[k]))
         e["bytes"] += c.memory[k]
         e["binary_bytes"] += c.binary[k]
         e["growth"] += c.memory[k] - b.memory[j]
@@ -573,26 +723,31 @@ def suspects(a: Loaded, b: Loaded, c: Loaded, a_in_b: array,
                                  + r["binary_bytes"][2]
                                  - r["binary_bytes"][0]))
     counts = [_counts(s) for s in (a, b, c)]
-    rising_groups = [{"what": g, "counts": [counts[0].get(g, 0),
-                                            counts[1].get(g, 0), n]}
-                     for g, n in counts[2].items()
-                     if counts[0].get(g, 0) < counts[1].get(g, 0) < n]
+    rising_groups = sorted(
+        ({"what": g, "counts": [counts[0].get(g, 0), counts[1].get(g, 0), n]}
+         for g, n in counts[2].items()
+         if counts[0].get(g, 0) < counts[1].get(g, 0) < n),
+        key=lambda g: (g["counts"][0] - g["counts"][2], g["what"]))[:TOP_ROWS]
+    # Examples of the rising groups: the processes born since the second
+    # snapshot first.
+    born_c = compress(range(len(c.keys)), bytes(map(_FOUND, c_from_b))
+                      .translate(_FLIP))
+    rising_examples = _examples(c, {g["what"] for g in rising_groups},
+                                born_c)
+    for group in rising_groups:
+        group["examples"] = rising_examples[group["what"]]
     tables = _tables_kept(a, b, c)
     ports_a = {p["id"] for p in a.ports}
     ports_c = {p["id"] for p in c.ports}
     ports = [p["name"] for p in b.ports
              if p["id"] not in ports_a and p["id"] in ports_c]
-    atoms_ab = b.header["atom_count"] - a.header["atom_count"]
-    atoms_bc = c.header["atom_count"] - b.header["atom_count"]
+    atoms_ab, atoms_bc = _atoms(a, b)["added"], _atoms(b, c)["added"]
     return {
         "born_and_kept": sorted(kept.values(),
                                 key=lambda e: (-e["count"], e["what"])
                                 )[:TOP_GROUPS],
         "growing_processes": growing[:TOP_ROWS],
-        "groups_rising": sorted(rising_groups,
-                                key=lambda g: (g["counts"][0]
-                                               - g["counts"][2],
-                                               g["what"]))[:TOP_ROWS],
+        "groups_rising": rising_groups,
         "ets": tables[:TOP_ROWS],
         "ports_born_and_kept": ports[:TOP_ROWS],
         "atoms": {"added": [atoms_ab, atoms_bc],

@@ -1,16 +1,17 @@
 """snapshot: the whole node at one moment, to a file, for diff and
 leak-hunt (the three-snapshot method).
 
-One call on the node (beam_probe_snapshot:snapshot/9) returns the memory
-figures, every process as compressed row chunks, every ETS table and port,
+One call on the node (beam_probe_snapshot:snapshot/11) returns the memory
+figures, every process as compressed row chunks, the ancestors of the
+processes grouped by their place in the tree, every ETS table and port,
 and the names of the newest atoms. The chunks go to the file as the node
 made them: taking a snapshot decodes nothing but the header, and a
 million processes make a file of a few MB.
 
-File format, version 2 (a later beam-probe reads it; this one still reads
-version 1, whose process columns were lists of terms):
+File format, version 3 (this one still reads version 1, whose process
+columns were lists of terms, and 2, which had no ancestors):
 
-    BEAMPROBE SNAPSHOT 2\\n
+    BEAMPROBE SNAPSHOT 3\\n
     <header: one JSON object>\\n
     then sections, each: a kind byte, a 4-byte big-endian length, and
     that many bytes of a versioned external term (as term_to_binary makes
@@ -18,6 +19,8 @@ version 1, whose process columns were lists of terms):
       P  processes: a map of columns, as erl_helpers/beam_probe_snapshot.erl
          describes (fixed-width binaries; the repeated terms once per
          chunk, with an index per process)
+      A  ancestors: [{Pid, Class}], as beam_probe_snapshot.erl describes
+         (format 3)
       T  ETS tables: [{Id, Name, Owner, Size, MemoryWords, Type}]
       O  ports: [{Port, {name, Name}, {connected, Owner}, {memory, Bytes}}]
       E  the end (length 0): a file without it was cut short
@@ -25,7 +28,8 @@ version 1, whose process columns were lists of terms):
 The header holds the node, its OTP release, the time, the --gc mode, the
 node's word size, erlang:memory(), the allocator and count figures of a
 watch sample, which process_info items the node had (label,
-'$initial_call'), the atom count and the newest atoms' names.
+'$initial_call'), the atom count and the newest atoms' names, and (format
+3) the number of processes, ours left out.
 """
 
 from __future__ import annotations
@@ -43,10 +47,12 @@ from .watch import record
 
 HELPER = "beam_probe_snapshot"
 SCAN = "beam_probe_scan"
-MAGIC = b"BEAMPROBE SNAPSHOT 2\n"
-FORMAT = 2
-# Format 1 (its process columns were lists of terms) is still read.
-READABLE = {b"BEAMPROBE SNAPSHOT 1\n": 1, MAGIC: FORMAT}
+MAGIC = b"BEAMPROBE SNAPSHOT 3\n"
+FORMAT = 3
+# Formats 1 (process columns as lists of terms) and 2 (groups named after
+# the direct parent only, no ancestors) are still read.
+READABLE = {b"BEAMPROBE SNAPSHOT 1\n": 1, b"BEAMPROBE SNAPSHOT 2\n": 2,
+            MAGIC: FORMAT}
 CHUNK_ROWS = 5000
 # The names of at most this many of the newest atoms are kept: enough to
 # name the atoms a leak adds between two snapshots, bounded however many
@@ -57,7 +63,14 @@ MAX_ATOMS = 2000
 MAX_HEADER = 4 * 1024 * 1024
 MAX_SECTION = 64 * 1024 * 1024
 MAX_FILE = 2 * 1024 * 1024 * 1024
-KINDS = {b"P": "processes", b"T": "tables", b"O": "ports", b"E": "end"}
+KINDS = {b"P": "processes", b"A": "ancestors", b"T": "tables",
+         b"O": "ports", b"E": "end"}
+# How far up the tree a group's nearest named ancestor is looked for, and
+# for how many ancestors in all: a real application's workers sit two or
+# three levels under a registered supervisor; the bounds hold the walk to
+# a fraction of the process pass whatever the tree.
+MAX_DEPTH = 8
+MAX_ANCESTORS = 200_000
 
 
 class SnapshotError(UsageError):
@@ -80,7 +93,8 @@ def take(remote: Remote, gc: str = "holders", jobs: int = 0,
         progress(f"collecting ({gc})")
         sample_node(remote, gc, max_gc, jobs)
     progress("reading every process, table and port")
-    reply = remote.run(HELPER, "snapshot", CHUNK_ROWS, MAX_ATOMS, jobs,
+    reply = remote.run(HELPER, "snapshot", CHUNK_ROWS, MAX_ATOMS, MAX_DEPTH,
+                       MAX_ANCESTORS, jobs,
                        Local("pmap", SCAN), Local("others", SCAN),
                        Local("top", SCAN), Local("settled", SCAN),
                        Local("sample", "beam_probe_watch"),
@@ -105,9 +119,12 @@ def take(remote: Remote, gc: str = "holders", jobs: int = 0,
         "atoms": [str(atom) for atom in reply["atoms"]],
     }
     sections = [(b"P", bytes(chunk)) for chunk in reply["processes"]]
-    sections += [(b"T", bytes(reply["tables"])),
+    sections += [(b"A", bytes(reply["ancestors"])),
+                 (b"T", bytes(reply["tables"])),
                  (b"O", bytes(reply["ports"]))]
     header["chunks"] = len(reply["processes"])
+    # Every process but ours, as the file holds them: one count everywhere.
+    header["processes"] = reply["process_count"]
     return header, sections
 
 
@@ -206,7 +223,7 @@ def header_problem(header: Any, version: int) -> str | None:
     if not (isinstance(items, list) and len(items) <= 64
             and all(isinstance(i, str) for i in items)):
         return "items is not a list of names"
-    for field in ("creation", "chunks"):
+    for field in ("creation", "chunks", "processes"):
         if header.get(field) is not None and not _count(header[field],
                                                         2**64):
             return f"{field} is not a count"
@@ -323,7 +340,7 @@ def snapshot(remote: Remote, path: str, gc: str, jobs: int,
     size = write(path, header, sections)
     return {"node": header["node"], "file": path, "bytes": size,
             "time": header["time"], "gc": gc,
-            "processes": header["sample"]["process_count"],
+            "processes": header["processes"],
             "ets_tables": header["sample"]["ets_count"],
             "ports": header["sample"]["port_count"]}
 

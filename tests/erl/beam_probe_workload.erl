@@ -21,6 +21,10 @@
 -export([init/1, start_leak_worker/0, leak_worker/1, noise_loop/0]).
 %% What net_kernel is asked to connect to (test_reliability.py).
 -export([watch_connects/0, connects/1]).
+%% A tree shaped like a real application's (test_snapshot.py), and its
+%% callbacks.
+-export([tree/0, grow_tree/2, start_item_sup/1, start_tree_worker/1,
+         start_fun_worker/1, tree_worker/2]).
 
 -define(BINARY_SIZE, 1024).
 -define(LEAKER_HEAP_WORDS, 100000).
@@ -226,7 +230,55 @@ noise_loop() ->
 init(sup) ->
     {ok, {#{strategy => simple_one_for_one},
           [#{id => leak_worker,
-             start => {?MODULE, start_leak_worker, []}}]}}.
+             start => {?MODULE, start_leak_worker, []}}]}};
+init({top, Kind}) ->
+    {ok, {#{strategy => simple_one_for_one},
+          [#{id => item, type => supervisor,
+             start => {?MODULE, start_item_sup, [Kind]}}]}};
+init({item, Kind}) ->
+    {ok, {#{strategy => one_for_one},
+          [#{id => mfa, start => {?MODULE, start_tree_worker, [Kind]}},
+           #{id => 'fun', start => {?MODULE, start_fun_worker, [Kind]}}]}}.
+
+%% Two registered top supervisors, bp_items_sup and bp_conns_sup, as a
+%% broker's queue and connection trees: grow_tree/2 puts unregistered
+%% per-item supervisors under them, each with one worker started by
+%% proc_lib from M:F/A (proc_lib:init_p/5) and one from a fun
+%% (proc_lib:init_p/3). On OTP 28 the connections' M:F/A workers label
+%% themselves bp_conn_worker, as proc_lib:set_label/1 lets them.
+tree() ->
+    [begin
+         {ok, Sup} = supervisor:start_link({local, Name}, ?MODULE,
+                                           {top, Kind}),
+         erlang:unlink(Sup)
+     end
+     || {Name, Kind} <- [{bp_items_sup, items}, {bp_conns_sup, conns}]],
+    ok.
+
+grow_tree(Items, Conns) ->
+    [{ok, _} = supervisor:start_child(bp_items_sup, [])
+     || _ <- lists:seq(1, Items)],
+    [{ok, _} = supervisor:start_child(bp_conns_sup, [])
+     || _ <- lists:seq(1, Conns)],
+    ok.
+
+start_item_sup(Kind) ->
+    supervisor:start_link(?MODULE, {item, Kind}).
+
+start_tree_worker(Kind) ->
+    proc_lib:start_link(?MODULE, tree_worker, [self(), Kind]).
+
+start_fun_worker(_Kind) ->
+    {ok, proc_lib:spawn_link(fun() -> idle() end)}.
+
+tree_worker(Parent, Kind) ->
+    case Kind =:= conns andalso erlang:function_exported(proc_lib,
+                                                         set_label, 1) of
+        true -> proc_lib:set_label(bp_conn_worker);
+        false -> ok
+    end,
+    proc_lib:init_ack(Parent, {ok, self()}),
+    idle().
 
 start_leak_worker() ->
     proc_lib:start_link(?MODULE, leak_worker, [self()]).
