@@ -39,13 +39,14 @@ class OutputFailed(ProbeError):
     label = "output"
 
 
-# Not errors: runs that end with a partial answer, said in their output.
-EXIT_OVERLOAD = 12
+# Not errors: verdicts and partial answers, said in the output too.
+EXIT_LEAK = 12         # watch --fail-on-leak: a leak was suspected
+EXIT_NOT_JUDGED = 13   # watch --fail-on-leak: too few samples to judge
+EXIT_OVERLOAD = 14     # trace-gc ended early by overload
 
 EXIT_CODES = [
     (0, "success"),
-    (1, "unexpected error (a bug: please report it); `watch "
-        "--fail-on-leak`: a leak was suspected"),
+    (1, "unexpected error (a bug: please report it)"),
     (UsageError.exit_code, "bad arguments or options"),
     (CookieError.exit_code, "no cookie found, cookie file unsafe, or the node "
                             "rejected the cookie"),
@@ -64,6 +65,10 @@ EXIT_CODES = [
     (OutputFailed.exit_code, "standard output, `watch --output` FILE, or "
                              "`alloc --raw` FILE could not be written "
                              "(closed, or the disk is full)"),
+    (EXIT_LEAK, "`watch --fail-on-leak`: a leak was suspected"),
+    (EXIT_NOT_JUDGED, "`watch --fail-on-leak`: the run ended before the "
+                      "rule could judge (too few samples since the start "
+                      "or the last gap); the output says how many more"),
     (EXIT_OVERLOAD, "`trace-gc`: the trace ended early because the "
                     "traced processes collected faster than the node's "
                     "tracer could forward (overload); what was traced is "
@@ -94,7 +99,8 @@ class Terminated(BaseException):
 
 
 __all__ = ["ConnectFailed", "ConnectionLost", "CookieError", "EXIT_CODES",
-           "EXIT_OVERLOAD", "EndedEarly", "NothingToTrace",
+           "EXIT_LEAK", "EXIT_NOT_JUDGED", "EXIT_OVERLOAD", "EndedEarly",
+           "NothingToTrace",
            "HostUnknown", "NoCookie", "NoSuchProcess", "NodeNotFound",
            "OutputFailed", "ProbeError", "ProtocolError", "RemoteError",
            "Terminated", "TimedOut", "TlsConfigError", "TlsError",

@@ -54,7 +54,7 @@ def summary_text(summary: dict) -> str:
                  "on the node: they came faster than beam-probe took them")
     if summary["ended_by"] == "overload":
         head += ("; the trace ended early: the processes collected faster "
-                 "than the node's tracer could forward (exit 12)")
+                 "than the node's tracer could forward (exit 14)")
     if not summary["processes"]:
         return head + "; none of the traced processes collected"
     flag = any(p["leak_suspected"] for p in summary["processes"])

@@ -109,12 +109,34 @@ def frame(watch: Any, width: int, height: int, colour: bool = False
 
 
 def verdict_lines(watch: Any) -> list[str]:
-    fired = watch.rule.fired
-    if not fired:
-        return [f"no leak suspected (rule: {watch.rule.rises} consecutive "
-                f"rises)"]
-    return ["leak suspected: " + leak_line(rise.as_json())
-            for rise in fired.values()]
+    return verdict_text([rise.as_json() for rise in watch.rule.fired.values()],
+                        watch.judged, watch.to_judge, watch.unconfirmed(),
+                        watch.gc, watch.rule.rises)
+
+
+def verdict_text(leaks: list[dict], judged: bool, to_judge: int,
+                 unconfirmed: list[dict], gc: str,
+                 rises: int | None = None) -> list[str]:
+    """What the rule says: the leaks it suspected; else, until it could
+    judge, that it has not, and what only rose meanwhile; else no leak."""
+    if leaks:
+        return ["leak suspected: " + leak_line(rise) for rise in leaks]
+    if not judged:
+        hint = ", or --gc holders" if gc == "none" else ""
+        return ([f"not judged yet: {to_judge} more sample"
+                 f"{'s' if to_judge != 1 else ''}{hint}"]
+                + ["rising, not yet confirmed: " + rising_line(rise)
+                   for rise in unconfirmed])
+    return ["no leak suspected" + (f" (rule: {rises} consecutive rises)"
+                                   if rises is not None else "")]
+
+
+def rising_line(rise: dict) -> str:
+    """'binary +18.0 MiB over 9 samples (4 s)' (the raw values)."""
+    category = rise["category"]
+    return (f"{LABELS.get(category, category)} "
+            f"{amount(category, rise['growth'], True)} over "
+            f"{rise['rises'] + 1} samples ({duration(rise['seconds'])})")
 
 
 def summary_text(summary: dict) -> str:
@@ -132,11 +154,23 @@ def summary_text(summary: dict) -> str:
                if summary["down_samples"] else "") + "\n")
     text += table(("", "first", "last", "min", "max", "per hour"), rows,
                   "lrrrrr")
-    leaks = summary["leaks"]
-    text += "\n" + ("\n".join("leak suspected: " + leak_line(r)
-                              for r in leaks)
-                    if leaks else "no leak suspected")
+    text += "\n" + "\n".join(verdict_text(
+        summary["leaks"], summary["judged"], summary["to_judge"],
+        summary["unconfirmed"], summary["gc"]))
     return text
+
+
+def sample_line(sample: dict) -> str:
+    """One sample as a line of text (watch --format table, piped):
+    '23:40:01  total 21.3 MiB  processes 3.9 MiB  binary 6.5 MiB ...'."""
+    if sample.get("down"):
+        return down_line(sample)
+    when = time.strftime("%H:%M:%S", time.localtime(sample["epoch"]))
+    figures = "  ".join(f"{LABELS[c]} {amount(c, sample[c])}"
+                        for c in LABELS)
+    leaks = "".join(f"; leak suspected: {leak_line(rise)}"
+                    for rise in sample.get("leaks", []))
+    return f"{when}  {figures}{leaks}"
 
 
 def down_line(sample: dict) -> str:
@@ -151,5 +185,5 @@ def plot_text(title: str, series: Sequence[tuple[str, list]], width: int,
                                           colour))
 
 
-__all__ = ["duration", "frame", "leak_line", "plot_text", "summary_text",
-           "verdict_lines"]
+__all__ = ["duration", "frame", "leak_line", "plot_text", "sample_line",
+           "summary_text", "verdict_lines", "verdict_text"]

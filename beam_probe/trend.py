@@ -33,6 +33,18 @@ NOISE_SHARE = 0.01
 # the default 5 s interval). A sawtooth whose period is shorter stays flat;
 # a longer one needs --gc or a longer --floor.
 DEFAULT_FLOOR = 12
+# A growth per hour from a series' first and last values is extrapolated
+# only when they are at least this far apart: from 14 s of samples it read
+# -1,007,757,257 B/h. (A rise, each step up, has its rate at any span.)
+MIN_RATE_SECONDS = 60.0
+
+
+def per_hour(change: float, seconds: float) -> float | None:
+    """``change`` over ``seconds`` as a rate per hour, or None when the
+    span is too short to say (MIN_RATE_SECONDS)."""
+    if seconds < MIN_RATE_SECONDS:
+        return None
+    return change * 3600 / seconds
 
 
 # A record read back from a file (a watch file, a check history) is what
@@ -102,6 +114,8 @@ class Rise(NamedTuple):
 
     @property
     def per_hour(self) -> float | None:
+        # Every step of a rise went up by more than noise in all: its rate
+        # means something even over a short span.
         return self.growth * 3600 / self.seconds if self.seconds > 0 else None
 
     def as_json(self) -> dict:
@@ -206,10 +220,8 @@ class Stats:
     def per_hour(self) -> float | None:
         if self.first is None or self.last is None:
             return None
-        seconds = self.last.epoch - self.first.epoch
-        if seconds <= 0:
-            return None
-        return (self.last.value - self.first.value) * 3600 / seconds
+        return per_hour(self.last.value - self.first.value,
+                        self.last.epoch - self.first.epoch)
 
     def as_json(self) -> dict:
         return {"first": self.first.value if self.first else None,

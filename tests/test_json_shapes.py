@@ -146,7 +146,10 @@ SUMMARY = {"node": S, "samples": I, "down_samples": I, "seconds": F,
                                              "process_count",
                                              "port_count")},
            "leaks": [{"category": S, "rises": I, "growth": I, "seconds": F,
-                      "per_hour": (I, "null")}]}
+                      "per_hour": (I, "null")}],
+           "judged": B, "to_judge": I,
+           "unconfirmed": [{"category": S, "rises": I, "growth": I,
+                            "seconds": F, "per_hour": (I, "null")}]}
 
 
 @pytest.mark.parametrize("gc", ["none", "holders"])

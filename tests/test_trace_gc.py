@@ -183,7 +183,7 @@ def test_a_process_named_twice_is_traced_once(churn):
     assert head["skipped"] == []
 
 
-def test_an_overloaded_trace_says_so_and_exits_12():
+def test_an_overloaded_trace_says_so_and_exits_14():
     """The tracer's own stop when events outrun it (no node: the summary
     as the tracer reports it)."""
     from beam_probe.probes.trace_gc import TraceGc
@@ -192,9 +192,9 @@ def test_an_overloaded_trace_says_so_and_exits_12():
     trace = TraceGc(lambda: None, [], None, 1.0, 1000, 0, lambda _: None)
     trace.ended = {"reason": "overload", "trace_messages": 40000,
                    "dropped": 1200, "reductions": 1}
-    assert trace.exit_code() == 12
+    assert trace.exit_code() == 14
     text = summary_text(trace.summary())
-    assert "ended early" in text and "exit 12" in text
+    assert "ended early" in text and "exit 14" in text
     assert "faster than beam-probe took them" in text
     trace.ended["reason"] = "duration"
     assert trace.exit_code() == 0

@@ -102,18 +102,49 @@ def test_a_steady_leak_is_reported_with_its_rate(nodes, otp, gc):
         r.call("beam_probe_workload", "grow", [rate])
         result = _watch(node, "--interval", "0.5", "--count", "9",
                         "--gc", gc, "--fail-on-leak", *with_floor)
-    assert result.returncode == 1, result.stderr  # --fail-on-leak
+    assert result.returncode == 12, result.stderr  # --fail-on-leak
     samples, summary = _lines(result.stdout)
     assert len(samples) == 9
     leaks = {leak["category"]: leak for leak in summary["leaks"]}
     assert "binary" in leaks, summary
     assert leaks["binary"]["per_hour"] == pytest.approx(rate * 3600,
                                                         rel=0.10)
-    assert summary["categories"]["binary"]["per_hour"] == pytest.approx(
-        rate * 3600, rel=0.10)
+    # Four seconds say nothing of an hour but through a rise's steady
+    # steps: a category's first-to-last rate waits for a minute's span.
+    assert summary["categories"]["binary"]["per_hour"] is None
+    assert summary["judged"] is True and summary["unconfirmed"] == []
     fired = [s for s in samples if "leaks" in s]
     assert fired and all(s["gc"] == gc for s in samples)
     assert ("floor" in samples[0]) == (gc == "none")
+
+
+def test_a_short_run_without_gc_is_not_judged(nodes, otp):
+    """Ten samples of binary rising 2 MB each, no forced GC: the floors
+    cannot judge before sample 17 (--floor 12 + 5 rises). The run says so,
+    names what only rose, and --fail-on-leak exits 13, not 0."""
+    node = nodes.start(otp)
+    from beam_probe.remote import attach
+
+    with attach(node.node, node.cookie.encode()) as r:
+        r.call("beam_probe_workload", "grow", [4 * MB])
+        result = _watch(node, "--interval", "0.5", "--count", "10",
+                        "--fail-on-leak")
+        text = _watch(node, "--interval", "0.5", "--count", "8",
+                      "--format", "table")
+    assert result.returncode == 13, result.stderr
+    _samples, summary = _lines(result.stdout)
+    assert summary["leaks"] == [] and summary["judged"] is False
+    assert summary["to_judge"] == 17 - 10
+    assert "binary" in [u["category"] for u in summary["unconfirmed"]]
+    assert all(stats["per_hour"] is None
+               for stats in summary["categories"].values())
+    # Piped, --format table is a line of text a sample, then the summary.
+    lines = text.stdout.splitlines()
+    assert text.returncode == 0, text.stderr
+    assert all(" total " in line for line in lines[:8])
+    assert "not judged yet: 9 more samples, or --gc holders" in text.stdout
+    assert "rising, not yet confirmed: binary +" in text.stdout
+    assert "/h" not in text.stdout
 
 
 def test_a_sawtooth_is_not_a_leak(nodes, otp):
@@ -300,7 +331,8 @@ def test_the_live_view_on_a_terminal_has_the_chart_and_the_verdict(target):
     assert len(frames) >= 8  # one per sample, and one more per resize
     last = frames[-1]
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", last)
-    assert "no leak suspected" in plain
+    # Eight samples without collections: the floors cannot judge yet.
+    assert "not judged yet: 9 more samples, or --gc holders" in plain
     assert any(0x2800 < ord(c) <= 0x28FF for c in plain)  # the chart
     assert "floors over 12 samples" in plain and "━━ total" in plain
     # The view fits the resized 70 x 20 terminal.

@@ -194,8 +194,14 @@ def _watch_summary(summary: dict) -> str:
     return render_watch.summary_text(summary)
 
 
+def _watch_line(sample: dict) -> str:
+    from .. import render_watch
+
+    return render_watch.sample_line(sample)
+
+
 @command("watch", "[NODE]", kind="live", jobs=True, render=_watch_frame,
-         summary=_watch_summary, options=(
+         summary=_watch_summary, line=_watch_line, options=(
              click.option("--interval", type=Seconds(0.2), default=5.0,
                           show_default=True, metavar="SECONDS",
                           help="Time between samples (at least 0.2)."),
@@ -223,7 +229,8 @@ def _watch_summary(summary: dict) -> str:
                           help="Without --gc: the floor of a category is "
                                "its minimum over this many samples."),
              click.option("--fail-on-leak", is_flag=True,
-                          help="Exit 1 if a leak was suspected."),
+                          help="Exit 12 if a leak was suspected, 13 if the "
+                               "run ended before the rule could judge."),
              click.option("--output", "-o", metavar="FILE",
                           help="Also append each sample to FILE as a JSON "
                                "line (plot reads it).")))
@@ -237,13 +244,15 @@ def watch(connect: Any, request: SimpleNamespace, progress: Progress) -> Any:
     --leak-after consecutive samples, after collections or, without them,
     through its floor (its minimum over the last --floor samples, which a
     sawtooth leaves flat), is reported: "leak suspected: binary +48.2 MiB
-    over 5 rises (25 s), +1.4 GiB/h".
+    over 5 rises (25 s)", with its rate per hour over a minute or more.
 
     On a terminal the view redraws in place with a chart; piped, or with
     --format json, one JSON line per sample (the field names of check
-    --history), then a summary line. Ctrl-C ends the watch with a summary
-    (exit 0). If the node goes away, watch says so and reconnects when it
-    is back.
+    --history), then a summary line; piped with --format table, a line of
+    text per sample. Until the rule can judge (--leak-after + 1 samples
+    after collections, --floor + --leak-after without), the view and the
+    summary say so. Ctrl-C ends the watch with a summary (exit 0). If the
+    node goes away, watch says so and reconnects when it is back.
 
     \b
     Examples:

@@ -113,10 +113,12 @@ class Declaration:
                  timeout: float, jobs: bool, options: tuple,
                  example: str, metavar: str | None,
                  check: Callable[[SimpleNamespace], None] | None,
-                 kind: str = "call", summary: Render | None = None) -> None:
+                 kind: str = "call", summary: Render | None = None,
+                 line: Render | None = None) -> None:
         self.name, self.args, self.probe, self.render = name, args, probe, \
             render
         self.check, self.kind, self.summary = check, kind, summary
+        self.line = line
         self.timeout, self.jobs, self.options = timeout, jobs, options
         self.example = example
         self.metavar = metavar or args
@@ -182,7 +184,8 @@ class Declaration:
         if self.kind == "offline":
             params.append(opt.format_option())
         else:
-            params += opt.node_options(default_timeout=self.timeout)
+            params += opt.node_options(default_timeout=self.timeout,
+                                       live=self.kind == "live")
         callback = opt.apply(params, click.argument(
             "args", nargs=-1, metavar=self.metavar,
             shell_complete=self.complete)(callback))
@@ -198,19 +201,20 @@ def command(name: str, args: str, *, render: Render,
             options: tuple = (), example: str = "app@db1",
             metavar: str | None = None,
             check: Callable[[SimpleNamespace], None] | None = None,
-            kind: str = "call", summary: Render | None = None
-            ) -> Callable[[Probe], Probe]:
+            kind: str = "call", summary: Render | None = None,
+            line: Render | None = None) -> Callable[[Probe], Probe]:
     """Declare a command; its function is the probe it calls, and its
     docstring the command's help. ``check`` looks at the whole request
     (arguments and options together) before anything connects. A ``live``
     command's probe takes a connect function instead of a node and returns
     a Live; ``render`` then draws a frame of it, (live, width, height) ->
-    lines, and ``summary`` its summary. An ``offline`` command's probe gets
-    no node."""
+    lines, ``line`` one sample as a line of text (for --format table when
+    the output is not a terminal), and ``summary`` its summary. An
+    ``offline`` command's probe gets no node."""
     def declare(probe: Probe) -> Probe:
         DECLARED.append(Declaration(name, args, probe, render, timeout,
                                     jobs, options, example, metavar, check,
-                                    kind, summary))
+                                    kind, summary, line))
         return probe
     return declare
 
@@ -298,10 +302,15 @@ def run_live(declared: Declaration, node: str | None,
 
     live: Live = declared.probe(lambda: opt.attach(node, given), request,
                                 Progress())
-    fmt = given["fmt"]
-    lines = fmt == "table" and getattr(live, "scrolls", False)
+    terminal = is_terminal(sys.stdout)
+    scrolls = getattr(live, "scrolls", False)
+    fmt = given["fmt"] or ("table" if terminal or scrolls else "json")
+    # A line of text per sample: what scrolls (trace-gc), or text asked
+    # for where no view can be drawn (a pipe, a file).
+    lines = fmt == "table" and (scrolls or not terminal)
+    line = declared.render if scrolls else declared.line
     view = LiveView(plain=not cursor_wanted(sys.stdout)) \
-        if fmt == "table" and is_terminal(sys.stdout) and not lines else None
+        if fmt == "table" and not lines else None
     colour = colour_wanted(sys.stdout)
     output = getattr(request, "output", None)
     try:
@@ -319,9 +328,8 @@ def run_live(declared: Declaration, node: str | None,
             if view is not None:
                 view.draw(lambda width, height: declared.render(
                     live, width, height, colour))
-            elif lines:
-                write_out(render.printable(syntax.text(
-                    declared.render(sample))))
+            elif lines and line is not None:
+                write_out(render.printable(syntax.text(line(sample))))
             else:
                 write_out(json.dumps(sample, separators=(",", ":")))
     except KeyboardInterrupt:

@@ -55,9 +55,11 @@ TLS_FILE_OPTIONS = (
 
 
 def node_options(default_timeout: float = DEFAULT_TIMEOUT,
-                 formats: tuple[str, ...] = ("table", "json")) -> list:
+                 formats: tuple[str, ...] = ("table", "json"),
+                 live: bool = False) -> list:
     """The click options every command that attaches to a node shares; the
-    first of ``formats`` is the default."""
+    first of ``formats`` is the default (for a ``live`` command: table on
+    a terminal, json piped)."""
     return [
         click.option("--node", "-n", metavar="NODE",
                      help="Target node, name@host (or a bare name for this "
@@ -94,11 +96,20 @@ def node_options(default_timeout: float = DEFAULT_TIMEOUT,
                           "handshake, every read included). [default: "
                           f"{DEFAULT_CONNECT_TIMEOUT:g}, or --timeout if "
                           "less]"),
-        format_option(formats),
+        format_option(formats, live),
     ]
 
 
-def format_option(formats: tuple[str, ...] = ("table", "json")) -> Any:
+def format_option(formats: tuple[str, ...] = ("table", "json"),
+                  live: bool = False) -> Any:
+    if live:
+        # Not given: a view on a terminal, JSON lines piped; `--format
+        # table` piped writes a line of text per sample instead.
+        return click.option("--format", "fmt", type=click.Choice(formats),
+                            default=None,
+                            help="Output format. [default: table on a "
+                                 "terminal (redrawn in place), json piped; "
+                                 "table piped: a line per sample]")
     return click.option("--format", "fmt", type=click.Choice(formats),
                         default=formats[0], show_default=True,
                         help="Output format.")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterator
 
-from ..errors import ProbeError, UsageError
+from ..errors import EXIT_LEAK, EXIT_NOT_JUDGED, ProbeError, UsageError
 from ..helpers import Local
 from ..remote import Remote
 from ..trend import (DEFAULT_FLOOR, DEFAULT_RISES, LEAK_CATEGORIES, Floor,
@@ -113,7 +113,20 @@ class Watch:
         self.clock, self.sleep = clock, sleep
         self.fail_on_leak = fail_on_leak
         self.rule = LeakRule(rises)
+        # The raw values under the same rule: with no forced GC, a series
+        # that only rose is "rising, not yet confirmed" while its floor
+        # cannot judge yet.
+        self.raw_rule = LeakRule(rises)
         self.floors = {c: Floor(floor) for c in LEAK_CATEGORIES}
+        # Samples the rule needs in a row before it can judge: rises + 1
+        # values after collections; without, the floor must first span
+        # its window (the floor of a series that only rose starts rising
+        # --floor samples in), so --floor + rises. (A 10-sample run ended
+        # "no leak" while binary rose 2 MB a sample: it could not fire
+        # before sample 17.)
+        self.needed = rises + 1 if gc != "none" else floor + rises
+        self.in_a_row = 0       # up samples since the start or a gap
+        self.judged = False     # the rule could judge at some point
         self.stats = {c: Stats() for c in SUMMARISED}
         # A terminal 300 columns wide has 600 dot columns: 512 to 1,024
         # points a series draw as well as any more, and cost a fifth of
@@ -187,7 +200,9 @@ class Watch:
 
     def _down(self, now: float, error: str) -> Sample:
         self.down += 1
+        self.in_a_row = 0
         self.rule.gap()
+        self.raw_rule.gap()
         for floor in self.floors.values():
             floor.reset()
         return {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ",
@@ -207,10 +222,14 @@ class Watch:
             return
         # After forced collections the values are the post-GC values;
         # without, the rule and the chart follow each category's floor.
-        watched = {c: sample[c] for c in LEAK_CATEGORIES}  # type: ignore
+        raw = {c: sample[c] for c in LEAK_CATEGORIES}  # type: ignore
+        watched = raw
         if self.gc == "none":
-            watched = {c: self.floors[c].add(v) for c, v in watched.items()}
+            watched = {c: self.floors[c].add(v) for c, v in raw.items()}
             sample["floor"] = watched
+            self.raw_rule.add(epoch, raw)
+        self.in_a_row += 1
+        self.judged = self.judged or self.in_a_row >= self.needed
         leaks = self.rule.add(epoch, watched)
         if leaks:
             sample["leaks"] = [rise.as_json() for rise in leaks]
@@ -223,13 +242,34 @@ class Watch:
     def leaked(self) -> bool:
         return bool(self.rule.fired)
 
+    @property
+    def to_judge(self) -> int:
+        """Samples in a row still needed before the rule can judge (0 once
+        it could)."""
+        return 0 if self.judged else self.needed - self.in_a_row
+
+    def unconfirmed(self) -> list[dict]:
+        """Raw series that only rose (by more than noise) in categories
+        the rule has not fired on, while it could not judge yet."""
+        if self.judged:
+            return []
+        return [rise.as_json() for category, rise in
+                self.raw_rule.fired.items() if category not in
+                self.rule.fired]
+
     def exit_code(self) -> int:
-        """1 when --fail-on-leak was given and a leak was suspected."""
-        return 1 if self.fail_on_leak and self.leaked else 0
+        """With --fail-on-leak: EXIT_LEAK when a leak was suspected,
+        EXIT_NOT_JUDGED when the run ended before the rule could judge."""
+        if not self.fail_on_leak:
+            return 0
+        if self.leaked:
+            return EXIT_LEAK
+        return 0 if self.judged else EXIT_NOT_JUDGED
 
     def summary(self) -> dict:
-        """First, last, min, max and growth per hour per category, and the
-        leaks suspected at any point of the run."""
+        """First, last, min, max and growth per hour per category, the
+        leaks suspected at any point of the run, and whether the rule
+        could judge at all."""
         seconds = (self.last["epoch"] - self.started
                    if self.last is not None and self.started else 0.0)
         return {"node": self.node, "samples": self.taken,
@@ -238,7 +278,9 @@ class Watch:
                 "categories": {c: s.as_json()
                                for c, s in self.stats.items()},
                 "leaks": [rise.as_json()
-                          for rise in self.rule.fired.values()]}
+                          for rise in self.rule.fired.values()],
+                "judged": self.judged, "to_judge": self.to_judge,
+                "unconfirmed": self.unconfirmed()}
 
 
 __all__ = ["CHARTED", "GC_MODES", "MIN_INTERVAL", "SUMMARISED", "Watch",
