@@ -62,7 +62,8 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
         align = "".join(
             "r" if rows and all(isinstance(r[i], (int, float)) for r in rows)
             else "l" for i in range(ncols))
-    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    cells = [[str(h) for h in headers]] + [[cell_text(c) for c in r]
+                                           for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(ncols)]
 
     def line(row: Sequence[str]) -> str:
@@ -82,7 +83,8 @@ def stream_table(headers: Sequence[str], chunks: Iterable[list[Sequence[Any]]],
     are wider push their line out rather than hold every row back)."""
     widths: list[int] | None = None
     for chunk in chunks:
-        cells = [["" if c is None else str(c) for c in row] for row in chunk]
+        cells = [["" if c is None else cell_text(c) for c in row]
+                 for row in chunk]
         if widths is None:
             widths = [max([len(h)] + [len(r[i]) for r in cells])
                       for i, h in enumerate(headers)]
@@ -92,6 +94,13 @@ def stream_table(headers: Sequence[str], chunks: Iterable[list[Sequence[Any]]],
             yield _line(row, widths, align)
     if widths is None:
         yield _line(headers, [len(h) for h in headers], align)
+
+
+def cell_text(value: Any) -> str:
+    """A cell as it will print, so that widths are those of what is seen:
+    in the node's syntax (an Elixir pid is 4 characters longer than
+    Erlang's), control characters escaped."""
+    return printable(syntax.text(str(value)))
 
 
 def _line(row: Sequence[str], widths: Sequence[int], align: str) -> str:

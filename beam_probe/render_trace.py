@@ -4,16 +4,18 @@ Node's --trace-gc prints one), and a summary per process."""
 from __future__ import annotations
 
 from . import syntax
-from .render import human_bytes, table
+from .render import cell_text, human_bytes, table
 
 _COLUMNS = ("time s", "pid", "process", "kind", "heap before -> after",
             "old heap", "binary", "freed", "took")
-_WIDTHS = (10, 12, 28, 5, 24, 22, 11, 11, 9)
+# The pid column holds an Elixir pid too (#PID<0.123.0>).
+_WIDTHS = (10, 16, 28, 5, 24, 22, 11, 11, 9)
 
 
 def _row(cells: tuple) -> str:
-    return "  ".join(str(cell).rjust(width) if i in (0, 6, 7, 8)
-                     else str(cell).ljust(width)
+    # Each cell as printed (an Elixir pid is longer) before it is padded.
+    return "  ".join(cell_text(cell).rjust(width) if i in (0, 6, 7, 8)
+                     else cell_text(cell).ljust(width)
                      for i, (cell, width) in enumerate(zip(cells, _WIDTHS))
                      ).rstrip()
 
@@ -47,7 +49,8 @@ def line(sample: dict) -> str:
 
 
 def summary_text(summary: dict) -> str:
-    head = (f"{summary['collections']} collections traced on "
+    # A blank line first: the summary follows the lines of the trace.
+    head = (f"\n{summary['collections']} collections traced on "
             f"{summary['node']} (ended by {summary['ended_by']})")
     if summary.get("dropped_messages"):
         head += (f"; {summary['dropped_messages']} trace messages dropped "

@@ -155,3 +155,64 @@ def test_diff_of_an_elixir_nodes_snapshots_reads_as_elixir(elixir_node,
     assert re.search(r"^Elixir\.MyApp\.Cache\s", erlang, re.M)
     assert json.loads(run_cli("diff", *files, "--format", "json").stdout)[
         "elixir"] is True
+
+
+def _tables(text: str) -> list[tuple[list[tuple[int, int]], list[str]]]:
+    """Each table of a command's text: its columns (start, end), from the
+    dashed rule under its header, and its lines below the rule."""
+    lines = text.splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        if i and line and set(line) <= {"-", " "} and "--" in line:
+            spans = [(m.start(), m.end()) for m in re.finditer(r"-+", line)]
+            body = []
+            for row in lines[i + 1:]:
+                if not row.strip():
+                    break
+                body.append(row)
+            found.append((spans, body))
+    return found
+
+
+def _misaligned(text: str) -> list[str]:
+    """Rows of a table whose columns do not start where its rule says:
+    the two spaces before each column are spaces in every row."""
+    bad = []
+    for spans, body in _tables(text):
+        for row in body:
+            for start, _end in spans[1:]:
+                if len(row) > start and row[start - 2:start] != "  ":
+                    bad.append(row)
+                    break
+    return bad
+
+
+def test_every_table_lines_up_in_elixir(elixir_node, tmp_path):
+    """Widths come from what is printed: an Elixir pid is four characters
+    longer than Erlang's, a name like MyApp.Cache shorter than
+    'Elixir.MyApp.Cache'."""
+    node = elixir_node
+    files = [str(tmp_path / f"{i}.snapshot") for i in (1, 2, 3)]
+    for path in files:
+        assert run_cli("snapshot", node.node, "-o", path,
+                       node=node).returncode == 0
+    commands = [("proc-count", "memory", "30"), ("bin-leak", "30"),
+                ("proc-window", "memory", "20", "300"), ("ets",),
+                ("proc-info", "MyApp.Cache"), ("alloc",),
+                ("trace-gc", "MyApp.Cache", "code_server", "--duration",
+                 "0.3")]
+    texts = []
+    for command in commands:
+        r = run_cli(command[0], node.node, *command[1:], node=node)
+        assert r.returncode == 0, (command, r.stderr)
+        texts.append((command[0], r.stdout))
+    r = run_cli("diff", *files)
+    assert r.returncode == 0, r.stderr
+    texts.append(("diff", r.stdout))
+    assert any("#PID<" in text for _name, text in texts)
+    tables = {name: len(_tables(text)) for name, text in texts}
+    for name, text in texts:
+        assert _misaligned(text) == [], (name, text)
+    # (bin-leak and proc-window on a quiet node say so in a line.)
+    assert all(tables[name] for name in ("proc-count", "ets", "alloc",
+                                         "trace-gc", "diff")), tables
