@@ -256,10 +256,37 @@ def proc_info_text(result: ProcInfo) -> str:
     return "\n".join(lines)
 
 
+def verdict_text(verdict: Verdict) -> str:
+    """alloc's verdict as a sentence, its evidence in numbers."""
+    e, kind = verdict["evidence"], verdict["allocator"]
+    case = verdict["case"]
+    if case == "outside":
+        return (f"RSS {human_bytes(e['rss'])} is {human_bytes(e['outside'])}"
+                f" above the {human_bytes(e['allocated'])} the allocators "
+                "hold: memory outside the emulator's allocators (NIFs, "
+                "drivers, the libraries they call)")
+    if case == "in_use":
+        return (f"in use: {e['usage']:.0%} of the "
+                f"{human_bytes(e['allocated'])} the allocators hold is in "
+                "live blocks; find the holder (proc-count memory, bin-leak, "
+                "ets)")
+    figures = (f"{kind}: {human_bytes(e['allocated'])} allocated, "
+               f"{human_bytes(e['used'])} used ({e['usage']:.0%}) in "
+               f"{e['blocks']:,} blocks over {e['carriers']:,} carriers")
+    if case == "fragmentation":
+        return (f"fragmentation: {figures}, {e['blocks_per_carrier']:g} "
+                "live blocks a carrier keeping it: finding a holder will "
+                "not return them")
+    return (f"after a peak: {figures}; its blocks held up to "
+            f"{human_bytes(e['used_max'])}: carriers are returned as they "
+            "empty. Watch whether allocated comes back down (beam-probe "
+            "watch); if it stays, it is fragmentation")
+
+
 def alloc_text(result: AllocReport) -> str:
     rss = result["rss"]
     mseg = result["mseg_cache"]
-    lines = [f"{result['node']}: {result['verdict']['text']}",
+    lines = [f"{result['node']}: {verdict_text(result['verdict'])}",
              f"erlang:memory() total {human_bytes(result['memory_total'])};"
              f" allocators hold {human_bytes(result['allocated'])}, "
              f"{human_bytes(result['used'])} of it in blocks "
@@ -275,14 +302,18 @@ def alloc_text(result: AllocReport) -> str:
     for t in result["types"]:
         mbcs, sbcs = t["mbcs"], t["sbcs"]
         rows.append((t["type"], human_bytes(t["used"]),
+                     human_bytes(t["used_max"]),
                      human_bytes(t["allocated"]), f"{t['usage']:.0%}",
                      mbcs["carriers"], sbcs["carriers"],
+                     f"{mbcs['blocks'] + sbcs['blocks']:,}",
                      human_bytes(mbcs["average_block"]),
-                     human_bytes(mbcs["average_block_max"]),
                      human_bytes(sbcs["average_block"])))
-    lines.append(table(("allocator", "used", "allocated", "usage",
-                        "mbcs", "sbcs", "mbc block", "max", "sbc block"),
-                       rows, "lrrrrrrrr"))
+    # "peak used": the most its blocks ever held (the sum of each
+    # instance's peak, so at least "used"); a block column is the average
+    # block now.
+    lines.append(table(("allocator", "used", "peak used", "allocated",
+                        "usage", "mbcs", "sbcs", "blocks", "mbc block",
+                        "sbc block"), rows, "lrrrrrrrrr"))
     if result["raw"]:
         lines.append(f"\nfull allocator data written to {result['raw']}")
     return "\n".join(lines)

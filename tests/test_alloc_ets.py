@@ -56,15 +56,61 @@ def test_a_fragmented_binary_allocator_is_named(nodes, otp):
     assert binary["allocated"] >= FRAGMENTED_MIN and binary["usage"] < 0.2
     assert report["verdict"]["case"] == "fragmentation"
     assert report["verdict"]["allocator"] == "binary_alloc"
+    evidence = report["verdict"]["evidence"]
+    assert evidence["blocks_per_carrier"] <= 8  # a few pin each carrier
+    assert evidence["used"] == binary["used"]
     text = run_cli("alloc", node.node, node=node).stdout
-    assert text.splitlines()[0].split(": ", 1)[1].startswith(
-        "fragmentation: binary_alloc: ")
+    first = text.splitlines()[0].split(": ", 1)[1]
+    assert first.startswith("fragmentation: binary_alloc: ")
+    assert "live blocks a carrier" in first and "blocks over" in first
     check = run_cli("check", node.node, "--warn", "alloc_usage_min=50%",
                     "--format", "json", node=node)
     assert check.returncode == 1, check.stdout
     # The same figure a moment later (our own calls move it a little).
     assert abs(json.loads(check.stdout)["nodes"][0]["values"][
         "alloc_usage_min"] - 100 * binary["usage"]) < 1
+
+
+def test_a_burst_partly_freed_is_a_peak_not_fragmentation(nodes, otp):
+    """After a burst, carriers still many blocks full each: the verdict
+    says a peak passed, with its figures, and to watch whether allocated
+    comes back down; not "a few live blocks"."""
+    node = nodes.start(otp)
+    with attach(node.node, node.cookie.encode()) as r:
+        # 40,000 binaries of 2 KB (~80 MB) at once, one in three kept.
+        r.call("beam_probe_workload", "burst", [40_000, 2048, 3])
+    report = _json(node, "alloc")
+    verdict = report["verdict"]
+    assert verdict["case"] == "peak", verdict
+    assert verdict["allocator"] == "binary_alloc"
+    evidence = verdict["evidence"]
+    assert evidence["blocks_per_carrier"] > 8
+    assert evidence["used_max"] >= 2 * evidence["used"]
+    text = run_cli("alloc", node.node, node=node).stdout
+    assert text.splitlines()[0].split(": ", 1)[1].startswith(
+        "after a peak: binary_alloc: ")
+    assert "beam-probe watch" in text.splitlines()[0]
+
+
+def test_peak_used_is_never_below_used(target):
+    report = _json(target, "alloc")
+    for t in report["types"]:
+        assert t["used_max"] >= t["used"], t
+        assert t["allocated_max"] >= t["allocated"], t
+    header = run_cli("alloc", target.node, node=target).stdout.splitlines()
+    assert any(line.startswith("allocator") and "peak used" in line
+               for line in header)
+
+
+def test_an_idle_node_with_a_large_process_table_is_healthy(nodes, otp):
+    """As brokers start theirs: +P 2000000 sizes ll_alloc's carriers up
+    front (67 MiB at 54% on OTP 27), a reserve that is not fragmentation."""
+    node = nodes.start(otp, args=("+P", "2000000"))
+    report = _json(node, "alloc")
+    assert report["verdict"]["case"] == "in_use", report["verdict"]
+    check = run_cli("check", node.node, "--format", "json", node=node)
+    value = json.loads(check.stdout)["nodes"][0]["values"]["alloc_usage_min"]
+    assert value > 75, value
 
 
 def test_a_plain_holder_is_memory_in_use(nodes, otp):

@@ -25,7 +25,7 @@ MEMORY = {k: I for k in ("total", "processes", "processes_used", "system",
 CARRIERS = {k: I for k in ("blocks", "blocks_max", "block_bytes",
                            "block_bytes_max", "carriers", "carriers_max",
                            "carrier_bytes", "carrier_bytes_max",
-                           "average_block", "average_block_max")}
+                           "average_block")}
 
 
 def row(number: str) -> dict:
@@ -82,9 +82,12 @@ SHAPES = {
         "node": S, "used": I, "allocated": I, "usage": F,
         "memory_total": I, "rss": (I, "null"),
         "mseg_cache": {"hits": I, "calls": I, "hit_rate": (F, "null")},
-        "verdict": {"case": S, "allocator": S_OR_NULL, "text": S},
+        # A healthy node's verdict: in use, and the figures that say so.
+        "verdict": {"case": S, "allocator": S_OR_NULL,
+                    "evidence": {"allocated": I, "used": I, "usage": F}},
         "types": [{"type": S, "instances": I, "used": I, "allocated": I,
-                   "usage": F, "mbcs": CARRIERS, "sbcs": CARRIERS}],
+                   "usage": F, "used_max": I, "allocated_max": I,
+                   "mbcs": CARRIERS, "sbcs": CARRIERS}],
         "raw": S_OR_NULL}),
     "ets": (["ets", "3"], {
         "node": S, "sort": S, "tables": I, "total_memory": I,

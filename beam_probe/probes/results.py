@@ -10,7 +10,7 @@ order (tests/test_json_shapes.py holds it).
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, TypedDict
+from typing import Any, Dict, List, Optional, TypedDict
 
 # erlang:memory() in the node's own order: total, processes, ...
 Memory = Dict[str, int]
@@ -188,7 +188,6 @@ class Carriers(TypedDict):
     carrier_bytes: int
     carrier_bytes_max: int
     average_block: int
-    average_block_max: int
 
 
 class AllocType(TypedDict):
@@ -197,14 +196,16 @@ class AllocType(TypedDict):
     used: int
     allocated: int
     usage: float
+    used_max: int       # sums of each instance's peak: upper bounds
+    allocated_max: int
     mbcs: Carriers
     sbcs: Carriers
 
 
 class Verdict(TypedDict):
-    case: str  # in_use, fragmentation or outside
+    case: str  # in_use, fragmentation, peak or outside
     allocator: Optional[str]
-    text: str
+    evidence: Dict[str, Any]  # the figures that show it (alloc.verdict)
 
 
 class MsegCache(TypedDict):

@@ -16,7 +16,7 @@
 %% The three-snapshot scenario (test_snapshot.py).
 -export([scene/0, plant/3, tick/2, noise/1, stop_noise/1]).
 %% alloc, ets and trace-gc (test_alloc_ets.py, test_trace_gc.py).
--export([fragment/2, hold_binaries/1, big_table/2, churn/1]).
+-export([fragment/2, burst/3, hold_binaries/1, big_table/2, churn/1]).
 %% Callbacks: the scene's supervisor, and its proc_lib workers.
 -export([init/1, start_leak_worker/0, leak_worker/1, noise_loop/0]).
 %% What net_kernel is asked to connect to (test_reliability.py).
@@ -355,6 +355,26 @@ fragment(Count, Keep) ->
     receive {fragmented, Pid} -> ok end,
     erlang:garbage_collect(Pid),
     register(bp_fragmenter, Pid),
+    Pid.
+
+%% A burst, partly freed (registered as bp_burst): Count binaries of Size
+%% bytes made at once, one in Keep kept. The carriers the burst grew stay
+%% many blocks full each: a peak passed, not a few blocks pinning them.
+burst(Count, Size, Keep) ->
+    Self = self(),
+    Pid = spawn(fun() ->
+                        All = [binary:copy(<<I:8>>, Size)
+                               || I <- lists:seq(1, Count)],
+                        Kept = [B || {I, B} <- lists:zip(lists:seq(1, Count),
+                                                         All),
+                                     I rem Keep =:= 0],
+                        erlang:garbage_collect(),
+                        Self ! {burst, self()},
+                        hold(Kept)
+                end),
+    receive {burst, Pid} -> ok end,
+    erlang:garbage_collect(Pid),
+    register(bp_burst, Pid),
     Pid.
 
 %% A plain holder (registered as bp_holder): Count binaries of 64 KB, all
