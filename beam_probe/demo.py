@@ -24,43 +24,53 @@ from .helpers import helper_path
 WARM_UP_SECONDS = 2.0
 
 # The tour: what to ask, in the order a leak hunt asks it, each step with
-# what to look for in its output. The words hold whatever the numbers are:
-# the demo service always leaks the same way (erl_helpers/beam_probe_demo.erl).
+# what to look for in its output. Every sentence holds of every run (the
+# service always leaks the same way: erl_helpers/beam_probe_demo.erl), and
+# tests/test_demo.py checks each claim against the numbers the step
+# printed. Each command's text is the same on a terminal and in a pipe
+# (watch: --format table).
 STEPS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("1. Is memory growing? Watch it.",
-     ("watch", "--interval", "0.5", "--count", "8", "--floor", "2"),
-     "Binary memory moves with the requests, up as they arrive, down when "
-     "a worker happens to collect. The summary says whether memwatch's "
-     "rule fired (five rises in a row, through each category's floor). "
-     "On a real node, watch for minutes, with --gc holders to collect "
-     "first, before blaming a leak: memory that only garbage holds falls "
-     "when collected."),
+     ("watch", "--interval", "0.5", "--count", "8", "--floor", "2",
+      "--format", "table"),
+     "Binary memory moves with the requests: about 3 MiB of 64 KiB "
+     "requests arrive each second, and it falls back when a worker or the "
+     "cache collects. The last line is memwatch's rule over these eight "
+     "samples (five rises in a row, through each category's floor). On a "
+     "real node, watch for minutes, with --gc holders to collect first, "
+     "before blaming a leak."),
     ("2. Who holds it? Rank the processes.",
      ("proc-count", "binary_memory", "3"),
-     "demo_cache holds most of the refc binary memory: it keeps a small "
-     "slice of each request as a key, and a slice pins its whole 64 KiB "
-     "parent. The workers barely register."),
+     "demo_cache holds the most refc binary memory: each key it keeps is "
+     "a 128-byte slice of a request, and a slice pins its whole 64 KiB "
+     "parent."),
     ("3. Would a collection free it?",
      ("bin-leak", "5"),
      "bin-leak collected the binary holders: the negative numbers are the "
      "references each dropped, and the memory lines show what came back. "
-     "demo_cache dropped the most; the idle workers a few each, garbage "
-     "they never collect because they allocate almost nothing."),
+     "demo_cache dropped the most: it keeps 20 keys, and the keys it had "
+     "let go of were still referenced from its heap until this "
+     "collection."),
     ("4. Look closer at the suspect.",
      ("proc-info", "demo_cache"),
-     "Its binary_count and binary_memory are the pinned requests; its "
-     "heap is tiny. The mailbox and dictionary are never read."),
+     "Just after that collection, its binary_count is about its 20 keys "
+     "(a few more have arrived since), and its binary_memory is that many "
+     "64 KiB requests: what the keys pin. Its heap is tiny. The mailbox and "
+     "dictionary are never read."),
     ("5. How often does it collect?",
      ("trace-gc", "demo_cache", "--duration", "2"),
-     "It collects several times a second, and its binary memory stays: "
-     "what it holds is live (its cached keys), not garbage a collection "
-     "would free. A worker, by contrast, almost never collects, so what "
-     "it dropped stays referenced until bin-leak forced it."),
+     "It collects several times a second, and mostly minor collections: "
+     "they leave its old heap alone, so a key that reached the old heap "
+     "keeps its 64 KiB request until a major collection, which its "
+     "fullsweep_after setting puts off (bin-leak forced one above). The "
+     "bin vheap column is the collector's count of the binaries it "
+     "references, not proc-info's binary_memory."),
     ("6. What was made between snapshots, and kept?",
      ("leak-hunt", "--interval", "1"),
      "Three snapshots, one second apart, each after collecting the binary "
      "holders. Nothing new was made and kept: this leak is binaries held "
-     "by long-lived processes, not new processes, tables or atoms."),
+     "by long-lived processes, not new processes, tables or atoms. The "
+     "snapshots are kept for diff (the demo's go with it)."),
     ("7. Leak or fragmentation?",
      ("alloc",),
      "The verdict line: here the memory is in use (held, as above), not "

@@ -6,8 +6,11 @@ from __future__ import annotations
 from . import syntax
 from .render import cell_text, human_bytes, table
 
+# "bin vheap": the binary virtual heap, the collector's count of the refc
+# binaries a process references (it decides when to collect), not
+# proc-info's binary_memory (what those binaries weigh).
 _COLUMNS = ("time s", "pid", "process", "kind", "heap before -> after",
-            "old heap", "binary", "freed", "took")
+            "old heap", "bin vheap", "freed", "took")
 # The pid column holds an Elixir pid too (#PID<0.123.0>).
 _WIDTHS = (10, 16, 28, 5, 24, 22, 11, 11, 9)
 
