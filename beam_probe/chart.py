@@ -18,6 +18,12 @@ DOTS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
 # ANSI colours, one per series, chosen to be told apart on dark and light
 # backgrounds: yellow, cyan, magenta, green, blue, red.
 COLOURS = ("33", "36", "35", "32", "34", "31")
+# A glyph per series too, on its line and in the legend: without colour
+# (NO_COLOR, a dumb terminal, a colour-blind reader) the lines are told
+# apart by these.
+MARKS = ("●", "■", "▲", "◆", "○", "□")
+# Marks along a line: at its last point, and about this many columns apart.
+MARK_EVERY = 16
 
 Points = Sequence[tuple[float, "float | None"]]
 
@@ -116,8 +122,10 @@ def line_chart(series: Sequence[tuple[str, Points]], width: int,
             cells[row][row_cells] |= mask
             owner[row][row_cells] = index
 
+    marks: dict[tuple[int, int], int] = {}
     for index, (_, points) in enumerate(series):
         last = None
+        placed: list[tuple[int, int]] = []
         for x, y in _thin(points, x_low, x_high, dots_x):
             if y is None:
                 last = None
@@ -131,6 +139,13 @@ def line_chart(series: Sequence[tuple[str, Points]], width: int,
                 for px, py in _segment(*last, *here):
                     span(px, py, py, index)
             last = here
+            placed.append((here[1] // 4, here[0] // 2))
+        # Staggered per series, so that lines which run together still
+        # show each of their marks.
+        shift = index * MARK_EVERY // max(1, len(series))
+        for cell in placed[-1:] + [c for c in placed
+                                   if (c[1] + shift) % MARK_EVERY == 0]:
+            marks.setdefault(cell, index)
 
     lines = []
     for row in range(rows):
@@ -145,13 +160,16 @@ def line_chart(series: Sequence[tuple[str, Points]], width: int,
         text, current = [], -1
         for column in range(columns):
             bits = cells[row][column]
-            who = owner[row][column] if bits else -1
+            marked = marks.get((row, column))
+            who = marked if marked is not None else \
+                owner[row][column] if bits else -1
             if colour and who != current:
                 # A colour change only where the series changes.
                 text.append("\x1b[0m" if who < 0 else
                             f"\x1b[{COLOURS[who % len(COLOURS)]}m")
                 current = who
-            text.append(chr(BRAILLE + bits) if bits else " ")
+            text.append(MARKS[marked % len(MARKS)] if marked is not None
+                        else chr(BRAILLE + bits) if bits else " ")
         if current >= 0:
             text.append("\x1b[0m")
         lines.append(f"{tag:>{margin - 1}} ┤" + "".join(text))
@@ -164,7 +182,7 @@ def line_chart(series: Sequence[tuple[str, Points]], width: int,
         room -= len(name) + 5
         if room < 0:
             break
-        mark = "━━"
+        mark = "━" + MARKS[index % len(MARKS)]
         if colour:
             mark = f"\x1b[{COLOURS[index % len(COLOURS)]}m{mark}\x1b[0m"
         legend.append(f"{mark} {name}")

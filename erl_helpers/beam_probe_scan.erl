@@ -585,7 +585,7 @@ proc_info(Target, Resolve) ->
     Pid = Resolve(Target),
     Items = [registered_name, group_leader, status,
              links, monitors, monitored_by, trap_exit,
-             initial_call, current_stacktrace,
+             initial_call, current_function, current_stacktrace,
              memory, message_queue_len, heap_size, total_heap_size,
              garbage_collection,
              reductions],

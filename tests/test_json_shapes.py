@@ -60,7 +60,9 @@ SHAPES = {
                  "status": S},
         "signals": {"links": [S], "monitors": [S], "monitored_by": [S],
                     "trap_exit": B},
-        "location": {"initial_call": S_OR_NULL, "current_stacktrace": [S]},
+        "location": {"initial_call": S_OR_NULL,
+                     "current_function": S_OR_NULL,
+                     "current_stacktrace": [S]},
         "memory_used": {
             "memory": I, "message_queue_len": I, "heap_size": I,
             "total_heap_size": I,

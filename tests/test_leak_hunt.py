@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -250,6 +251,14 @@ def test_proc_info_groups_like_recon(leaky):
     # Without the brackets a shell would eat.
     bare = str(keepers[j]).strip("<>")
     assert info.proc_info(remote, bare)["pid"] == str(keepers[j])
+
+
+def test_proc_info_shows_where_a_hibernating_process_is(target, remote):
+    remote.call("beam_probe_workload", "sleeper", [])
+    r = run_cli("proc-info", target.node, "bp_sleeper", node=target)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^  current_function +erlang:hibernate/3$", r.stdout,
+                     re.M), r.stdout
 
 
 def test_cli_proc_info_errors_are_one_line(leaky):

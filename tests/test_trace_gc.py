@@ -200,11 +200,15 @@ def test_an_overloaded_trace_says_so_and_exits_14():
     assert trace.exit_code() == 0
 
 
-def test_ctrl_c_ends_with_a_summary(churn):
-    node, _r, _pid = churn
+def test_ctrl_c_ends_with_a_summary(churn, otp):
+    node, r, pid = churn
+    # Ctrl-C once the trace is on (before it, on a loaded machine, the
+    # run was still connecting and ended as interrupted, exit 130).
     code, out, err = interrupt_cli("trace-gc", node.node, "bp_churn",
                                    "--duration", "60", "--max-events",
-                                   "100000", after=1.0, cookie=node.cookie)
+                                   "100000", after=0.5, cookie=node.cookie,
+                                   until=lambda: _traces_of(r, pid, otp)
+                                   != [])
     assert code == 0, err
     assert "ended by interrupted" in out and "bp_churn" in out
 

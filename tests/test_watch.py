@@ -334,7 +334,7 @@ def test_the_live_view_on_a_terminal_has_the_chart_and_the_verdict(target):
     # Eight samples without collections: the floors cannot judge yet.
     assert "not judged yet: 9 more samples, or --gc holders" in plain
     assert any(0x2800 < ord(c) <= 0x28FF for c in plain)  # the chart
-    assert "floors over 12 samples" in plain and "━━ total" in plain
+    assert "floors over 12 samples" in plain and "━● total" in plain
     # The view fits the resized 70 x 20 terminal.
     visible = [line.strip("\r") for line in plain.split("\n")]
     assert len([line for line in visible if line]) <= 19
@@ -439,3 +439,16 @@ def test_the_live_view_respects_no_color_and_a_dumb_terminal(
     if term == "dumb":
         assert b"\x1b" not in out
         assert out.count(b"samples") >= 3  # each frame below the last
+
+
+def test_series_are_told_apart_without_colour():
+    """Each series has a glyph, on its line and in the legend."""
+    from beam_probe.chart import MARKS
+
+    rising = [(float(i), float(i)) for i in range(50)]
+    falling = [(float(i), float(50 - i)) for i in range(50)]
+    lines = line_chart([("up", rising), ("down", falling)], 60, 12)
+    assert "\x1b" not in "".join(lines)
+    body, legend = "".join(lines[:-2]), lines[-1]
+    assert MARKS[0] in body and MARKS[1] in body
+    assert f"━{MARKS[0]} up" in legend and f"━{MARKS[1]} down" in legend

@@ -24,7 +24,9 @@ from .processes import HELPER
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("meta", ("registered_name", "group_leader", "status")),
     ("signals", ("links", "monitors", "monitored_by", "trap_exit")),
-    ("location", ("initial_call", "current_stacktrace")),
+    # current_function beside recon's two: a hibernating process has no
+    # stack, and erlang:hibernate/3 is then where it is.
+    ("location", ("initial_call", "current_function", "current_stacktrace")),
     ("memory_used", ("memory", "message_queue_len", "heap_size",
                      "total_heap_size", "garbage_collection",
                      "binary_count", "binary_memory")),
@@ -114,7 +116,7 @@ def _value(key: str, value: Any, shown: Callable[[Any], str]) -> Any:
         # {process, Pid} or {process, {Name, Node}}, and ports on OTP 26+.
         return [shown(item[1]) if isinstance(item, tuple) else
                 format_term(item) for item in value]
-    if key == "initial_call":
+    if key in ("initial_call", "current_function"):
         return mfa(value)
     if key == "current_stacktrace":
         return [_frame(frame) for frame in value]

@@ -162,6 +162,18 @@ def bytes_only(names: tuple[str, ...] | list[str]) -> bool:
     return all(name in BYTE_CATEGORIES for name in names)
 
 
+def title_period(data: dict) -> str:
+    """'app@db1: 2026-11-23 16:57:02 to 16:57:16': seconds under an hour's
+    span (a 14 s window read '16:57 to 16:57'), the date once when the
+    period is within a day."""
+    first = datetime.fromtimestamp(data["first"])
+    last = datetime.fromtimestamp(data["last"])
+    clock = "%H:%M:%S" if data["last"] - data["first"] < 3600 else "%H:%M"
+    end = last.strftime(clock if first.date() == last.date()
+                        else f"%Y-%m-%d {clock}")
+    return f"{data['node']}: {first.strftime(f'%Y-%m-%d {clock}')} to {end}"
+
+
 def write_image(data: dict, path: str) -> None:
     """A PNG or SVG chart through matplotlib (the 'plot' extra)."""
     try:
@@ -194,9 +206,7 @@ def write_image(data: dict, path: str) -> None:
         if data["leaks"]:
             axes.plot([], [], color="red", alpha=0.3, linewidth=6,
                       label="leak suspected")
-        axes.set_title(f"{data['node']}: "
-                       f"{datetime.fromtimestamp(data['first']):%Y-%m-%d %H:%M}"
-                       f" to {datetime.fromtimestamp(data['last']):%Y-%m-%d %H:%M}")
+        axes.set_title(title_period(data))
         axes.set_ylabel(unit or "value")
         span = data["last"] - data["first"]
         axes.xaxis.set_major_formatter(dates.DateFormatter(

@@ -21,6 +21,8 @@
 -export([init/1, start_leak_worker/0, leak_worker/1, noise_loop/0]).
 %% What net_kernel is asked to connect to (test_reliability.py).
 -export([watch_connects/0, connects/1]).
+%% A hibernating process, registered as bp_sleeper (test_leak_hunt.py).
+-export([sleeper/0, sleep_loop/0]).
 %% A tree shaped like a real application's (test_snapshot.py), and its
 %% callbacks.
 -export([tree/0, grow_tree/2, start_item_sup/1, start_tree_worker/1,
@@ -450,4 +452,15 @@ connects_loop(Nodes) ->
             connects_loop(Nodes);
         {stop, From} ->
             From ! {connects, self(), lists:reverse(Nodes)}
+    end.
+
+sleeper() ->
+    Pid = spawn(fun() -> erlang:hibernate(?MODULE, sleep_loop, []) end),
+    register(bp_sleeper, Pid),
+    Pid.
+
+sleep_loop() ->
+    receive
+        stop -> ok
+    after 0 -> erlang:hibernate(?MODULE, sleep_loop, [])
     end.
