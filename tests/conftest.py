@@ -138,7 +138,7 @@ def otp27_erl() -> str:
 ERL = {"25": lambda: shutil.which("erl") or pytest.fail("erl not on PATH"),
        "27": otp27_erl, "28": otp28_erl}
 # What each release gives that beam-probe answers differently with: trace
-# sessions (27+), '$initial_call' read as one key (26.2+), labels (28).
+# sessions (27+), '$initial_call' read as one key (26.2+), labels (27+; the DESIGN notes said 28).
 RELEASES = ("25", "27", "28")
 
 

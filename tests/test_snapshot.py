@@ -72,7 +72,7 @@ def tree(nodes, otp, tmp_path):
 def _tree_groups(otp):
     """What each kind of new process is named after, by release: OTP 25
     cannot read '$initial_call' as one key, so proc_lib's own entry point
-    names it; 26.2+ reads it; 28 has labels. Either way, under the
+    names it; 26.2+ reads it; 27 has labels. Either way, under the
     nearest registered ancestor, and how far up it is."""
     def what(mfa, entry):
         return mfa if int(otp) >= 27 else entry
@@ -86,7 +86,7 @@ def _tree_groups(otp):
               f"{fun} under bp_items_sup (2 up)": ITEMS,
               f"{sup} under bp_conns_sup": CONNS,
               f"{fun} under bp_conns_sup (2 up)": CONNS}
-    if otp == "28":
+    if int(otp) >= 27:  # proc_lib:set_label/1 and the label item: 27.0+
         groups["label bp_conn_worker"] = CONNS
     else:
         groups[f"{worker} under bp_conns_sup (2 up)"] = CONNS

@@ -379,7 +379,7 @@ def snapshot(remote: Any, request: SimpleNamespace,
     count figures, every process (pid, group, registered name, memory,
     refc binary count and bytes, message queue length, heap, current
     function, initial call), every ETS table and port, and the newest
-    atoms. A process's group is what made it: its label (OTP 28), else
+    atoms. A process's group is what made it: its label (OTP 27+), else
     proc_lib's '$initial_call' (read as that one key, OTP 26.2+), else its
     registered name, else its initial call, else its parent's name. The
     mailbox and the dictionary are never read. The pass runs in slices as

@@ -246,7 +246,7 @@ init({item, Kind}) ->
 %% broker's queue and connection trees: grow_tree/2 puts unregistered
 %% per-item supervisors under them, each with one worker started by
 %% proc_lib from M:F/A (proc_lib:init_p/5) and one from a fun
-%% (proc_lib:init_p/3). On OTP 28 the connections' M:F/A workers label
+%% (proc_lib:init_p/3). On OTP 27+ the connections' M:F/A workers label
 %% themselves bp_conn_worker, as proc_lib:set_label/1 lets them.
 tree() ->
     [begin
