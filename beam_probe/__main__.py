@@ -1,5 +1,5 @@
 """``python -m beam_probe`` runs the command line."""
 
-from .cli import run
+from beam_probe.cli import run
 
 run()

@@ -7,7 +7,7 @@ the distribution layer are defined in erldist.errors and re-exported here.
 
 from __future__ import annotations
 
-from .erldist.errors import (ConnectFailed, ConnectionLost, CookieError,
+from beam_probe.erldist.errors import (ConnectFailed, ConnectionLost, CookieError,
                              HostUnknown, NodeNotFound, ProbeError,
                              ProtocolError, RemoteError, TimedOut,
                              TlsConfigError, TlsError, UsageError)

@@ -12,7 +12,7 @@ import erlang as erlang_py
 from benchlib import median_seconds, report, start_node
 
 from beam_probe.erldist import etf
-from beam_probe.remote import ReplyLimits, attach
+from beam_probe.node.remote import ReplyLimits, attach
 
 SIZE = 20 * 1024 * 1024
 

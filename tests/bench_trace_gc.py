@@ -30,7 +30,7 @@ import time
 from benchlib import start_node
 
 from beam_probe.erldist.terms import Atom
-from beam_probe.remote import attach
+from beam_probe.node.remote import attach
 
 
 def window(remote, seconds: float) -> tuple[float, float]:

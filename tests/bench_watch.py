@@ -27,8 +27,8 @@ from benchlib import start_node
 
 from beam_probe.erldist.terms import Atom
 from beam_probe.probes.watch import Watch, sample_node
-from beam_probe.remote import ReplyLimits, attach
-from beam_probe.render_watch import frame
+from beam_probe.node.remote import ReplyLimits, attach
+from beam_probe.text.watch import frame
 
 BOUND_MS = 5.0
 

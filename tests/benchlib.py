@@ -20,7 +20,7 @@ sys.path.insert(0, HERE)
 
 from conftest import TEST_ERLANG, unique_name  # noqa: E402
 
-from beam_probe.localnode import LocalNode, compile_erl  # noqa: E402
+from beam_probe.node.local import LocalNode, compile_erl  # noqa: E402
 
 
 def median_seconds(fn, runs: int) -> float:

@@ -19,8 +19,8 @@ from typing import Callable
 
 import pytest
 
-from beam_probe.localnode import LocalNode, compile_erl
-from beam_probe.remote import Remote, attach
+from beam_probe.node.local import LocalNode, compile_erl
+from beam_probe.node.remote import Remote, attach
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HELPERS = os.path.join(REPO, "erl_helpers")

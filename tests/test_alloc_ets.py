@@ -11,7 +11,7 @@ import pytest
 
 from beam_probe.erldist.terms import Atom
 from beam_probe.probes.alloc import FRAGMENTED_MIN
-from beam_probe.remote import attach
+from beam_probe.node.remote import attach
 from conftest import run_cli
 
 MB = 1024 * 1024

@@ -12,9 +12,11 @@ import sys
 
 import pytest
 
-from beam_probe.checks import history, report, thresholds
+from beam_probe.history import records as history
+from beam_probe.checks import report
+from beam_probe.checks import thresholds
 from beam_probe.erldist.terms import Atom
-from beam_probe.remote import attach
+from beam_probe.node.remote import attach
 from conftest import REPO, run_cli
 
 # --- thresholds, pure -------------------------------------------------------

@@ -13,7 +13,7 @@ from beam_probe.erldist.dial import NAME_POOL, connect
 from beam_probe.erldist.terms import Atom
 from beam_probe.errors import (ConnectFailed, ConnectionLost, CookieError,
                                NodeNotFound, RemoteError, TimedOut)
-from beam_probe.remote import attach
+from beam_probe.node.remote import attach
 
 
 def test_handshake_and_call(target, remote, otp):

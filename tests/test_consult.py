@@ -68,7 +68,7 @@ def _optfile(tmp_path, text: str) -> str:
 
 
 def test_optfile_client_options_are_ours(tmp_path):
-    from beam_probe.target import settings_from_optfile
+    from beam_probe.node.address import settings_from_optfile
 
     path = _optfile(tmp_path, """
         [{server, [{certfile, "/s.pem"}, {verify, verify_peer}]},
@@ -88,7 +88,7 @@ def test_optfile_client_options_are_ours(tmp_path):
 
 
 def test_optfile_sni_disable_and_verify_none(tmp_path):
-    from beam_probe.target import settings_from_optfile
+    from beam_probe.node.address import settings_from_optfile
 
     got = settings_from_optfile(_optfile(tmp_path, """
         [{client, [{verify, verify_none},
@@ -108,7 +108,7 @@ def test_optfile_sni_disable_and_verify_none(tmp_path):
     ("[{client, [{certfile, X}]}].", "variable"),
 ])
 def test_unusable_optfiles_are_named(tmp_path, text, message):
-    from beam_probe.target import settings_from_optfile
+    from beam_probe.node.address import settings_from_optfile
 
     path = _optfile(tmp_path, text)
     with pytest.raises(TlsConfigError, match=message) as info:
@@ -117,7 +117,7 @@ def test_unusable_optfiles_are_named(tmp_path, text, message):
 
 
 def test_missing_optfile(tmp_path):
-    from beam_probe.target import settings_from_optfile
+    from beam_probe.node.address import settings_from_optfile
 
     with pytest.raises(TlsConfigError, match="cannot read"):
         settings_from_optfile(os.path.join(tmp_path, "nope.conf"))

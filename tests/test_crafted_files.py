@@ -226,7 +226,7 @@ RECORD = {"time": "2026-11-23T10:00:00Z", "epoch": 1795381440.0,
                                             float("inf")]))
 def test_history_lines_of_any_value_plot_or_exit_2(tmp_path, capsys, key,
                                                    value):
-    from beam_probe.checks import history
+    from beam_probe.history import records as history
 
     lines = [json.dumps(dict(RECORD, epoch=RECORD["epoch"] + i,
                              binary=RECORD["binary"] + i)) for i in range(6)]

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from beam_probe.erldist.terms import Atom
-from beam_probe.remote import attach
+from beam_probe.node.remote import attach
 from conftest import run_cli
 
 ELIXIR_CODE = """

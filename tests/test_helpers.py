@@ -9,7 +9,7 @@ import os
 import subprocess
 
 from beam_probe.erldist.terms import Atom
-from beam_probe.helpers import HelperForms, Local, canonical_variables
+from beam_probe.node.forms import HelperForms, Local, canonical_variables
 from conftest import HELPERS
 
 

@@ -9,8 +9,9 @@ import pytest
 
 from beam_probe.erldist.terms import Atom
 from beam_probe.errors import RemoteError
-from beam_probe.probes import info, processes
-from beam_probe.remote import attach
+from beam_probe.probes import info
+from beam_probe.probes import processes
+from beam_probe.node.remote import attach
 from conftest import hold_every_pool_name, run_cli
 
 LEAKERS, KEEPERS, IDLE = 12, 8, 2000

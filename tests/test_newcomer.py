@@ -82,7 +82,7 @@ def test_bytes_are_shown_in_binary_units_everywhere(target):
 
 
 def test_bin_leak_with_nothing_dropped_says_so():
-    from beam_probe import render
+    from beam_probe.text import tables as render
 
     memory = {"total": 1000, "binary": 100}
     row = {"pid": "<0.1.0>", "delta": 0, "name": None,

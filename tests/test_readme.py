@@ -35,11 +35,11 @@ def _workflow_commands() -> list[list[str]]:
 def demo_node(session_nodes, tmp_path_factory):
     """A node running the demo's leaky service, as `beam-probe demo`
     starts one."""
-    from beam_probe.helpers import helper_path
-    from beam_probe.localnode import compile_erl
+    from beam_probe.demo import SERVICE
+    from beam_probe.node.local import compile_erl
 
     beams = str(tmp_path_factory.mktemp("demo-beams"))
-    compile_erl([helper_path("beam_probe_demo")], beams)
+    compile_erl([SERVICE], beams)
     return session_nodes.start("25", code_paths=(beams,),
                                eval_expr="beam_probe_demo:start()")
 

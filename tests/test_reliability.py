@@ -21,9 +21,9 @@ import pytest
 from beam_probe.erldist.dial import NAME_POOL
 from beam_probe.erldist.terms import Atom, ExportFun, integers
 from beam_probe.errors import TimedOut
-from beam_probe.helpers import Local
+from beam_probe.node.forms import Local
 from beam_probe.probes import processes
-from beam_probe.remote import attach
+from beam_probe.node.remote import attach
 from conftest import run_cli
 
 
@@ -544,7 +544,7 @@ def test_a_planted_cache_is_used_only_if_it_is_ours(target, remote, tmp_path,
                                                     file_mode, folder_mode,
                                                     trusted):
     from beam_probe.erldist import etf
-    from beam_probe.helpers import HelperForms, helper_path, sha256
+    from beam_probe.node.forms import HelperForms, helper_path, sha256
 
     folder = tmp_path / "cache"
     folder.mkdir()
@@ -622,7 +622,7 @@ def test_our_own_processes_are_not_reported(target, remote):
 
 
 def test_exited_rows_are_marked(target):
-    from beam_probe import render
+    from beam_probe.text import tables as render
 
     reply = {"values": [5, 4], "pids": ["<0.1.0>", "<0.2.0>"],
              "infos": [[(Atom("registered_name"), Atom("x"))],
@@ -723,7 +723,7 @@ def test_helper_atoms_are_few(target, remote):
     """What our helpers bring to a node's atom table: variables are renamed
     V1..Vn, so all helpers share them. Counted as the atoms in the forms
     we send that a fresh node of this release lacks."""
-    from beam_probe.helpers import HelperForms
+    from beam_probe.node.forms import HelperForms
 
     forms = HelperForms(remote.call)._load("beam_probe_scan")
     seen = set()
@@ -747,7 +747,7 @@ def run_fresh_check(target, names):
     """The names among ``names`` that are not atoms on a fresh node of the
     same release (checked with binary_to_existing_atom, which creates
     none)."""
-    from beam_probe.localnode import LocalNode
+    from beam_probe.node.local import LocalNode
 
     with LocalNode(f"fresh_{os.getpid()}_{time.monotonic_ns()}",
                    erl=target.erl) as fresh:

@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from beam_probe.remote import attach
+from beam_probe.node.remote import attach
 from conftest import interrupt_cli, run_cli
 
 WORKERS, ATOMS, NOISE = 7, 25, 11
@@ -277,7 +277,7 @@ def test_a_node_dying_mid_snapshot_is_one_line_and_no_file(nodes, tmp_path):
     import time
 
     from beam_probe.erldist.terms import Atom
-    from beam_probe.remote import ReplyLimits
+    from beam_probe.node.remote import ReplyLimits
 
     node = nodes.start("25", args=("+P", "1000000"))
     bulk = ReplyLimits(max_bytes=1 << 28, max_items=10_000_000)
@@ -329,7 +329,7 @@ def test_a_format_1_file_still_reads_as_its_format_2_twin():
 
 def test_packed_columns_read_whole_and_refuse_other_shapes():
     """Format 2's columns, as the node packs them (no node needed)."""
-    from beam_probe.probes.heapdiff import _numbers, _pid_keys
+    from beam_probe.snapshots.compare import _numbers, _pid_keys
 
     def packed(numbers):  # binary:encode_unsigned(N + 2^56), concatenated
         return b"".join((n + 2**56).to_bytes(8, "big") for n in numbers)

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from beam_probe.errors import CookieError, UsageError
-from beam_probe.target import full_node_name, resolve_cookie, resolve_node
+from beam_probe.node.address import full_node_name, resolve_cookie, resolve_node
 
 SHORT = socket.gethostname().split(".")[0]
 

@@ -21,8 +21,8 @@ import pytest
 from beam_probe.erldist.terms import Atom
 from beam_probe.erldist.tls import TlsSettings
 from beam_probe.errors import TlsError
-from beam_probe.localnode import short_host
-from beam_probe.remote import attach
+from beam_probe.node.local import short_host
+from beam_probe.node.remote import attach
 from conftest import run_cli
 
 SUBJECT_ALT_NAMES = f"DNS:{short_host()},DNS:localhost,IP:127.0.0.1"

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from beam_probe.erldist.terms import Atom
-from beam_probe.remote import attach
+from beam_probe.node.remote import attach
 from conftest import interrupt_cli, run_cli
 
 
@@ -187,7 +187,7 @@ def test_an_overloaded_trace_says_so_and_exits_14():
     """The tracer's own stop when events outrun it (no node: the summary
     as the tracer reports it)."""
     from beam_probe.probes.trace_gc import TraceGc
-    from beam_probe.render_trace import summary_text
+    from beam_probe.text.trace import summary_text
 
     trace = TraceGc(lambda: None, [], None, 1.0, 1000, 0, lambda _: None)
     trace.ended = {"reason": "overload", "trace_messages": 40000,

@@ -15,9 +15,9 @@ import time
 import pytest
 
 from beam_probe.erldist.terms import Atom
-from beam_probe.trend import (NOISE_BYTES, Floor, LeakRule, Point, Series,
+from beam_probe.probes.trend import (NOISE_BYTES, Floor, LeakRule, Point, Series,
                               rising)
-from beam_probe.chart import line_chart
+from beam_probe.text.chart import line_chart
 from conftest import interrupt_cli, run_cli
 
 MB = 1024 * 1024
@@ -96,7 +96,7 @@ def test_a_steady_leak_is_reported_with_its_rate(nodes, otp, gc):
     node = nodes.start(otp)
     rate = 4 * MB  # bytes a second
     with_floor = ["--floor", "2"] if gc == "none" else []
-    from beam_probe.remote import attach
+    from beam_probe.node.remote import attach
 
     with attach(node.node, node.cookie.encode()) as r:
         r.call("beam_probe_workload", "grow", [rate])
@@ -123,7 +123,7 @@ def test_a_short_run_without_gc_is_not_judged(nodes, otp):
     cannot judge before sample 17 (--floor 12 + 5 rises). The run says so,
     names what only rose, and --fail-on-leak exits 13, not 0."""
     node = nodes.start(otp)
-    from beam_probe.remote import attach
+    from beam_probe.node.remote import attach
 
     with attach(node.node, node.cookie.encode()) as r:
         r.call("beam_probe_workload", "grow", [4 * MB])
@@ -149,7 +149,7 @@ def test_a_short_run_without_gc_is_not_judged(nodes, otp):
 
 def test_a_sawtooth_is_not_a_leak(nodes, otp):
     node = nodes.start(otp)
-    from beam_probe.remote import attach
+    from beam_probe.node.remote import attach
 
     with attach(node.node, node.cookie.encode()) as r:
         r.call("beam_probe_workload", "sawtooth", [8 * MB, 1000])
@@ -165,7 +165,7 @@ def test_a_sawtooth_is_not_a_leak(nodes, otp):
 
 def test_gc_holders_brings_an_idle_binary_leak_to_its_floor(nodes, otp):
     node = nodes.start(otp)
-    from beam_probe.remote import attach
+    from beam_probe.node.remote import attach
 
     with attach(node.node, node.cookie.encode()) as r:
         workload = r.call("beam_probe_workload", "start", [20, 0, 0])
@@ -443,7 +443,7 @@ def test_the_live_view_respects_no_color_and_a_dumb_terminal(
 
 def test_series_are_told_apart_without_colour():
     """Each series has a glyph, on its line and in the legend."""
-    from beam_probe.chart import MARKS
+    from beam_probe.text.chart import MARKS
 
     rising = [(float(i), float(i)) for i in range(50)]
     falling = [(float(i), float(50 - i)) for i in range(50)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .thresholds import (BYTES, CRITICAL, KEYS, OK, PERCENT, STATUS_NAMES,
+from beam_probe.checks.thresholds import (BYTES, CRITICAL, KEYS, OK, PERCENT, STATUS_NAMES,
                          WARNING, evaluate, show)
 
 _STATUS_CODES = {name: code for code, name in STATUS_NAMES.items()}
@@ -192,6 +192,6 @@ def prometheus(report: dict[str, Any]) -> str:
 def write_atomically(path: str, text: str) -> None:
     """The textfile, whole or not at all (files.write_whole): the collector
     never reads half a file."""
-    from ..files import write_whole
+    from beam_probe.files import write_whole
 
     write_whole(path, [text.encode("utf-8")])

@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import NoCookie, ProbeError, UsageError
-from ..render import to_json
-from . import history as hist
-from . import report as rep
-from .thresholds import UNKNOWN, WARNING, ThresholdError, parse_both
+from beam_probe.errors import NoCookie, ProbeError, UsageError
+from beam_probe.text.tables import to_json
+from beam_probe.history import records as hist
+from beam_probe.checks import report as rep
+from beam_probe.checks.thresholds import UNKNOWN, WARNING, ThresholdError, parse_both
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def _measure(attach: Callable[[], Any], cluster: bool, jobs: int,
              timeout: float) -> list[dict[str, Any]]:
     """The figures, within ``timeout`` for the whole: connecting (at most
     all of it), then each call within what is left."""
-    from ..probes import health
+    from beam_probe.probes import health
 
     deadline = time.monotonic() + timeout
     with attach() as remote:

@@ -7,6 +7,6 @@ write the answer. ``check.py`` is the monitoring plugin, ``tty.py`` all
 that is drawn on a terminal, ``app.py`` the group and the entry point.
 """
 
-from .app import invoke, main, run
+from beam_probe.cli.app import invoke, main, run
 
 __all__ = ["invoke", "main", "run"]

@@ -15,9 +15,9 @@ from typing import Any
 
 import click
 
-from .. import __version__
-from ..errors import ProbeError, Terminated
-from .tty import PipeClosed, error_line
+from beam_probe import __version__
+from beam_probe.errors import ProbeError, Terminated
+from beam_probe.cli.tty import PipeClosed, error_line
 
 # exit codes of the ends that are not errors of ours: Ctrl-C, `| head`
 # closing the pipe (as SIGPIPE would end us), SIGTERM.
@@ -116,7 +116,7 @@ def demo(keep: bool) -> None:
     machine. The node gets a unique name and a private cookie, and is
     stopped by its pid at the end (unless --keep).
     """
-    from ..demo import run_demo
+    from beam_probe.demo import run_demo
 
     run_demo(click.echo, keep)
 
@@ -139,7 +139,7 @@ def help_command(ctx: click.Context, command: str | None) -> None:
     found = group.get_command(ctx, command) if isinstance(
         group, click.Group) else None
     if found is None:
-        from ..errors import UsageError
+        from beam_probe.errors import UsageError
 
         raise UsageError(f"no command {command!r}; `beam-probe help` lists "
                          "them")
@@ -149,7 +149,8 @@ def help_command(ctx: click.Context, command: str | None) -> None:
 
 
 def _register() -> None:
-    from . import check, commands
+    from beam_probe.cli import check
+    from beam_probe.cli import commands
 
     for declared in commands.DECLARED:
         main.add_command(declared.click_command())

@@ -11,9 +11,9 @@ from typing import Any
 
 import click
 
-from ..errors import OutputFailed, Terminated
-from . import options as opt
-from .tty import PipeClosed, error_line, write_out
+from beam_probe.errors import OutputFailed, Terminated
+from beam_probe.cli import options as opt
+from beam_probe.cli.tty import PipeClosed, error_line, write_out
 
 
 class PluginCommand(click.Command):
@@ -31,7 +31,7 @@ class PluginCommand(click.Command):
 def plugin_exit(code: int, text: str) -> None:
     """Print the plugin's output and end with its status. Output that
     cannot be written still ends 0-3: UNKNOWN, said on stderr."""
-    from ..render import printable
+    from beam_probe.text.tables import printable
 
     try:
         write_out(printable(text))
@@ -71,7 +71,7 @@ def check(args: tuple[str, ...], warn_specs: tuple[str, ...],
       beam-probe check app@db1 --cluster --format prometheus \\
           --textfile /var/lib/node_exporter/textfile/beam.prom
     """
-    from ..checks.run import CheckRequest, run_check
+    from beam_probe.checks.run import CheckRequest, run_check
 
     node, rest = opt.split_node(args)
     if rest:

@@ -9,11 +9,11 @@ from typing import Any
 
 import click
 
-from .. import render
-from ..errors import UsageError
-from .declare import DECLARED, Rows, command
-from .options import Seconds
-from .tty import Progress, error_line
+from beam_probe.text import tables as render
+from beam_probe.errors import UsageError
+from beam_probe.cli.declare import DECLARED, Rows, command
+from beam_probe.cli.options import Seconds
+from beam_probe.cli.tty import Progress, error_line
 
 SCAN_TIMEOUT = 300.0
 
@@ -27,7 +27,7 @@ def ping(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
       beam-probe ping app@db1
       beam-probe ping --node app --format json
     """
-    from ..probes import basic
+    from beam_probe.probes import basic
 
     return basic.ping(remote)
 
@@ -41,7 +41,7 @@ def memory(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
       beam-probe memory app@db1
       beam-probe memory app@db1 --format json
     """
-    from ..probes import basic
+    from beam_probe.probes import basic
 
     return basic.memory(remote)
 
@@ -76,7 +76,7 @@ def bin_leak(remote: Any, request: SimpleNamespace,
       beam-probe bin-leak app@db1 5 --dry-run
       beam-probe bin-leak app@db1 10 --max-gc 1000 --jobs 2 --format json
     """
-    from ..probes import processes
+    from beam_probe.probes import processes
 
     return processes.bin_leak(remote, request.n, request.max_gc, progress,
                               request.jobs, request.dry_run)
@@ -113,7 +113,7 @@ def proc_count(remote: Any, request: SimpleNamespace,
       BEAM_PROBE_NODE=app@db1 beam-probe proc-count memory 10
       beam-probe proc-count app@db1 memory --all --format json > all.json
     """
-    from ..probes import processes
+    from beam_probe.probes import processes
 
     if not request.every:
         return processes.proc_count(remote, request.attribute, request.n,
@@ -150,7 +150,7 @@ def proc_window(remote: Any, request: SimpleNamespace,
       beam-probe proc-window app@db1 reductions 5 1000
       beam-probe proc-window app@db1 binary_memory 10 60000 --format json
     """
-    from ..probes import processes
+    from beam_probe.probes import processes
 
     return processes.proc_window(remote, request.attribute, request.n,
                                  request.millis, progress, request.jobs)
@@ -176,26 +176,26 @@ def proc_info(remote: Any, request: SimpleNamespace,
       beam-probe proc-info app@db1 code_server --format json
       beam-probe proc-info app@db1 MyApp.Cache
     """
-    from ..probes import info
+    from beam_probe.probes import info
 
     return info.proc_info(remote, request.pid)
 
 
 def _watch_frame(live: Any, width: int, height: int,
                  colour: bool = False) -> list[str]:
-    from .. import render_watch
+    from beam_probe.text import watch as render_watch
 
     return render_watch.frame(live, width, height, colour)
 
 
 def _watch_summary(summary: dict) -> str:
-    from .. import render_watch
+    from beam_probe.text import watch as render_watch
 
     return render_watch.summary_text(summary)
 
 
 def _watch_line(sample: dict) -> str:
-    from .. import render_watch
+    from beam_probe.text import watch as render_watch
 
     return render_watch.sample_line(sample)
 
@@ -260,7 +260,7 @@ def watch(connect: Any, request: SimpleNamespace, progress: Progress) -> Any:
       beam-probe watch app@db1 --interval 30 --gc holders -o app.jsonl
       beam-probe watch app@db1 --interval 1 --count 60 --fail-on-leak
     """
-    from ..probes.watch import Watch
+    from beam_probe.probes.watch import Watch
 
     if request.gc == "all":
         error_line("beam-probe: --gc all collects every process before "
@@ -274,7 +274,7 @@ def watch(connect: Any, request: SimpleNamespace, progress: Progress) -> Any:
 
 
 def _plot_check(request: SimpleNamespace) -> None:
-    from ..probes import plot
+    from beam_probe.history import series as plot
 
     request.metric = plot.metrics(request.metric)
     request.since = None if request.since is None else plot.parse_time(
@@ -288,9 +288,9 @@ def _plot_text(data: dict) -> str:
     import shutil
     import sys
 
-    from .. import render_watch
-    from ..probes.plot import bytes_only
-    from .tty import colour_wanted
+    from beam_probe.text import watch as render_watch
+    from beam_probe.history.series import bytes_only
+    from beam_probe.cli.tty import colour_wanted
 
     if "output" in data:
         return (f"{data['output']}: {data['samples']} samples of "
@@ -342,7 +342,7 @@ def plot(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
       beam-probe plot history.jsonl --node app@db2 --since 2026-11-20
       beam-probe plot app.jsonl -o app.png
     """
-    from ..probes import plot as plotting
+    from beam_probe.history import series as plotting
 
     return plotting.plot(request.files, request.metric, request.node,
                          request.since, request.until, request.output,
@@ -360,7 +360,7 @@ MAX_GC_OPTION = click.option(
 
 
 def _snapshot_text(result: dict) -> str:
-    from .. import render_diff
+    from beam_probe.text import diff as render_diff
 
     return render_diff.snapshot_text(result)
 
@@ -391,14 +391,14 @@ def snapshot(remote: Any, request: SimpleNamespace,
       beam-probe snapshot app@db1 -o a.snapshot
       beam-probe snapshot app@db1 -o b.snapshot --gc none
     """
-    from ..probes import snapshot as snapshots
+    from beam_probe.snapshots import take as snapshots
 
     return snapshots.snapshot(remote, request.output, request.gc,
                               request.jobs, request.max_gc, progress)
 
 
 def _diff_text(result: dict) -> str:
-    from .. import render_diff
+    from beam_probe.text import diff as render_diff
 
     return render_diff.diff_text(result)
 
@@ -426,8 +426,8 @@ def diff(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
       beam-probe diff a.snapshot b.snapshot
       beam-probe diff a.snapshot b.snapshot c.snapshot --format json
     """
-    from ..probes.heapdiff import heap_diff, load
-    from ..probes.snapshot import SnapshotError
+    from beam_probe.snapshots.compare import heap_diff, load
+    from beam_probe.snapshots.take import SnapshotError
 
     if not 2 <= len(request.files) <= 3:
         raise SnapshotError("diff compares two or three snapshot files "
@@ -441,7 +441,7 @@ def diff(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
 
 
 def _hunt_text(result: dict) -> str:
-    from .. import render_diff
+    from beam_probe.text import diff as render_diff
 
     return render_diff.leak_hunt_text(result)
 
@@ -474,8 +474,8 @@ def leak_hunt(remote: Any, request: SimpleNamespace,
       beam-probe leak-hunt app@db1 --interval 60
       beam-probe leak-hunt app@db1 --interval 300 --save /tmp/hunt
     """
-    from ..errors import EndedEarly
-    from ..probes import snapshot as snapshots
+    from beam_probe.errors import EndedEarly
+    from beam_probe.snapshots import take as snapshots
 
     try:
         result = snapshots.leak_hunt(remote, request.snapshots,
@@ -493,7 +493,7 @@ def leak_hunt(remote: Any, request: SimpleNamespace,
 
 def _name_kept(result: dict) -> None:
     """Where the snapshots are, on stderr: kept always, --save or not."""
-    from .tty import note_line
+    from beam_probe.cli.tty import note_line
 
     if result["saved"]:
         note_line(f"beam-probe: {result['taken']} snapshot"
@@ -535,7 +535,7 @@ def alloc(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
       beam-probe alloc app@db1 --format json
       beam-probe alloc app@db1 --raw app-alloc.etf
     """
-    from ..probes import alloc as allocators
+    from beam_probe.probes import alloc as allocators
 
     return allocators.alloc(remote, request.raw)
 
@@ -561,15 +561,15 @@ def ets(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
       beam-probe ets app@db1 5 --sort size
       beam-probe ets app@db1 20 --format json
     """
-    from ..probes import ets as tables
+    from beam_probe.probes import ets as tables
 
     return tables.largest(remote, request.n or 10, request.sort)
 
 
 def _trace_check(request: SimpleNamespace) -> None:
-    from ..probes.info import target
-    from ..probes.processes import check_attribute, check_n
-    from ..probes.trace_gc import check_limits
+    from beam_probe.probes.info import target
+    from beam_probe.probes.processes import check_attribute, check_n
+    from beam_probe.probes.trace_gc import check_limits
 
     for spec in request.targets or ():
         target(spec)
@@ -585,13 +585,13 @@ def _trace_check(request: SimpleNamespace) -> None:
 
 
 def _trace_line(sample: dict) -> str:
-    from .. import render_trace
+    from beam_probe.text import trace as render_trace
 
     return render_trace.line(sample)
 
 
 def _trace_summary(summary: dict) -> str:
-    from .. import render_trace
+    from beam_probe.text import trace as render_trace
 
     return render_trace.summary_text(summary)
 
@@ -637,7 +637,7 @@ def trace_gc(connect: Any, request: SimpleNamespace,
       beam-probe trace-gc app@db1 MyApp.Cache --duration 30
       beam-probe trace-gc app@db1 --top 5 memory --format json
     """
-    from ..probes.trace_gc import TraceGc
+    from beam_probe.probes.trace_gc import TraceGc
 
     return TraceGc(connect, list(request.targets or ()), request.top,
                    request.duration, request.max_events, request.jobs,

@@ -29,10 +29,10 @@ from typing import Any, Callable, Iterator, Protocol
 
 import click
 
-from .. import syntax
-from ..errors import OutputFailed, UsageError
-from . import options as opt
-from .tty import Progress, write_out
+from beam_probe.text import syntax
+from beam_probe.errors import OutputFailed, UsageError
+from beam_probe.cli import options as opt
+from beam_probe.cli.tty import Progress, write_out
 
 Render = Callable[[Any], str]
 Probe = Callable[[Any, SimpleNamespace, Progress], Any]
@@ -52,7 +52,7 @@ def _count(value: str, what: str, maximum: int | None = None) -> int:
 
 
 def _rows(value: str) -> int:
-    from ..probes.processes import check_n
+    from beam_probe.probes.processes import check_n
 
     n = _count(value, "N")
     check_n(n)
@@ -60,20 +60,20 @@ def _rows(value: str) -> int:
 
 
 def _attribute(value: str) -> str:
-    from ..probes.processes import check_attribute
+    from beam_probe.probes.processes import check_attribute
 
     check_attribute(value)
     return value
 
 
 def _millis(value: str) -> int:
-    from ..probes.processes import MAX_WINDOW_MS
+    from beam_probe.probes.processes import MAX_WINDOW_MS
 
     return _count(value, "MILLISECONDS", MAX_WINDOW_MS)
 
 
 def _pid(value: str) -> str:
-    from ..probes.info import target
+    from beam_probe.probes.info import target
 
     target(value)
     return value
@@ -164,7 +164,7 @@ class Declaration:
         if any(w.strip("[]") == "FILE..." for w in self.words):
             return [CompletionItem(incomplete, type="file")]
         if "ATTRIBUTE" in self.words and "@" not in incomplete:
-            from ..probes.processes import ATTRIBUTES
+            from beam_probe.probes.processes import ATTRIBUTES
 
             return [CompletionItem(a) for a in ATTRIBUTES
                     if a.startswith(incomplete)]
@@ -222,8 +222,8 @@ def command(name: str, args: str, *, render: Render,
 def run(declared: Declaration, node: str | None, request: SimpleNamespace,
         given: dict[str, Any]) -> None:
     """Attach, ask, and write the answer: parse -> one probe -> render."""
-    from .. import render
-    from ..errors import EndedEarly
+    from beam_probe.text import tables as render
+    from beam_probe.errors import EndedEarly
 
     failure: EndedEarly | None = None
     with opt.attach(node, given) as remote, Progress() as progress:
@@ -262,7 +262,7 @@ def run(declared: Declaration, node: str | None, request: SimpleNamespace,
 def run_offline(declared: Declaration, node: str | None,
                 request: SimpleNamespace, given: dict[str, Any]) -> None:
     """Read, compute, write: no node involved."""
-    from .. import render
+    from beam_probe.text import tables as render
 
     with Progress() as progress:
         result = declared.probe(None, request, progress)
@@ -296,9 +296,9 @@ def run_live(declared: Declaration, node: str | None,
     probe's own exit code, such as --fail-on-leak's)."""
     import json
 
-    from .. import render
-    from ..checks.history import HistoryError, append
-    from .tty import LiveView, colour_wanted, cursor_wanted, is_terminal
+    from beam_probe.text import tables as render
+    from beam_probe.history.records import HistoryError, append
+    from beam_probe.cli.tty import LiveView, colour_wanted, cursor_wanted, is_terminal
 
     live: Live = declared.probe(lambda: opt.attach(node, given), request,
                                 Progress())
@@ -353,7 +353,7 @@ def _write_rows(rows: Rows, fmt: str, progress: Progress) -> None:
     would be, written piece by piece."""
     import json
 
-    from .. import render
+    from beam_probe.text import tables as render
 
     summary: dict = {}
 

@@ -149,8 +149,8 @@ def split_node(args: tuple[str, ...]) -> tuple[str | None, list[str]]:
 def attach(node_arg: str | None, opts: dict[str, Any]) -> Any:
     """The Remote for NODE (or --node, or the environment), by the node
     options; the caller closes it."""
-    from ..remote import attach as attach_remote
-    from ..target import (full_node_name, resolve_cookie, resolve_node,
+    from beam_probe.node.remote import attach as attach_remote
+    from beam_probe.node.address import (full_node_name, resolve_cookie, resolve_node,
                           resolve_tls)
 
     node = full_node_name(node_arg) if node_arg else resolve_node(

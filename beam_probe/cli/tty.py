@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from ..errors import OutputFailed
+from beam_probe.errors import OutputFailed
 
 # An error is one line; a peer controls some of what goes into it (an EPMD
 # listing, a node's badrpc reason), so it is cut here.
@@ -64,7 +64,7 @@ def write_out(text: str) -> None:
 
 def error_line(text: str) -> None:
     """One line on stderr: control characters escaped, length capped."""
-    from ..render import printable
+    from beam_probe.text.tables import printable
 
     line = printable(" ".join(text.split("\n")))
     if len(line) > MAX_ERROR_LINE:

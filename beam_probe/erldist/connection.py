@@ -16,13 +16,14 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConnectionLost, ProbeError, ProtocolError, TimedOut
-from . import etf, frames
-from .session import Session
-from .terms import Pid, Reference
+from beam_probe.erldist.errors import ConnectionLost, ProbeError, ProtocolError, TimedOut
+from beam_probe.erldist import etf
+from beam_probe.erldist import frames
+from beam_probe.erldist.session import Session
+from beam_probe.erldist.terms import Pid, Reference
 
 if TYPE_CHECKING:
-    from .claims import Claim
+    from beam_probe.erldist.claims import Claim
 
 # The target drops a peer it has heard nothing from for net_ticktime
 # (60 s by default, checked in four ticks of 15 s). We echo every tick the

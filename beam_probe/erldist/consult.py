@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .terms import Atom, ExportFun, ImproperList
+from beam_probe.erldist.terms import Atom, ExportFun, ImproperList
 
 
 class ConsultError(ValueError):

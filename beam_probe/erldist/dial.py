@@ -15,17 +15,17 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import epmd
-from .claims import claim
-from .connection import Connection, ReplyLimits
-from .errors import (ConnectFailed, ConnectionLost, CookieError,
+from beam_probe.erldist import epmd
+from beam_probe.erldist.claims import claim
+from beam_probe.erldist.connection import Connection, ReplyLimits
+from beam_probe.erldist.errors import (ConnectFailed, ConnectionLost, CookieError,
                      ProtocolError, TimedOut)
-from .handshake import (ClientHandshake, ClosedAfterReply, CookieRejected,
+from beam_probe.erldist.handshake import (ClientHandshake, ClosedAfterReply, CookieRejected,
                         HandshakeError, NameBusy, NotAllowed, State,
                         TlsRequired, WrongNode)
 
 if TYPE_CHECKING:  # ssl is loaded only when TLS is asked for
-    from .tls import TlsSettings
+    from beam_probe.erldist.tls import TlsSettings
 
 # Our own names. Each name becomes an atom on the target the first time it
 # connects, and atoms are never collected, so names come from this fixed pool
@@ -86,7 +86,7 @@ def connect(node: str, cookie: bytes, *, timeout: float = 15.0,
     deadline = time.monotonic() + timeout
     context = None
     if tls is not None:
-        from . import tls as tls_layer
+        from beam_probe.erldist import tls as tls_layer
         # Certificates are loaded before anything is sent, so a bad file is
         # reported as such rather than as a failed connection.
         context = tls_layer.make_context(tls)
@@ -153,7 +153,7 @@ def _attempt(address: NodeAddress, port: int, name: str, cookie: bytes,
     sock: Any = _open_socket(address.host, port, remaining)
     our_node = f"{name}@{_our_host(address, sock)}"
     if context is not None:
-        from . import tls as tls_layer
+        from beam_probe.erldist import tls as tls_layer
         sock = tls_layer.start(sock, context, node, address.host, tls,
                                deadline)
     try:
@@ -181,7 +181,7 @@ def _attempt(address: NodeAddress, port: int, name: str, cookie: bytes,
     except OSError as exc:
         sock.close()
         if context is not None:
-            from . import tls as tls_layer
+            from beam_probe.erldist import tls as tls_layer
             # Under TLS 1.3 the node checks our certificate after our side
             # of the TLS handshake is done: its refusal arrives here.
             raise tls_layer.failure(exc, node, tls) from None

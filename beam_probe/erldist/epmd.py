@@ -11,7 +11,7 @@ import socket
 import struct
 import time
 
-from .errors import (ConnectFailed, HostUnknown, NodeNotFound, ProtocolError,
+from beam_probe.erldist.errors import (ConnectFailed, HostUnknown, NodeNotFound, ProtocolError,
                       TimedOut)
 
 EPMD_PORT = 4369

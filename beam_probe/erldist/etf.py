@@ -15,7 +15,7 @@ import threading
 import zlib
 from typing import Any, Callable
 
-from .terms import (Atom, BitString, ExportFun, FrozenList, FrozenMap, Fun,
+from beam_probe.erldist.terms import (Atom, BitString, ExportFun, FrozenList, FrozenMap, Fun,
                     ImproperList, Pid, Port, Reference, freeze)
 
 VERSION = 131

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from . import etf
+from beam_probe.erldist import etf
 
 PASS_THROUGH = 112
 TICK = b"\x00\x00\x00\x00"

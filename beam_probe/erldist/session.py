@@ -24,9 +24,10 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from . import etf, frames
-from .errors import RemoteError
-from .terms import Atom, Pid, Reference, format_term
+from beam_probe.erldist import etf
+from beam_probe.erldist import frames
+from beam_probe.erldist.errors import RemoteError
+from beam_probe.erldist.terms import Atom, Pid, Reference, format_term
 
 # Output printed by code we call is kept for debugging, up to this much.
 MAX_CAPTURED_OUTPUT = 64 * 1024

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import TimedOut, TlsConfigError, TlsError
+from beam_probe.erldist.errors import TimedOut, TlsConfigError, TlsError
 
 # TLS versions by the names OTP's ssl gives them.
 VERSIONS = {"tlsv1.2": ssl.TLSVersion.TLSv1_2,

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..erldist.terms import Atom, integers
-from ..errors import OutputFailed
-from ..helpers import Local
-from ..remote import Remote
-from .results import AllocReport, AllocType, Carriers, Verdict
+from beam_probe.erldist.terms import Atom, integers
+from beam_probe.errors import OutputFailed
+from beam_probe.node.forms import Local
+from beam_probe.node.remote import Remote
+from beam_probe.probes.results import AllocReport, AllocType, Carriers, Verdict
 
 HELPER = "beam_probe_alloc"
 # An allocator smaller than this is never called fragmented: a fresh node's
@@ -187,7 +187,7 @@ def alloc(remote: Remote, raw_path: str | None = None) -> AllocReport:
 
 
 def _write(path: str, data: bytes) -> None:
-    from ..files import error_text, write_whole
+    from beam_probe.files import error_text, write_whole
 
     try:
         write_whole(path, [data])

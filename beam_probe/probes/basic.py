@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..erldist.terms import Atom
-from ..remote import Remote
-from .results import MemoryResult, Ping
+from beam_probe.erldist.terms import Atom
+from beam_probe.node.remote import Remote
+from beam_probe.probes.results import MemoryResult, Ping
 
 
 def _text(value: Any) -> str:

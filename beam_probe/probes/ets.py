@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..erldist.terms import Atom, Pid, format_term, mfa
-from ..errors import UsageError
-from ..remote import Remote
-from .results import EtsReport, EtsTable
+from beam_probe.erldist.terms import Atom, Pid, format_term, mfa
+from beam_probe.errors import UsageError
+from beam_probe.node.remote import Remote
+from beam_probe.probes.results import EtsReport, EtsTable
 
 HELPER = "beam_probe_ets"
 MAX_N = 10_000  # as proc-count: the reply stays a few MB at most

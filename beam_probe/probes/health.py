@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..erldist.terms import Atom, format_term
-from ..helpers import Local
-from ..remote import Remote
-from .alloc import FRAGMENTED_MIN, LONG_LIVED, allocator_types, rss_bytes
-from .results import AllocType, CheckValues, NodeHealth
-from .processes import HELPER
+from beam_probe.erldist.terms import Atom, format_term
+from beam_probe.node.forms import Local
+from beam_probe.node.remote import Remote
+from beam_probe.probes.alloc import FRAGMENTED_MIN, LONG_LIVED, allocator_types, rss_bytes
+from beam_probe.probes.results import AllocType, CheckValues, NodeHealth
+from beam_probe.probes.processes import HELPER
 
 LOCALS = (Local("pmap"), Local("values"), Local("others"),
           Local("types", "beam_probe_alloc"), Local("rss", "beam_probe_alloc"),

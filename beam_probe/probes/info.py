@@ -13,12 +13,12 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from ..erldist.terms import Atom, Pid, format_term, mfa
-from ..errors import NoSuchProcess, RemoteError, UsageError
-from ..helpers import Local
-from ..remote import Remote
-from .results import ProcInfo
-from .processes import HELPER
+from beam_probe.erldist.terms import Atom, Pid, format_term, mfa
+from beam_probe.errors import NoSuchProcess, RemoteError, UsageError
+from beam_probe.node.forms import Local
+from beam_probe.node.remote import Remote
+from beam_probe.probes.results import ProcInfo
+from beam_probe.probes.processes import HELPER
 
 # recon:info/1's groups and their process_info items, in recon's order.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (

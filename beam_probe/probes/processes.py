@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Callable, Generator
 
-from ..erldist.terms import Atom, integers, mfa
-from ..errors import UsageError
-from ..helpers import Local
-from ..remote import Remote
-from .results import (BinLeak, ProcCount, ProcCountAllSummary, ProcessRow,
+from beam_probe.erldist.terms import Atom, integers, mfa
+from beam_probe.errors import UsageError
+from beam_probe.node.forms import Local
+from beam_probe.node.remote import Remote
+from beam_probe.probes.results import (BinLeak, ProcCount, ProcCountAllSummary, ProcessRow,
                       ProcWindow)
 
 HELPER = "beam_probe_scan"

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Generator, Iterator
 
-from ..erldist.terms import Atom, Pid, format_term
-from ..errors import EXIT_OVERLOAD, NothingToTrace, UsageError
-from ..helpers import Local
-from .ets import owner_group
-from .info import target
+from beam_probe.erldist.terms import Atom, Pid, format_term
+from beam_probe.errors import EXIT_OVERLOAD, NothingToTrace, UsageError
+from beam_probe.node.forms import Local
+from beam_probe.probes.ets import owner_group
+from beam_probe.probes.info import target
 
 HELPER = "beam_probe_trace"
 # The tracer sends a batch every FLUSH_MS (even empty: progress, and a
@@ -109,7 +109,7 @@ class TraceGc:
         self.ended: dict = {}
 
     def open(self) -> None:
-        from .processes import proc_count
+        from beam_probe.probes.processes import proc_count
 
         self._attached = self._connect()
         remote = self.remote = self._attached.__enter__()

@@ -15,13 +15,13 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterator
 
-from ..errors import EXIT_LEAK, EXIT_NOT_JUDGED, ProbeError, UsageError
-from ..helpers import Local
-from ..remote import Remote
-from ..trend import (DEFAULT_FLOOR, DEFAULT_RISES, LEAK_CATEGORIES, Floor,
+from beam_probe.errors import EXIT_LEAK, EXIT_NOT_JUDGED, ProbeError, UsageError
+from beam_probe.node.forms import Local
+from beam_probe.node.remote import Remote
+from beam_probe.probes.trend import (DEFAULT_FLOOR, DEFAULT_RISES, LEAK_CATEGORIES, Floor,
                      LeakRule, Point, Series, Stats)
-from .alloc import rss_bytes
-from .results import Sample
+from beam_probe.probes.alloc import rss_bytes
+from beam_probe.probes.results import Sample
 
 HELPER = "beam_probe_watch"
 SCAN = "beam_probe_scan"
@@ -39,7 +39,7 @@ MEMORY_KEYS = ("total", "processes", "binary", "ets", "atom", "code",
 def sample_node(remote: Remote, gc: str = "none",
                 max_gc: int | None = None, jobs: int = 0) -> dict:
     """One raw sample of the attached node (the helper's map, by key)."""
-    from ..erldist.terms import Atom
+    from beam_probe.erldist.terms import Atom
 
     return remote.run(HELPER, "sample", Atom(gc),
                       NO_GC_LIMIT if max_gc is None else max_gc, jobs,

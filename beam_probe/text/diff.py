@@ -3,7 +3,7 @@ the three-snapshot suspects first."""
 
 from __future__ import annotations
 
-from .render import human_bytes, table
+from beam_probe.text.tables import human_bytes, table
 
 SHOWN = 20
 # Example pids a table shows per group (JSON has up to 10).

@@ -3,8 +3,8 @@ Node's --trace-gc prints one), and a summary per process."""
 
 from __future__ import annotations
 
-from . import syntax
-from .render import cell_text, human_bytes, table
+from beam_probe.text import syntax
+from beam_probe.text.tables import cell_text, human_bytes, table
 
 # "bin vheap": the binary virtual heap, the collector's count of the refc
 # binaries a process references (it decides when to collect), not

@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
-from .chart import clock, line_chart
-from .render import human_bytes, table
-from .trend import BYTE_CATEGORIES
+from beam_probe.text.chart import clock, line_chart
+from beam_probe.text.tables import human_bytes, table
+from beam_probe.probes.trend import BYTE_CATEGORIES
 
 LABELS = {"total": "total", "processes": "processes", "binary": "binary",
           "ets": "ets", "atom_count": "atoms", "process_count":

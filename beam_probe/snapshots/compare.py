@@ -20,8 +20,8 @@ from itertools import compress, repeat
 from operator import eq, not_
 from typing import Any, Callable, Iterable, Iterator
 
-from ..erldist.terms import Atom, Pid, format_term, integers
-from .snapshot import SnapshotError, read
+from beam_probe.erldist.terms import Atom, Pid, format_term, integers
+from beam_probe.snapshots.take import SnapshotError, read
 
 MEMORY_KEYS = ("total", "processes", "binary", "ets", "atom", "code",
                "system")

@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
-from . import syntax
+from beam_probe.text import syntax
 
 if TYPE_CHECKING:
-    from .probes.results import (AllocReport, BinLeak, EtsReport,
+    from beam_probe.probes.results import (AllocReport, BinLeak, EtsReport,
                                  MemoryResult, Ping, ProcCount, ProcessRow,
                                  ProcInfo, ProcWindow)
 

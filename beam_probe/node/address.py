@@ -21,10 +21,10 @@ import socket
 import stat
 from typing import TYPE_CHECKING, Any, Mapping
 
-from .errors import NoCookie, TlsConfigError, UsageError
+from beam_probe.errors import NoCookie, TlsConfigError, UsageError
 
 if TYPE_CHECKING:  # ssl is loaded only when TLS is asked for
-    from .erldist.tls import TlsSettings
+    from beam_probe.erldist.tls import TlsSettings
 
 NODE_ENV = ("BEAM_PROBE_NODE", "RELEASE_NODE")
 COOKIE_ENV = ("BEAM_PROBE_COOKIE", "RELEASE_COOKIE")
@@ -101,7 +101,7 @@ def parse_cookie_file(data: bytes) -> bytes:
 
 
 def read_cookie_file(path: str) -> bytes:
-    from .files import error_text, read_regular
+    from beam_probe.files import error_text, read_regular
 
     try:
         data, info = read_regular(path, MAX_COOKIE_FILE)
@@ -186,7 +186,7 @@ def resolve_tls(tls: bool, optfile: str | None = None, *,
             raise UsageError(f"{(given or ['--tls-server-name'])[0]} is for "
                              "TLS distribution: add --tls")
         return None
-    from .erldist.tls import TlsSettings
+    from beam_probe.erldist.tls import TlsSettings
 
     return TlsSettings(certfile=certfile, keyfile=keyfile,
                        cacertfile=cacertfile, server_name=server_name)
@@ -201,8 +201,8 @@ MAX_OPTFILE = 1 << 20
 
 def settings_from_optfile(path: str) -> "TlsSettings":
     """The ``{client, Opts}`` part of a node's ``-ssl_dist_optfile``."""
-    from .erldist.consult import ConsultError, parse_terms
-    from .files import error_text, read_regular
+    from beam_probe.erldist.consult import ConsultError, parse_terms
+    from beam_probe.files import error_text, read_regular
 
     source = f"--ssl-dist-optfile {path}"
     try:
@@ -235,8 +235,8 @@ def settings_from_optfile(path: str) -> "TlsSettings":
 
 def _client_settings(options: list, source: str, path: str
                      ) -> "TlsSettings":
-    from .erldist.terms import Atom
-    from .erldist.tls import VERSIONS, TlsSettings
+    from beam_probe.erldist.terms import Atom
+    from beam_probe.erldist.tls import VERSIONS, TlsSettings
 
     found: dict[str, Any] = {}
     for option in options:

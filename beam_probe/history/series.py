@@ -14,8 +14,8 @@ import os
 from datetime import datetime
 from typing import Any, Callable, Iterator
 
-from ..errors import UsageError
-from ..trend import BYTE_CATEGORIES, Series, figure, read_record
+from beam_probe.errors import UsageError
+from beam_probe.probes.trend import BYTE_CATEGORIES, Series, figure, read_record
 
 DEFAULT_METRICS = ("total", "processes", "binary", "ets")
 # Every numeric field of a sample that can be drawn.
@@ -64,7 +64,7 @@ def metrics(text: str) -> tuple[str, ...]:
 
 
 def _lines(path: str) -> Iterator[bytes]:
-    from ..files import error_text, open_regular
+    from beam_probe.files import error_text, open_regular
 
     try:
         fd, info = open_regular(path)
@@ -218,8 +218,8 @@ def write_image(data: dict, path: str) -> None:
         try:
             figure.savefig(path, format=os.path.splitext(path)[1][1:].lower())
         except OSError as exc:
-            from ..errors import OutputFailed
-            from ..files import error_text
+            from beam_probe.errors import OutputFailed
+            from beam_probe.files import error_text
 
             raise OutputFailed(f"cannot write {path}: {error_text(exc)}") \
                 from None

@@ -40,10 +40,10 @@ import struct
 import time
 from typing import Any, Callable, Iterator
 
-from ..errors import OutputFailed, UsageError
-from ..helpers import Local
-from ..remote import Remote
-from .watch import record
+from beam_probe.errors import OutputFailed, UsageError
+from beam_probe.node.forms import Local
+from beam_probe.node.remote import Remote
+from beam_probe.probes.watch import record
 
 HELPER = "beam_probe_snapshot"
 SCAN = "beam_probe_scan"
@@ -86,7 +86,7 @@ def take(remote: Remote, gc: str = "holders", jobs: int = 0,
     """The header and the sections of one snapshot of the attached node.
     ``gc`` collects first as watch does (holders by default: the method
     wants each snapshot after a collection)."""
-    from .watch import sample_node
+    from beam_probe.probes.watch import sample_node
 
     epoch = time.time()
     if gc != "none":
@@ -132,7 +132,7 @@ def write(path: str, header: dict, sections: list[tuple[bytes, bytes]]
           ) -> int:
     """Write the file (a temporary file, then a rename: a reader never sees
     half of one). Its size in bytes."""
-    from ..files import error_text, write_whole
+    from beam_probe.files import error_text, write_whole
 
     data = [MAGIC, json.dumps(header, separators=(",", ":")).encode()
             + b"\n"]
@@ -150,7 +150,7 @@ def read(path: str) -> tuple[dict, Iterator[tuple[str, Any]]]:
     """The header, and the sections decoded one at a time (kind, term).
     Anything that is not a whole snapshot of ours is a SnapshotError
     naming what is wrong."""
-    from ..files import error_text, open_regular
+    from beam_probe.files import error_text, open_regular
 
     try:
         fd, info = open_regular(path)
@@ -259,7 +259,7 @@ def _count(value: Any, limit: int) -> bool:
 
 def _sections(path: str, f: Any, file_size: int
               ) -> Iterator[tuple[str, Any]]:
-    from ..erldist import etf
+    from beam_probe.erldist import etf
 
     with f:
         while True:
@@ -360,8 +360,8 @@ def leak_hunt(remote: Remote, count: int, interval: float, gc: str,
     then EndedEarly carries that diff and the node's error."""
     import tempfile
 
-    from ..errors import EndedEarly, ProbeError
-    from .heapdiff import heap_diff, load
+    from beam_probe.errors import EndedEarly, ProbeError
+    from beam_probe.snapshots.compare import heap_diff, load
 
     folder = save or tempfile.mkdtemp(prefix="beam-probe-hunt-")
     if save:

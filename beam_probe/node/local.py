@@ -14,8 +14,8 @@ import subprocess
 import tempfile
 import time
 
-from .erldist import epmd
-from .errors import ProbeError
+from beam_probe.erldist import epmd
+from beam_probe.errors import ProbeError
 
 
 class NodeStartError(ProbeError):

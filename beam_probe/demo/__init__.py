@@ -15,9 +15,8 @@ import tempfile
 import textwrap
 import time
 
-from .errors import ProbeError
-from .localnode import LocalNode, compile_erl
-from .helpers import helper_path
+from beam_probe.errors import ProbeError
+from beam_probe.node.local import LocalNode, compile_erl
 
 # How long the demo service runs before the first probe: enough requests
 # (one every 20 ms) for the leak to stand out from a fresh node's noise.
@@ -25,7 +24,8 @@ WARM_UP_SECONDS = 2.0
 
 # The tour: what to ask, in the order a leak hunt asks it, each step with
 # what to look for in its output. Every sentence holds of every run (the
-# service always leaks the same way: erl_helpers/beam_probe_demo.erl), and
+# service always leaks the same way: beam_probe_demo.erl, beside this
+# file), and
 # tests/test_demo.py checks each claim against the numbers the step
 # printed. Each command's text is the same on a terminal and in a pipe
 # (watch: --format table).
@@ -78,6 +78,12 @@ STEPS: tuple[tuple[str, tuple[str, ...], str], ...] = (
 )
 
 
+# The demo's leaky service: loaded only into the demo's own node, so it
+# lives here, not among the helpers that run on inspected nodes.
+SERVICE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                       "beam_probe_demo.erl")
+
+
 class DemoError(ProbeError):
     label = "demo"
 
@@ -93,7 +99,7 @@ def run_demo(echo=print, keep: bool = False) -> int:
     workdir = tempfile.mkdtemp(prefix="beam-probe-demo-")
     node = None
     try:
-        compile_erl([helper_path("beam_probe_demo")], workdir, erlc)
+        compile_erl([SERVICE], workdir, erlc)
         name = f"beam_probe_demo_{os.getpid()}"
         echo(f"Starting demo node {name}: a service that receives 64 KiB "
              "requests, hands\neach to one of 20 workers, and caches a "

@@ -14,12 +14,12 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator
 
-from .erldist.connection import MESSAGE, Connection, ReplyLimits
-from .erldist.dial import connect
-from .erldist.etf import Encoded
-from .erldist.terms import Atom, Pid
-from .errors import RemoteError, TimedOut
-from .helpers import HelperForms, Local, Var, work_fun
+from beam_probe.erldist.connection import MESSAGE, Connection, ReplyLimits
+from beam_probe.erldist.dial import connect
+from beam_probe.erldist.etf import Encoded
+from beam_probe.erldist.terms import Atom, Pid
+from beam_probe.errors import RemoteError, TimedOut
+from beam_probe.node.forms import HelperForms, Local, Var, work_fun
 
 GUARD = "beam_probe_scan"
 

@@ -27,15 +27,15 @@ except ImportError:
     except ImportError:  # pragma: no cover - other interpreters
         from hashlib import sha256
 
-from .erldist import etf
-from .erldist.terms import Atom, ExportFun
-from .errors import RemoteError
+from beam_probe.erldist import etf
+from beam_probe.erldist.terms import Atom, ExportFun
+from beam_probe.errors import RemoteError
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Installed, the .erl files sit inside the package (pyproject maps them to
 # beam_probe/erl); in a source checkout they are in erl_helpers/ beside it.
-HELPER_DIRS = (os.path.join(_HERE, "erl"),
-               os.path.join(os.path.dirname(_HERE), "erl_helpers"))
+HELPER_DIRS = (os.path.join(_PACKAGE, "erl"),
+               os.path.join(os.path.dirname(_PACKAGE), "erl_helpers"))
 
 # A cached form file is a few tens of KB; anything far larger is not ours.
 MAX_CACHE_FILE = 4 * 1024 * 1024
@@ -235,7 +235,7 @@ class HelperForms:
 
 
 def _trusted_folder(folder: str) -> bool:
-    from .files import trusted
+    from beam_probe.files import trusted
 
     try:
         return trusted(os.stat(folder))
@@ -246,7 +246,7 @@ def _trusted_folder(folder: str) -> bool:
 def _read_cache(folder: str, path: str) -> dict[str, Any] | None:
     """The cached forms, if the folder and the file are this user's alone
     and the file decodes; None otherwise (then the helper is parsed)."""
-    from .files import read_regular, trusted
+    from beam_probe.files import read_regular, trusted
 
     if not _trusted_folder(folder):
         return None

@@ -43,7 +43,7 @@ def record(node: str, values: dict[str, Any], now: float) -> dict[str, Any]:
 def append(path: str, records: list[dict[str, Any]]) -> None:
     """Append ``records``, one line each, in one write. Raises HistoryError
     when the file cannot be opened or the write is short (a full disk)."""
-    from ..files import error_text, open_append
+    from beam_probe.files import error_text, open_append
 
     data = "".join(json.dumps(r, separators=(",", ":")) + "\n"
                    for r in records).encode()
@@ -71,7 +71,7 @@ def load_tail(path: str, nodes: list[str], need: int
     """The last ``need`` readable records of each of ``nodes``, oldest
     first, and how many lines could not be read. Reads backwards from the
     end of the file, at most MAX_TAIL bytes. A missing file is empty."""
-    from ..files import open_regular
+    from beam_probe.files import open_regular
 
     wanted = set(nodes)
     by_node: dict[str, list[dict[str, Any]]] = {node: [] for node in nodes}
@@ -108,7 +108,7 @@ def load_tail(path: str, nodes: list[str], need: int
 
 def _parse(raw: bytes) -> dict[str, Any] | None:
     """One record, or None for a line that is not one of ours."""
-    from ..trend import figure, read_record
+    from beam_probe.probes.trend import figure, read_record
 
     item = read_record(raw)
     if item is not None and figure(item.get("binary")) \
@@ -120,7 +120,7 @@ def _parse(raw: bytes) -> dict[str, Any] | None:
 def trend(records: list[dict[str, Any]], rises: int) -> dict[str, Any] | None:
     """If the last ``rises`` steps of binary memory all rose, the rule
     fires: {'rises': N, 'growth_per_hour': bytes, 'since': time}."""
-    from ..trend import Point, rising
+    from beam_probe.probes.trend import Point, rising
 
     window = records[-(rises + 1):] if rises >= 1 else []
     rise = rising("binary", [Point(r["epoch"], r["binary"]) for r in window],

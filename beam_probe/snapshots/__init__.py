@@ -1,0 +1,1 @@
+"""Snapshots: the file format, taking them, comparing them."""
