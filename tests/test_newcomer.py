@@ -82,15 +82,16 @@ def test_bytes_are_shown_in_binary_units_everywhere(target):
 
 
 def test_bin_leak_with_nothing_dropped_says_so():
-    from beam_probe.text import tables as render
+    from beam_probe.text.node import bin_leak_text
+    from beam_probe.text.syntax import ERLANG
 
     memory = {"total": 1000, "binary": 100}
     row = {"pid": "<0.1.0>", "delta": 0, "name": None,
            "current_function": None, "initial_call": None, "exited": False}
-    text = render.bin_leak_text({
+    text = bin_leak_text({
         "node": "a@b", "scanned": 40, "holders": 2, "collected": 2,
         "memory_before": memory, "memory_after": memory,
-        "processes": [row, dict(row, pid="<0.2.0>")]})
+        "processes": [row, dict(row, pid="<0.2.0>")]}, ERLANG)
     assert text.endswith("no process dropped a refc binary reference when "
                          "collected: nothing held one idle")
     assert "<0.1.0>" not in text

@@ -622,14 +622,15 @@ def test_our_own_processes_are_not_reported(target, remote):
 
 
 def test_exited_rows_are_marked(target):
-    from beam_probe.text import tables as render
+    from beam_probe.text.node import process_rows
+    from beam_probe.text.syntax import ERLANG
 
     reply = {"values": [5, 4], "pids": ["<0.1.0>", "<0.2.0>"],
              "infos": [[(Atom("registered_name"), Atom("x"))],
                        Atom("undefined")]}
     rows = processes.rows(reply, "value")
     assert [row["exited"] for row in rows] == [False, True]
-    assert render.process_rows(rows, "value")[1][2] == "(exited)"
+    assert process_rows(rows, "value", ERLANG)[1][2] == "(exited)"
 
 
 # --- 8. What reaches the terminal and the scheduler is clean ----------------

@@ -329,7 +329,7 @@ def test_a_format_1_file_still_reads_as_its_format_2_twin():
 
 def test_packed_columns_read_whole_and_refuse_other_shapes():
     """Format 2's columns, as the node packs them (no node needed)."""
-    from beam_probe.snapshots.compare import _numbers, _pid_keys
+    from beam_probe.snapshots.columns import _numbers, _pid_keys
 
     def packed(numbers):  # binary:encode_unsigned(N + 2^56), concatenated
         return b"".join((n + 2**56).to_bytes(8, "big") for n in numbers)

@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 
-from beam_probe.text import tables as render
 from beam_probe.errors import UsageError
 from beam_probe.cli.declare import DECLARED, Rows, command
 from beam_probe.cli.options import Seconds
@@ -18,7 +17,7 @@ from beam_probe.cli.tty import Progress, error_line
 SCAN_TIMEOUT = 300.0
 
 
-@command("ping", "[NODE]", render=render.ping_text)
+@command("ping", "[NODE]", render="node.ping_text")
 def ping(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
     """Check that NODE answers: its OTP release, ERTS version, round trip.
 
@@ -32,7 +31,7 @@ def ping(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
     return basic.ping(remote)
 
 
-@command("memory", "[NODE]", render=render.memory_text)
+@command("memory", "[NODE]", render="node.memory_text")
 def memory(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
     """Show erlang:memory() of NODE: bytes per kind, with human units.
 
@@ -47,7 +46,7 @@ def memory(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
 
 
 @command("bin-leak", "[NODE] N", timeout=SCAN_TIMEOUT, jobs=True,
-         render=render.bin_leak_text, example="app@db1 5", options=(
+         render="node.bin_leak_text", example="app@db1 5", options=(
              click.option("--max-gc", type=click.IntRange(min=0),
                           metavar="COUNT",
                           help="Collect at most COUNT processes (largest "
@@ -90,7 +89,7 @@ def _n_or_all(request: SimpleNamespace) -> None:
 
 
 @command("proc-count", "[NODE] ATTRIBUTE [N]", timeout=SCAN_TIMEOUT,
-         jobs=True, render=render.proc_count_text, check=_n_or_all,
+         jobs=True, render="node.proc_count_text", check=_n_or_all,
          example="app@db1 binary_memory 3",
          metavar="[NODE] ATTRIBUTE (N | --all)", options=(
              click.option("--all", "every", is_flag=True,
@@ -119,21 +118,15 @@ def proc_count(remote: Any, request: SimpleNamespace,
         return processes.proc_count(remote, request.attribute, request.n,
                                     progress, request.jobs)
     attribute = request.attribute
-    return Rows(
-        head={"node": remote.node, "attribute": attribute},
-        key="processes",
-        chunks=processes.proc_count_all(remote, attribute, progress,
-                                        request.jobs),
-        title=f"{remote.node}: every process by {attribute}, largest first",
-        table=lambda chunk: render.process_rows(chunk, "value"),
-        headers=("pid", attribute, "name", "current function",
-                 "initial call"),
-        align="lrlll",
-        footer=lambda s: f"{s['sent']} of {s['scanned']} processes")
+    return Rows(head={"node": remote.node, "attribute": attribute},
+                key="processes",
+                chunks=processes.proc_count_all(remote, attribute, progress,
+                                                request.jobs),
+                text="node.EveryProcess")
 
 
 @command("proc-window", "[NODE] ATTRIBUTE N MILLISECONDS",
-         timeout=SCAN_TIMEOUT, jobs=True, render=render.proc_window_text,
+         timeout=SCAN_TIMEOUT, jobs=True, render="node.proc_window_text",
          example="app@db1 reductions 5 1000")
 def proc_window(remote: Any, request: SimpleNamespace,
                 progress: Progress) -> Any:
@@ -156,7 +149,7 @@ def proc_window(remote: Any, request: SimpleNamespace,
                                  request.millis, progress, request.jobs)
 
 
-@command("proc-info", "[NODE] PID", render=render.proc_info_text,
+@command("proc-info", "[NODE] PID", render="node.proc_info_text",
          example="app@db1 '<0.123.0>'")
 def proc_info(remote: Any, request: SimpleNamespace,
               progress: Progress) -> Any:
@@ -181,27 +174,8 @@ def proc_info(remote: Any, request: SimpleNamespace,
     return info.proc_info(remote, request.pid)
 
 
-def _watch_frame(live: Any, width: int, height: int,
-                 colour: bool = False) -> list[str]:
-    from beam_probe.text import watch as render_watch
-
-    return render_watch.frame(live, width, height, colour)
-
-
-def _watch_summary(summary: dict) -> str:
-    from beam_probe.text import watch as render_watch
-
-    return render_watch.summary_text(summary)
-
-
-def _watch_line(sample: dict) -> str:
-    from beam_probe.text import watch as render_watch
-
-    return render_watch.sample_line(sample)
-
-
-@command("watch", "[NODE]", kind="live", jobs=True, render=_watch_frame,
-         summary=_watch_summary, line=_watch_line, options=(
+@command("watch", "[NODE]", kind="live", jobs=True, render="watch.frame",
+         summary="watch.summary_text", line="watch.sample_line", options=(
              click.option("--interval", type=Seconds(0.2), default=5.0,
                           show_default=True, metavar="SECONDS",
                           help="Time between samples (at least 0.2)."),
@@ -274,38 +248,26 @@ def watch(connect: Any, request: SimpleNamespace, progress: Progress) -> Any:
 
 
 def _plot_check(request: SimpleNamespace) -> None:
-    from beam_probe.history import series as plot
+    from beam_probe.history import series
+    from beam_probe.text.plot import check_output
 
-    request.metric = plot.metrics(request.metric)
-    request.since = None if request.since is None else plot.parse_time(
+    request.metric = series.metrics(request.metric)
+    request.since = None if request.since is None else series.parse_time(
         request.since, "--since")
-    request.until = None if request.until is None else plot.parse_time(
+    request.until = None if request.until is None else series.parse_time(
         request.until, "--until")
-    plot.check_output(request.output)
+    check_output(request.output)
 
 
-def _plot_text(data: dict) -> str:
+def _plot_text(data: dict, syntax: Any) -> str:
     import shutil
     import sys
 
-    from beam_probe.text import watch as render_watch
-    from beam_probe.history.series import bytes_only
     from beam_probe.cli.tty import colour_wanted
+    from beam_probe.text.plot import plot_text
 
-    if "output" in data:
-        return (f"{data['output']}: {data['samples']} samples of "
-                f"{data['node']}" + (f" ({data['skipped_lines']} lines "
-                                     f"skipped)" if data["skipped_lines"]
-                                     else ""))
     width, height = shutil.get_terminal_size((100, 24))
-    title = (f"{data['node']}: {data['samples']} samples, "
-             f"{render_watch.duration(data['last'] - data['first'])}"
-             + (f"; {data['skipped_lines']} lines skipped"
-                if data["skipped_lines"] else ""))
-    series = [(name, data["series"][name]) for name in data["metrics"]]
-    return render_watch.plot_text(title, series, width, max(8, height - 2),
-                                  bytes_only(data["metrics"]),
-                                  colour=colour_wanted(sys.stdout))
+    return plot_text(data, syntax, width, height, colour_wanted(sys.stdout))
 
 
 @command("plot", "FILE...", kind="offline", render=_plot_text,
@@ -342,11 +304,17 @@ def plot(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
       beam-probe plot history.jsonl --node app@db2 --since 2026-11-20
       beam-probe plot app.jsonl -o app.png
     """
-    from beam_probe.history import series as plotting
+    from beam_probe.history import series
 
-    return plotting.plot(request.files, request.metric, request.node,
-                         request.since, request.until, request.output,
-                         progress)
+    data = series.load(request.files, request.metric, request.node,
+                       request.since, request.until, progress)
+    if request.output is not None:
+        from beam_probe.text.plot import write_image
+
+        progress(f"drawing {request.output}")
+        write_image(data, request.output)
+        data["output"] = request.output
+    return data
 
 
 GC_OPTION = click.option(
@@ -359,14 +327,8 @@ MAX_GC_OPTION = click.option(
     help="With --gc holders: collect at most COUNT processes.")
 
 
-def _snapshot_text(result: dict) -> str:
-    from beam_probe.text import diff as render_diff
-
-    return render_diff.snapshot_text(result)
-
-
 @command("snapshot", "[NODE]", timeout=SCAN_TIMEOUT, jobs=True,
-         render=_snapshot_text, example="app@db1 -o a.snapshot", options=(
+         render="diff.snapshot_text", example="app@db1 -o a.snapshot", options=(
              click.option("--output", "-o", metavar="FILE", required=True,
                           help="The file to write (replaced if it "
                                "exists)."),
@@ -397,13 +359,7 @@ def snapshot(remote: Any, request: SimpleNamespace,
                               request.jobs, request.max_gc, progress)
 
 
-def _diff_text(result: dict) -> str:
-    from beam_probe.text import diff as render_diff
-
-    return render_diff.diff_text(result)
-
-
-@command("diff", "FILE...", kind="offline", render=_diff_text,
+@command("diff", "FILE...", kind="offline", render="diff.diff_text",
          example="a.snapshot b.snapshot c.snapshot", options=(
              click.option("--force", is_flag=True,
                           help="Compare snapshots of different nodes, or "
@@ -427,7 +383,7 @@ def diff(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
       beam-probe diff a.snapshot b.snapshot c.snapshot --format json
     """
     from beam_probe.snapshots.compare import heap_diff, load
-    from beam_probe.snapshots.take import SnapshotError
+    from beam_probe.snapshots.format import SnapshotError
 
     if not 2 <= len(request.files) <= 3:
         raise SnapshotError("diff compares two or three snapshot files "
@@ -440,14 +396,8 @@ def diff(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
     return heap_diff(loaded, request.force)
 
 
-def _hunt_text(result: dict) -> str:
-    from beam_probe.text import diff as render_diff
-
-    return render_diff.leak_hunt_text(result)
-
-
 @command("leak-hunt", "[NODE]", timeout=SCAN_TIMEOUT, jobs=True,
-         render=_hunt_text, example="app@db1 --interval 60", options=(
+         render="diff.leak_hunt_text", example="app@db1 --interval 60", options=(
              click.option("--interval", type=Seconds(0.0), required=True,
                           metavar="SECONDS",
                           help="Time between snapshots."),
@@ -506,7 +456,7 @@ __all__ = ["DECLARED", "bin_leak", "diff", "leak_hunt", "memory", "ping",
            "watch"]
 
 
-@command("alloc", "[NODE]", render=render.alloc_text, options=(
+@command("alloc", "[NODE]", render="node.alloc_text", options=(
     click.option("--raw", metavar="FILE",
                  help="Also write every allocator's full "
                       "system_info({allocator, Type}) to FILE, as the "
@@ -540,7 +490,7 @@ def alloc(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
     return allocators.alloc(remote, request.raw)
 
 
-@command("ets", "[NODE] [N]", render=render.ets_text, example="app@db1 10",
+@command("ets", "[NODE] [N]", render="node.ets_text", example="app@db1 10",
          options=(click.option("--sort", type=click.Choice(("memory",
                                                               "size")),
                                default="memory", show_default=True,
@@ -584,20 +534,9 @@ def _trace_check(request: SimpleNamespace) -> None:
                  len(request.targets or ()) + (request.top or (0,))[0])
 
 
-def _trace_line(sample: dict) -> str:
-    from beam_probe.text import trace as render_trace
-
-    return render_trace.line(sample)
-
-
-def _trace_summary(summary: dict) -> str:
-    from beam_probe.text import trace as render_trace
-
-    return render_trace.summary_text(summary)
-
-
 @command("trace-gc", "[NODE] [TARGET...]", kind="live", jobs=True,
-         render=_trace_line, summary=_trace_summary, check=_trace_check,
+         render="trace.line", summary="trace.summary_text",
+         check=_trace_check,
          example="app@db1 '<0.123.0>'",
          metavar="[NODE] [TARGET...] [--top N ATTRIBUTE]", options=(
              click.option("--top", type=(click.IntRange(min=1), str),

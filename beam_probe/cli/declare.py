@@ -13,12 +13,16 @@ written as JSON lines otherwise, which Ctrl-C ends as a normal stop (exit
 nothing.
 
     @command("proc-count", "[NODE] ATTRIBUTE N", timeout=300.0, jobs=True,
-             render=render.proc_count_text,
+             render="node.proc_count_text",
              example="app@db1 binary_memory 3")
     def proc_count(remote, request, progress):
         '''The N processes with the largest ATTRIBUTE. ...'''
         return processes.proc_count(remote, request.attribute, request.n,
                                     progress, request.jobs)
+
+A renderer is named "module.function" of beam_probe.text and imported only
+when there is text to draw (a JSON run never imports it); it takes the
+result and the Syntax to show names, functions and pids in.
 """
 
 from __future__ import annotations
@@ -29,13 +33,24 @@ from typing import Any, Callable, Iterator, Protocol
 
 import click
 
-from beam_probe.text import syntax
 from beam_probe.errors import OutputFailed, UsageError
 from beam_probe.cli import options as opt
 from beam_probe.cli.tty import Progress, write_out
 
-Render = Callable[[Any], str]
+# "module.function" of beam_probe.text, or the function itself.
+Render = "str | Callable[..., str]"
 Probe = Callable[[Any, SimpleNamespace, Progress], Any]
+
+
+def renderer(spec: Any) -> Callable[..., Any]:
+    """The renderer a declaration names, imported now."""
+    if callable(spec):
+        return spec
+    import importlib
+
+    module, _, name = spec.rpartition(".")
+    return getattr(importlib.import_module(f"beam_probe.text.{module}"),
+                   name)
 
 
 def _count(value: str, what: str, maximum: int | None = None) -> int:
@@ -97,15 +112,12 @@ class Rows:
     """A result whose rows arrive in chunks (proc-count --all): written as
     they come, so that neither the node nor we hold them all. ``head`` is
     the JSON object around the rows (they go under ``key``); ``summary``,
-    which the chunks generator returns, is added after them."""
+    which the chunks generator returns, is added after them. ``text``
+    names the text class that draws them (title, headers, rows, footer)."""
 
     def __init__(self, head: dict, key: str, chunks: Iterator[list],
-                 title: str, table: Callable[[list], list],
-                 headers: tuple[str, ...], align: str,
-                 footer: Callable[[dict], str]) -> None:
-        self.head, self.key, self.chunks = head, key, chunks
-        self.title, self.table = title, table
-        self.headers, self.align, self.footer = headers, align, footer
+                 text: str) -> None:
+        self.head, self.key, self.chunks, self.text = head, key, chunks, text
 
 
 class Declaration:
@@ -222,8 +234,10 @@ def command(name: str, args: str, *, render: Render,
 def run(declared: Declaration, node: str | None, request: SimpleNamespace,
         given: dict[str, Any]) -> None:
     """Attach, ask, and write the answer: parse -> one probe -> render."""
-    from beam_probe.text import tables as render
     from beam_probe.errors import EndedEarly
+    from beam_probe.probes.basic import runs_elixir
+    from beam_probe.text.syntax import ERLANG, choose, shows_code
+    from beam_probe.text.tables import printable, to_json
 
     failure: EndedEarly | None = None
     with opt.attach(node, given) as remote, Progress() as progress:
@@ -234,26 +248,25 @@ def run(declared: Declaration, node: str | None, request: SimpleNamespace,
             # written as any answer, then the error ends the run.
             failure, result = ended, ended.result
         if isinstance(result, Rows):
-            if given["fmt"] != "json":
-                syntax.choose(given["syntax"],
-                              lambda: syntax.runs_elixir(remote))
-            _write_rows(result, given["fmt"], progress)
+            syntax = ERLANG if given["fmt"] == "json" else choose(
+                given["syntax"], lambda: runs_elixir(remote))
+            _write_rows(result, given["fmt"], progress, syntax)
             return
         if given["fmt"] == "json":
-            text = render.to_json(result)
+            text = to_json(result)
         else:
             # Whether the node runs Elixir is asked only when the text
             # shows a pid or a function (not for ping or memory: a round
-            # trip less); names are drawn again in its syntax if so.
-            syntax.use("erlang")
-            text = declared.render(result)
-            if given["syntax"] != "auto" or syntax.shows_code(text):
-                syntax.choose(given["syntax"], (
-                    lambda: syntax.runs_elixir(remote)) if failure is None
+            # trip less); then the text is drawn again in its syntax.
+            draw = renderer(declared.render)
+            text = draw(result, ERLANG)
+            if given["syntax"] != "auto" or shows_code(text):
+                syntax = choose(given["syntax"], (
+                    lambda: runs_elixir(remote)) if failure is None
                     else (lambda: failure.elixir))
-                if syntax.elixir():
-                    text = syntax.text(declared.render(result))
-            text = render.printable(text)
+                if syntax is not ERLANG:
+                    text = draw(result, syntax)
+            text = printable(text)
     write_out(text)
     if failure is not None:
         raise failure.error
@@ -262,18 +275,19 @@ def run(declared: Declaration, node: str | None, request: SimpleNamespace,
 def run_offline(declared: Declaration, node: str | None,
                 request: SimpleNamespace, given: dict[str, Any]) -> None:
     """Read, compute, write: no node involved."""
-    from beam_probe.text import tables as render
+    from beam_probe.text.syntax import choose
+    from beam_probe.text.tables import printable, to_json
 
     with Progress() as progress:
         result = declared.probe(None, request, progress)
     if given["fmt"] == "json":
-        write_out(render.to_json(result))
+        write_out(to_json(result))
     else:
         # No node to ask: what the files say of it (a snapshot records
         # whether its node ran Elixir), else Erlang's forms.
-        syntax.choose(given["syntax"], lambda: isinstance(result, dict)
-                      and result.get("elixir") is True)
-        write_out(render.printable(syntax.text(declared.render(result))))
+        syntax = choose(given["syntax"], lambda: isinstance(result, dict)
+                        and result.get("elixir") is True)
+        write_out(printable(renderer(declared.render)(result, syntax)))
 
 
 class Live(Protocol):
@@ -296,9 +310,12 @@ def run_live(declared: Declaration, node: str | None,
     probe's own exit code, such as --fail-on-leak's)."""
     import json
 
-    from beam_probe.text import tables as render
+    from beam_probe.cli.tty import (LiveView, colour_wanted, cursor_wanted,
+                                    is_terminal)
     from beam_probe.history.records import HistoryError, append
-    from beam_probe.cli.tty import LiveView, colour_wanted, cursor_wanted, is_terminal
+    from beam_probe.probes.basic import runs_elixir
+    from beam_probe.text.syntax import ERLANG, choose
+    from beam_probe.text.tables import printable
 
     live: Live = declared.probe(lambda: opt.attach(node, given), request,
                                 Progress())
@@ -308,17 +325,19 @@ def run_live(declared: Declaration, node: str | None,
     # A line of text per sample: what scrolls (trace-gc), or text asked
     # for where no view can be drawn (a pipe, a file).
     lines = fmt == "table" and (scrolls or not terminal)
-    line = declared.render if scrolls else declared.line
+    line = renderer(declared.render if scrolls else declared.line) \
+        if lines else None
     view = LiveView(plain=not cursor_wanted(sys.stdout)) \
         if fmt == "table" and not lines else None
+    frame = renderer(declared.render) if view is not None else None
     colour = colour_wanted(sys.stdout)
     output = getattr(request, "output", None)
+    syntax = ERLANG
     try:
         live.open()
         remote = getattr(live, "remote", None)
         if lines and remote is not None:
-            syntax.choose(given["syntax"],
-                          lambda: syntax.runs_elixir(remote))
+            syntax = choose(given["syntax"], lambda: runs_elixir(remote))
         for sample in live.samples():
             if output:
                 try:
@@ -326,10 +345,10 @@ def run_live(declared: Declaration, node: str | None,
                 except HistoryError as exc:
                     raise OutputFailed(f"{output}: {exc}") from None
             if view is not None:
-                view.draw(lambda width, height: declared.render(
-                    live, width, height, colour))
-            elif lines and line is not None:
-                write_out(render.printable(syntax.text(line(sample))))
+                view.draw(lambda width, height: frame(live, width, height,
+                                                      colour))
+            elif line is not None:
+                write_out(printable(line(sample, syntax)))
             else:
                 write_out(json.dumps(sample, separators=(",", ":")))
     except KeyboardInterrupt:
@@ -340,7 +359,7 @@ def run_live(declared: Declaration, node: str | None,
             view.close()
     summary = live.summary()
     if view is not None or lines:
-        write_out(render.printable(syntax.text(declared.summary(summary))))
+        write_out(printable(renderer(declared.summary)(summary, syntax)))
     else:
         write_out(json.dumps({"summary": summary}, separators=(",", ":")))
     code = live.exit_code()
@@ -348,12 +367,13 @@ def run_live(declared: Declaration, node: str | None,
         raise click.exceptions.Exit(code)
 
 
-def _write_rows(rows: Rows, fmt: str, progress: Progress) -> None:
+def _write_rows(rows: Rows, fmt: str, progress: Progress,
+                syntax: Any) -> None:
     """Each chunk as it arrives; JSON is the same object a whole result
     would be, written piece by piece."""
     import json
 
-    from beam_probe.text import tables as render
+    from beam_probe.text.tables import printable, stream_table
 
     summary: dict = {}
 
@@ -373,17 +393,18 @@ def _write_rows(rows: Rows, fmt: str, progress: Progress) -> None:
                        for k, v in summary.items())
         write_out(f"]{tail}}}")
         return
-    write_out(render.printable(syntax.text(rows.title)))
+    text = renderer(rows.text)(rows.head, syntax)
+    write_out(printable(text.title()))
 
     def table_chunks() -> Iterator[list]:
         for chunk in chunks():
             progress.pause()
-            yield rows.table(chunk)
+            yield text.rows(chunk)
 
-    for line in render.stream_table(rows.headers, table_chunks(),
-                                    rows.align):
-        write_out(render.printable(syntax.text(line)))
-    write_out(rows.footer(summary))
+    for line in stream_table(text.headers, table_chunks(), text.align,
+                             syntax):
+        write_out(printable(line))
+    write_out(text.footer(summary))
 
 
 __all__ = ["ARGUMENTS", "DECLARED", "Declaration", "Live", "Rows", "command",

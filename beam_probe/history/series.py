@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from beam_probe.errors import UsageError
-from beam_probe.probes.trend import BYTE_CATEGORIES, Series, figure, read_record
+from beam_probe.probes.trend import Series, figure, read_record
 
 DEFAULT_METRICS = ("total", "processes", "binary", "ets")
 # Every numeric field of a sample that can be drawn.
@@ -158,99 +158,5 @@ def load(files: list[str], wanted: tuple[str, ...], node: str | None,
             "leaks": leaks}
 
 
-def bytes_only(names: tuple[str, ...] | list[str]) -> bool:
-    return all(name in BYTE_CATEGORIES for name in names)
-
-
-def title_period(data: dict) -> str:
-    """'app@db1: 2026-11-23 16:57:02 to 16:57:16': seconds under an hour's
-    span (a 14 s window read '16:57 to 16:57'), the date once when the
-    period is within a day."""
-    first = datetime.fromtimestamp(data["first"])
-    last = datetime.fromtimestamp(data["last"])
-    clock = "%H:%M:%S" if data["last"] - data["first"] < 3600 else "%H:%M"
-    end = last.strftime(clock if first.date() == last.date()
-                        else f"%Y-%m-%d {clock}")
-    return f"{data['node']}: {first.strftime(f'%Y-%m-%d {clock}')} to {end}"
-
-
-def write_image(data: dict, path: str) -> None:
-    """A PNG or SVG chart through matplotlib (the 'plot' extra)."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise UsageError("charts as files need matplotlib: pip install "
-                         "'beam-probe[plot]'") from None
-    matplotlib.use("Agg")
-    from matplotlib import dates, pyplot
-
-    figure, axes = pyplot.subplots(figsize=(10, 5), dpi=100)
-    try:
-        scale, unit = (1 / (1024 * 1024), "MiB") if bytes_only(
-            data["metrics"]) else (1, "")
-        for name, points in data["series"].items():
-            xs = [datetime.fromtimestamp(x) for x, _ in points]
-            ys = [float("nan") if y is None else y * scale
-                  for _, y in points]
-            line, = axes.plot(xs, ys, linewidth=1.2, label=name)
-            floor = data["floors"].get(name)
-            if floor:
-                axes.plot([datetime.fromtimestamp(x) for x, _ in floor],
-                          [float("nan") if y is None else y * scale
-                           for _, y in floor],
-                          linestyle="--", linewidth=1, color=line.get_color(),
-                          label=f"{name} floor")
-        for epoch, _ in data["leaks"]:
-            when = datetime.fromtimestamp(epoch)
-            axes.axvspan(when, when, color="red", alpha=0.15, linewidth=4)
-        if data["leaks"]:
-            axes.plot([], [], color="red", alpha=0.3, linewidth=6,
-                      label="leak suspected")
-        axes.set_title(title_period(data))
-        axes.set_ylabel(unit or "value")
-        span = data["last"] - data["first"]
-        axes.xaxis.set_major_formatter(dates.DateFormatter(
-            "%H:%M:%S" if span < 7200 else "%H:%M" if span < 172800
-            else "%m-%d %H:%M"))
-        axes.grid(True, alpha=0.3)
-        axes.legend(loc="upper left", fontsize="small")
-        figure.autofmt_xdate()
-        try:
-            figure.savefig(path, format=os.path.splitext(path)[1][1:].lower())
-        except OSError as exc:
-            from beam_probe.errors import OutputFailed
-            from beam_probe.files import error_text
-
-            raise OutputFailed(f"cannot write {path}: {error_text(exc)}") \
-                from None
-    finally:
-        pyplot.close(figure)
-
-
-def check_output(path: str | None) -> None:
-    """Before any file is read: a chart file needs a known format and
-    matplotlib."""
-    if path is None:
-        return
-    if not path.lower().endswith((".png", ".svg")):
-        raise UsageError(f"--output must end in .png or .svg, not {path!r}")
-    from importlib.util import find_spec
-
-    if find_spec("matplotlib") is None:
-        raise UsageError("charts as files need matplotlib: pip install "
-                         "'beam-probe[plot]'")
-
-
-def plot(files: list[str], wanted: tuple[str, ...], node: str | None,
-         since: float | None, until: float | None, output: str | None,
-         progress: Callable[[str], None]) -> dict[str, Any]:
-    data = load(files, wanted, node, since, until, progress)
-    if output is not None:
-        progress(f"drawing {output}")
-        write_image(data, output)
-        data["output"] = output
-    return data
-
-
-__all__ = ["DEFAULT_METRICS", "METRICS", "PlotError", "check_output",
-           "load", "metrics", "parse_time", "plot", "write_image"]
+__all__ = ["DEFAULT_METRICS", "METRICS", "PlotError", "load", "metrics",
+           "parse_time"]

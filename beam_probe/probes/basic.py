@@ -35,3 +35,12 @@ def memory(remote: Remote) -> MemoryResult:
     return {"node": remote.node,
             "memory": {str(key): value
                        for key, value in remote.call("erlang", "memory")}}
+
+
+def runs_elixir(remote: Remote) -> bool:
+    """Whether the node has the elixir application loaded (one call that
+    names no new atom: application:loaded_applications/0): its text is
+    then shown in Elixir's syntax."""
+    loaded = remote.call("application", "loaded_applications", [])
+    return any(isinstance(app, tuple) and app and str(app[0]) == "elixir"
+               for app in loaded)

@@ -63,6 +63,22 @@ def _sizes(info: Any, wordsize: int) -> dict[str, int]:
     return out
 
 
+def skipped_why(skipped: dict, mode: str) -> str:
+    """Why a process asked for was not traced, from its code: the phrase
+    both the text and the error that nothing could be traced use."""
+    why = skipped["why"]
+    if why == "not_alive":
+        return "not alive"
+    if why == "not_found":
+        return "no such process"
+    holders = ", ".join(skipped["held_by"])
+    if mode == "session":
+        return (f"traced by another tool (trace sessions: {holders}); two "
+                "tracers of one process's collections crash OTP 27-29 "
+                "(erlang/otp#11624)")
+    return f"traced by {holders} (OTP 25-26 allow one tracer per process)"
+
+
 class _Rising:
     """The longest run of collections each leaving a larger heap."""
 
@@ -175,32 +191,31 @@ class TraceGc:
                 self._who[pid] = who
                 tracing.append(who)
             elif kind == "held":
-                skipped.append({"pid": str(status[1]),
-                                "why": self._held(status[2])})
+                skipped.append({"pid": str(status[1]), "why": "held",
+                                "held_by": self._holders(status[2])})
             elif kind == "gone":
                 skipped.append({"pid": format_term(status[1]),
-                                "why": "not alive"})
+                                "why": "not_alive"})
             else:
                 spec = status[1]
                 shown = spec[1] if isinstance(spec[1], str) else \
                     " or ".join(spec[1])
-                skipped.append({"pid": shown, "why": "no such process"})
+                skipped.append({"pid": shown, "why": "not_found"})
         if not tracing:
-            why = "; ".join(f"{s['pid']}: {s['why']}" for s in skipped)
+            why = "; ".join(f"{s['pid']}: {skipped_why(s, self.mode)}"
+                            for s in skipped)
             raise NothingToTrace(f"{self.node}: {why}")
         return {"node": self.node, "mode": self.mode, "tracing": tracing,
                 "skipped": skipped, "duration": self.duration,
                 "max_events": self.max_events}
 
-    def _held(self, holder: Any) -> str:
+    def _holders(self, holder: Any) -> list[str]:
+        """Who traces a process already: the trace sessions (OTP 27+) or
+        its tracer (25-26)."""
         if self.mode == "session":
-            names = ", ".join(format_term(s[0]) if isinstance(s, tuple)
-                              else format_term(s) for s in holder)
-            return (f"traced by another tool (trace sessions: {names}); two "
-                    "tracers of one process's collections crash OTP 27-29 "
-                    "(erlang/otp#11624)")
-        return (f"traced by {format_term(holder)} (OTP 25-26 allow one "
-                "tracer per process)")
+            return [format_term(s[0]) if isinstance(s, tuple)
+                    else format_term(s) for s in holder]
+        return [format_term(holder)]
 
     def _event(self, event: Any) -> dict | None:
         _, pid, tag, info, ts = event
@@ -291,4 +306,4 @@ class TraceGc:
             else 0
 
 
-__all__ = ["TraceGc", "check_limits"]
+__all__ = ["TraceGc", "check_limits", "skipped_why"]

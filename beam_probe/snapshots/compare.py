@@ -1,9 +1,8 @@
 """diff: memwatch's HeapDiff between two snapshots, and the three-snapshot
 rule for three. Offline: snapshot files in, a result out.
 
-A snapshot's processes are held in columns (arrays of machine integers,
-groups and initial calls interned), about 50 bytes a process, so three
-snapshots of a million processes fit in a few hundred MB.
+The snapshots arrive in columns (columns.py); every pass over their rows
+below runs in C.
 
 Identity across snapshots is the pid and its initial call together: a
 pid's serial wraps on a long-running node, and a reused pid with another
@@ -13,384 +12,36 @@ initial call is another process.
 from __future__ import annotations
 
 import re
-import sys
 from array import array
 from collections import Counter, deque
 from itertools import compress, repeat
 from operator import eq, not_
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterable
 
-from beam_probe.erldist.terms import Atom, Pid, format_term, integers
-from beam_probe.snapshots.take import SnapshotError, read
+from beam_probe.snapshots.columns import Loaded, load
+from beam_probe.snapshots.format import SnapshotError
+
 
 MEMORY_KEYS = ("total", "processes", "binary", "ets", "atom", "code",
                "system")
+
+
 TOP_GROUPS = 200
+
+
 # Pids of a group's processes to look at next (proc-info, trace-gc): this
 # many in JSON, the text shows the first few.
 EXAMPLES = 10
+
+
 TOP_ROWS = 50
+
+
 # A long-lived process is a suspect when its memory (or its refc binary
 # bytes) rose in both intervals by this much in all: an idle system
 # process's heap moves by a few KB between collections.
 MIN_GROWTH = 64 * 1024
 
-
-def _mfa(term: Any) -> str:
-    if isinstance(term, tuple) and len(term) == 3:
-        return f"{term[0]}:{term[1]}/{term[2]}"
-    return format_term(term)
-
-
-class Loaded:
-    """One snapshot, in columns."""
-
-    def __init__(self, path: str, header: dict) -> None:
-        self.path, self.header = path, header
-        self.node: str = header["node"]
-        self.epoch = float(header.get("epoch", 0))
-        self.creation: int | None = None
-        self.keys = array("q")
-        self.groups = array("i")
-        self.calls = array("i")
-        self.memory = array("q")
-        self.binary = array("q")
-        self.binary_count = array("q")
-        self.queue = array("q")
-        self.group_names: list[str] = []
-        self.call_names: list[str] = []
-        self._groups: dict[Any, int] = {}
-        self._calls: dict[Any, int] = {}
-        self.names: dict[int, str] = {}
-        self.labels: dict[int, str] = {}
-        self.tables: list[dict] = []
-        self.ports: list[dict] = []
-        self.counts: list[int] | None = None  # rows per group id
-        # Groups named by their place in the tree, named once every section
-        # is read: (group id, what the process runs, its parent's key).
-        self.placed: list[tuple[int, str, int]] = []
-        # Format 3: each ancestor's class, by pid key (see name_placed).
-        self.ancestors: dict[int, tuple] | None = None
-
-    def rows_of(self, keys: set[int]) -> dict[int, int]:
-        """The rows of a few pid keys, in one pass: no index of every row
-        (a million-entry dict is ~100 MB)."""
-        if not keys:
-            return {}
-        rows = compress(range(len(self.keys)),
-                        map(keys.__contains__, self.keys))
-        return {self.keys[i]: i for i in rows}
-
-    def intern(self, table: dict, names: list, key: Any,
-               text: Callable[[], str]) -> int:
-        found = table.get(key)
-        if found is None:
-            found = table[key] = len(names)
-            names.append(text())
-        return found
-
-    def pid_text(self, key: int) -> str:
-        return f"<0.{key & 0xFFFFFFFF}.{key >> 32}>"
-
-    @property
-    def calls_by_name(self) -> dict[str, int]:
-        return {name: i for i, name in enumerate(self.call_names)}
-
-
-def _key(pid: Pid) -> int:
-    return (pid.serial << 32) | pid.id  # as _pid_keys makes them
-
-
-def load(path: str) -> Loaded:
-    header, sections = read(path)
-    snap = Loaded(path, header)
-    seen = set()
-    for kind, term in sections:
-        seen.add(kind)
-        try:
-            if kind == "processes":
-                _add_rows(snap, term)
-            elif kind == "ancestors":
-                snap.ancestors = {_key(pid): _class(c) for pid, c in term}
-            elif kind == "tables":
-                snap.tables = [_table(snap, t) for t in term]
-            elif kind == "ports":
-                snap.ports = [_port(p) for p in term]
-        except (TypeError, ValueError, IndexError, AttributeError,
-                KeyError, OverflowError):
-            raise SnapshotError(f"{path} is damaged (unexpected rows)") \
-                from None
-    if "processes" not in seen:
-        raise SnapshotError(f"{path} holds no processes")
-    snap.creation = header.get("creation")
-    name_placed(snap)
-    return snap
-
-
-# Code that says little of what a process is for: proc_lib's (a fun's, an
-# M:F/A's) and a fun's. A walk that ends at an ancestor running it names
-# the ancestor by its pid instead.
-VAGUE = frozenset(("proc_lib:init_p/3", "proc_lib:init_p/5",
-                   "erlang:apply/2"))
-
-
-def _class(term: Any) -> tuple:
-    """An ancestor's class, in plain values: ("name", text), ("label",
-    text), ("up", parent key, what it runs) or ("call", what it runs)."""
-    kind = str(term[0])
-    if kind == "up":
-        return ("up", _key(term[1]), _mfa(term[2]))
-    if kind == "call":
-        return ("call", _mfa(term[1]))
-    return (kind, _group_text(term))
-
-
-def name_placed(snap: Loaded) -> None:
-    """Name each group known by its place in the tree: "what under whom",
-    whom being the nearest named (registered or labelled) ancestor, with
-    how many levels up when it is not the parent: "proc_lib:init_p/5
-    under bp_item_sup_sup (2 up)". An ancestor tree that ends unnamed ends
-    at the code of its last ancestor, or its pid when that code says
-    little, never "X under X". Files of formats 1 and 2 hold no
-    ancestors: there the parent's own name, label or code is used."""
-    rows_of: dict[int, int] = {}
-    if snap.ancestors is None:
-        # The few parents that are neither named nor labelled are found
-        # in one pass, with no index of every row.
-        rows_of = snap.rows_of({parent for _g, _w, parent in snap.placed
-                                if parent not in snap.names
-                                and parent not in snap.labels})
-    for group, what, parent in snap.placed:
-        under, depth = (_walk(snap.ancestors, parent) if snap.ancestors
-                        is not None else _parent_only(snap, parent, rows_of))
-        if under == what:
-            under = snap.pid_text(parent)  # never "X under X"
-        snap.group_names[group] = f"{what} under {under}" + (
-            f" ({depth} up)" if depth > 1 else "")
-
-
-def _walk(ancestors: dict[int, tuple], parent: int) -> tuple[str, int]:
-    """Up from ``parent`` to the first named ancestor: its name and how
-    many levels up it is (1: the parent)."""
-    key, depth, last = parent, 1, None
-    while True:
-        found = ancestors.get(key)
-        if found is None or found[0] == "up" and depth > MAX_WALK:
-            # Gone, or past the walk: the last one reached.
-            if last is None:
-                return _pid_text(key), depth
-            last_key, last_what, last_depth = last
-            return (_pid_text(last_key) if last_what in VAGUE
-                    else last_what), last_depth
-        if found[0] != "up":
-            return found[1], depth
-        last = (key, found[2], depth)
-        key, depth = found[1], depth + 1
-
-
-# The node walks at most snapshot.MAX_DEPTH levels; a longer chain in a
-# crafted file is not followed further (nor round a cycle).
-MAX_WALK = 16
-
-
-def _parent_only(snap: Loaded, parent: int, rows_of: dict[int, int]
-                 ) -> tuple[str, int]:
-    if parent in snap.names:
-        return snap.names[parent], 1
-    if parent in snap.labels:
-        return snap.labels[parent], 1
-    if parent in rows_of:
-        return snap.call_names[snap.calls[rows_of[parent]]], 1
-    return snap.pid_text(parent), 1
-
-
-def _pid_text(key: int) -> str:
-    return f"<0.{key & 0xFFFFFFFF}.{key >> 32}>"
-
-
-_PIDS = re.compile(rb"<\d+\.(\d+)\.(\d+)>")
-
-
-def _pid_keys(data: bytes, count: int) -> array:
-    """The keys of a chunk's pid column. Format 2: term_to_binary of each
-    pid, all of one width (NEW_PID_EXT: 131, 88, the node atom, then the
-    number, the serial and the creation, four bytes each); the serial's
-    and the number's bytes are gathered by stride into eight-byte keys,
-    with no Python step per pid. Format 1: "<0.1.0><0.2.0>...", read in
-    one regex pass."""
-    if data[:1] == b"<":
-        return array("q", [(int(serial) << 32) | int(ident)
-                           for ident, serial in _PIDS.findall(data)])
-    if not count:
-        return array("q")
-    width, rest = divmod(len(data), count)
-    if rest or width < 14 or data[0::width] != b"\x83" * count \
-            or data[1::width] != b"X" * count:
-        raise ValueError("a pid column of another shape")
-    raw = bytearray(8 * count)
-    for k in range(4):
-        raw[k::8] = data[width - 8 + k::width]
-        raw[4 + k::8] = data[width - 12 + k::width]
-    return _big_endian(raw)
-
-
-_LEAD = 1 << 56
-
-
-def _numbers(column: Any) -> array:
-    """An integer column. Format 2: eight bytes each, big-endian, 2^56
-    added (beam_probe_snapshot.erl says why): the lead byte cleared, the
-    bytes taken whole. Format 1: a list of integers (a str when every one
-    is below 256, as STRING_EXT decodes)."""
-    if isinstance(column, bytes):
-        count, rest = divmod(len(column), 8)
-        if rest:
-            raise ValueError("a column of another width")
-        if column[0::8].count(1) == count:
-            raw = bytearray(column)
-            raw[0::8] = bytes(count)
-            return _big_endian(raw)
-        # A number of 2^56 or more: no lead byte of 1 to clear.
-        wide = _big_endian(column, "Q")
-        return array("q", [n - _LEAD for n in wide])
-    return array("q", integers(column))
-
-
-def _big_endian(raw: bytes | bytearray, code: str = "q") -> array:
-    out = array(code)
-    out.frombytes(raw)
-    if sys.byteorder == "little":
-        out.byteswap()
-    return out
-
-
-def _interned(snap: Loaded, column: Any, table: dict, names: list,
-              text: Callable[[Any], str]) -> array:
-    """A column sent as {Unique, Indices}: our ids, one per row."""
-    unique, indices = column
-    ids = [snap.intern(table, names, value, lambda v=value: text(v))
-           for value in unique]
-    return array("i", map(ids.__getitem__, _numbers(indices)))
-
-
-def _rows_of(indices: array, wanted: set[int]) -> Iterator[tuple[int, int]]:
-    """(row, index) of the rows whose index is in ``wanted`` (a few
-    unique values): found by array.index, in C, not row by row."""
-    for value in wanted:
-        row = -1
-        try:
-            while True:
-                row = indices.index(value, row + 1)
-                yield row, value
-        except ValueError:
-            pass
-
-
-def _group_text(group: Any) -> str:
-    kind, value = group[0], group[1]
-    if kind == "label":
-        return f"label {format_term(value)}"
-    if kind == "name":
-        return str(value)
-    return _mfa(value)
-
-
-def _add_rows(snap: Loaded, chunk: Any) -> None:
-    memory = _numbers(chunk["memory"])
-    count = len(memory)
-    keys = _pid_keys(chunk["pids"], count)
-    columns = [memory] + [_numbers(chunk[name]) for name in (
-        "binary_bytes", "binary_count", "message_queue_len")]
-    calls = _interned(snap, chunk["initial_call"], snap._calls,
-                      snap.call_names, _mfa)
-    unique, group_indices = chunk["groups"]
-    indices = _numbers(group_indices)
-    group_ids = [_placed(snap, group) if group[0] == "parent" else
-                 snap.intern(snap._groups, snap.group_names,
-                             (group[0], group[1]),
-                             lambda g=group: _group_text(g))
-                 for group in unique]
-    if any(group[0] == "parent" and len(group) == 2 for group in unique):
-        # Formats 1 and 2: {parent, Pid}, what the process runs from its
-        # own initial call, one group per row's call.
-        _place_by_row(snap, unique, indices, group_ids, calls)
-    names = chunk["names"]
-    if isinstance(names, tuple):
-        name_values, name_indices = names[0], _numbers(names[1])
-        named = list(_rows_of(name_indices, {
-            i for i, name in enumerate(name_values)
-            if isinstance(name, Atom)}))
-    else:  # format 1: a list, [] for a process without a name
-        name_values, name_indices = names, names
-        named = [(row, row) for row, name in enumerate(names)
-                 if isinstance(name, Atom)]
-    if not all(len(c) == count for c in
-               [*columns, keys, calls, indices, name_indices]):
-        raise ValueError("columns of different lengths")
-    start = len(snap.keys)
-    for row, value in _rows_of(indices, {
-            i for i, group in enumerate(unique) if group[0] == "label"}):
-        snap.labels[keys[row]] = snap.group_names[group_ids[value]]
-    for row, value in named:
-        snap.names[keys[row]] = str(name_values[value])
-    snap.groups.extend(map(group_ids.__getitem__, indices))
-    snap.keys.extend(keys)
-    snap.calls.extend(calls)
-    for array_, column in zip((snap.memory, snap.binary, snap.binary_count,
-                               snap.queue), columns):
-        array_.extend(column)
-
-
-def _placed(snap: Loaded, group: tuple) -> int:
-    """The id of a group known by its place: {parent, What, Pid} (format
-    3); named once the ancestors are read. Formats 1-2's {parent, Pid}
-    are given their ids per row (_place_by_row)."""
-    if len(group) == 2:
-        return -1
-    return _placed_id(snap, _mfa(group[1]), _key(group[2]))
-
-
-def _placed_id(snap: Loaded, what: str, parent: int) -> int:
-    key = ("parent", what, parent)
-    found = snap._groups.get(key)
-    if found is None:
-        found = snap._groups[key] = len(snap.group_names)
-        snap.group_names.append("")
-        snap.placed.append((found, what, parent))
-    return found
-
-
-def _place_by_row(snap: Loaded, unique: list, indices: array,
-                  group_ids: list, calls: array) -> None:
-    """Formats 1 and 2: a {parent, Pid} group is what each of its rows
-    runs, under that parent."""
-    for row, value in _rows_of(indices, {
-            i for i, group in enumerate(unique) if group[0] == "parent"}):
-        group_ids.append(_placed_id(snap, snap.call_names[calls[row]],
-                                    _key(unique[value][1])))
-        indices[row] = len(group_ids) - 1
-
-
-def _table(snap: Loaded, t: tuple) -> dict:
-    ident, name, owner, size, words, kind = t
-    owner_key = _key(owner) if isinstance(owner, Pid) else None
-    return {"id": format_term(ident), "name": format_term(name),
-            "owner": owner_key,
-            "rows": size if isinstance(size, int) else 0,
-            "bytes": words * snap.header.get("wordsize", 8)
-            if isinstance(words, int) else 0,
-            "type": format_term(kind)}
-
-
-def _port(p: tuple) -> dict:
-    port, name, _connected, memory = p
-    return {"id": str(port),
-            "name": format_term(name[1]) if isinstance(name, tuple)
-            else "?",
-            "bytes": memory[1] if isinstance(memory, tuple) else 0}
-
-
-# -- comparing ---------------------------------------------------------------
 
 def _owners(snap: Loaded) -> dict[int | None, str]:
     """The group of each table owner of a snapshot."""
@@ -418,6 +69,8 @@ def _summary(snap: Loaded) -> dict:
 # bytes): a Python statement per row costs ~0.1 s a million, and a diff of
 # three 1M-process snapshots took 8.4 s that way.
 _FOUND = (-1).__lt__  # a row number, not -1
+
+
 _FLIP = bytes([1, 0]) + bytes(254)  # a 0/1 mask's complement, by translate
 
 
@@ -789,4 +442,4 @@ def _tables_kept(a: Loaded, b: Loaded, c: Loaded) -> list[dict]:
     return sorted(out, key=lambda t: (-t["bytes"][2], t["name"]))
 
 
-__all__ = ["Loaded", "heap_diff", "load", "suspects"]
+__all__ = ["heap_diff", "load", "suspects"]

@@ -3,6 +3,7 @@ the three-snapshot suspects first."""
 
 from __future__ import annotations
 
+from beam_probe.text.syntax import Syntax
 from beam_probe.text.tables import human_bytes, table
 
 SHOWN = 20
@@ -18,20 +19,21 @@ def _signed_bytes(n: int) -> str:
     return ("+" if n >= 0 else "") + human_bytes(n)
 
 
-def snapshot_text(result: dict) -> str:
+def snapshot_text(result: dict, syntax: Syntax) -> str:
     return (f"{result['node']}: {result['processes']} processes, "
             f"{result['ets_tables']} ETS tables, {result['ports']} ports "
             f"(after --gc {result['gc']}) written to {result['file']} "
             f"({human_bytes(result['bytes'])})")
 
 
-def diff_text(result: dict, look: bool = True) -> str:
+def diff_text(result: dict, syntax: Syntax, look: bool = True) -> str:
     before, after = result["before"], result["after"]
     parts = [f"{after['node']}: {before['time']} -> "
              + (f"{result['middle']['time']} -> " if "middle" in result
                 else "") + f"{after['time']}"]
     if "suspects" in result:
-        parts.append(_suspects(result["suspects"], after["node"], look))
+        parts.append(_suspects(result["suspects"], after["node"], look,
+                               syntax))
     rows = [(kind, human_bytes(before["memory"][kind] or 0),
              human_bytes(after["memory"][kind] or 0),
              _signed_bytes(result["change"]["memory"][kind]))
@@ -45,7 +47,7 @@ def diff_text(result: dict, look: bool = True) -> str:
     rows.append(("atoms", before["atoms"], after["atoms"],
                  f"{result['atoms']['added']:+d}"))
     parts.append("memory\n" + table(("", "before", "after", "change"), rows,
-                                   "lrrr"))
+                                   "lrrr", syntax))
     details = [d for d in result["change"]["details"]
                if d["+"] or d["-"] or d["size_bytes"] or d["binary_bytes"]]
     if details:
@@ -56,7 +58,7 @@ def diff_text(result: dict, look: bool = True) -> str:
                     [(d["what"], d["before"], d["after"], d["+"], d["-"],
                       _signed_bytes(d["size_bytes"]),
                       _signed_bytes(d["binary_bytes"]), _examples(d))
-                     for d in details[:SHOWN]], "lrrrrrrl")
+                     for d in details[:SHOWN]], "lrrrrrrl", syntax)
             + (f"\n... and {len(details) - SHOWN} more groups"
                if len(details) > SHOWN else ""))
     if result["ets"]:
@@ -67,10 +69,10 @@ def diff_text(result: dict, look: bool = True) -> str:
               f"{human_bytes(t['bytes_before'])} -> "
               f"{human_bytes(t['bytes_after'])}",
               "new" if t["new"] else "")
-             for t in result["ets"][:SHOWN]], "llrrl"))
+             for t in result["ets"][:SHOWN]], "llrrl", syntax))
     atoms = result["atoms"]
     if atoms["added"]:
-        names = ", ".join(atoms["names"][:10])
+        names = syntax.code(", ".join(atoms["names"][:10]))
         parts.append(f"atoms: {atoms['added']:+d}"
                      + (f" ({names}{', ...' if len(atoms['names']) > 10 else ''})"
                         if names else ""))
@@ -81,7 +83,7 @@ def diff_text(result: dict, look: bool = True) -> str:
     return "\n\n".join(parts)
 
 
-def _suspects(s: dict, node: str, look: bool) -> str:
+def _suspects(s: dict, node: str, look: bool, syntax: Syntax) -> str:
     lines = ["SUSPECTS (three-snapshot rule)"]
     found = False
     if s["born_and_kept"]:
@@ -93,12 +95,13 @@ def _suspects(s: dict, node: str, look: bool) -> str:
                          [(e["what"], e["count"], human_bytes(e["bytes"]),
                            human_bytes(e["binary_bytes"]),
                            _signed_bytes(e["growth"]), _examples(e))
-                          for e in s["born_and_kept"][:SHOWN]], "lrrrrl"))
+                          for e in s["born_and_kept"][:SHOWN]], "lrrrrl",
+                         syntax))
         if look:
             first = s["born_and_kept"][0]
             if first.get("examples"):
                 lines.append(f"  look closer: beam-probe proc-info {node} "
-                             f"'{first['examples'][0]}'")
+                             f"'{syntax.code(first['examples'][0])}'")
     if s["growing_processes"]:
         found = True
         lines.append("long-lived processes that grew in both intervals:\n"
@@ -109,19 +112,20 @@ def _suspects(s: dict, node: str, look: bool) -> str:
                                " -> ".join(human_bytes(v)
                                            for v in r["binary_bytes"]))
                               for r in s["growing_processes"][:SHOWN]],
-                             "llrr"))
+                             "llrr", syntax))
         if look:
             first = s["growing_processes"][0]
+            pid = syntax.code(first["pid"])
             lines.append(f"  look closer: beam-probe proc-info {node} "
-                         f"'{first['pid']}'; its collections: beam-probe "
-                         f"trace-gc {node} '{first['pid']}'")
+                         f"'{pid}'; its collections: beam-probe "
+                         f"trace-gc {node} '{pid}'")
     if s["groups_rising"]:
         found = True
         lines.append("groups whose count rose in both intervals:\n" + table(
             ("what", "counts", "examples"),
             [(g["what"], " -> ".join(str(n) for n in g["counts"]),
               _examples(g))
-             for g in s["groups_rising"][:SHOWN]], "lll"))
+             for g in s["groups_rising"][:SHOWN]], "lll", syntax))
     if s["ets"]:
         found = True
         lines.append("ETS tables born and kept, or growing in both "
@@ -132,7 +136,7 @@ def _suspects(s: dict, node: str, look: bool) -> str:
                                        for v in t["rows"]),
                            " -> ".join("-" if v is None else human_bytes(v)
                                        for v in t["bytes"]))
-                          for t in s["ets"][:SHOWN]], "llrr"))
+                          for t in s["ets"][:SHOWN]], "llrr", syntax))
         if look:
             lines.append(f"  look closer: beam-probe ets {node} (the "
                          "largest tables now, with their owners)")
@@ -152,7 +156,7 @@ def _suspects(s: dict, node: str, look: bool) -> str:
     return "\n".join(lines)
 
 
-def leak_hunt_text(result: dict) -> str:
+def leak_hunt_text(result: dict, syntax: Syntax) -> str:
     head = (f"{result['node']}: {result['taken']} snapshots, "
             f"{result['interval']:g} s apart, after --gc {result['gc']}"
             + (" (interrupted)" if result.get("interrupted") else "")
@@ -160,7 +164,7 @@ def leak_hunt_text(result: dict) -> str:
                else ""))
     if result.get("diff") is None:
         return head + "\nfewer than two snapshots: nothing to compare"
-    return head + "\n\n" + diff_text(result["diff"])
+    return head + "\n\n" + diff_text(result["diff"], syntax)
 
 
 __all__ = ["diff_text", "leak_hunt_text", "snapshot_text"]

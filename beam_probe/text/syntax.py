@@ -3,18 +3,19 @@
 Probes return Erlang's forms (``'Elixir.MyApp.Cache':loop/1``,
 ``<0.113.0>``, ``code_server``), and JSON keeps them: one documented form
 for scripts. Text for people follows the node: on a node running Elixir
-(its ``elixir`` application loaded) tables read ``MyApp.Cache.loop/1``,
-``#PID<0.113.0>``, ``:code_server`` and ``MyApp.Cache``; ``--syntax
-erlang|elixir`` chooses instead. A run shows one node, so the choice is
-set once per run (``use``) and read by the renderers.
+tables read ``MyApp.Cache.loop/1``, ``#PID<0.113.0>``, ``:code_server``
+and ``MyApp.Cache``; ``--syntax erlang|elixir`` chooses instead.
+
+A ``Syntax`` is a value the CLI chooses once per run and passes to every
+renderer, which applies it to each value as it composes its text (a cell
+before a table measures it, so columns line up in either language): no
+module state, and nothing rewritten after rendering.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
-
-_mode = "erlang"
+from typing import Callable
 
 _ATOM = r"(?:'(?:[^'\\]|\\.)+'|[a-z][A-Za-z0-9_@]*)"
 # m:f/a as terms.mfa writes it, not inside a longer word or a path.
@@ -22,35 +23,56 @@ _MFA = re.compile(rf"(?<![\w'/.#]){_ATOM}:{_ATOM}/\d+")
 _PID = re.compile(r"(?<![#\w])<(\d+\.\d+\.\d+)>")
 _ELIXIR_MODULE = re.compile(r"(?<![\w'.])'?Elixir\.([A-Z][\w.]*)'?")
 _PLAIN = re.compile(r"[a-z_][A-Za-z0-9_@]*[?!]?")
+_QUOTED_MFA = re.compile(rf"({_ATOM}):({_ATOM})$")
 
 
-def use(mode: str) -> None:
-    """Set the syntax of this run's text: "erlang" or "elixir"."""
-    global _mode
-    _mode = mode
+class Syntax:
+    """Erlang's forms (``elixir`` false: values as they are) or Elixir's."""
+
+    __slots__ = ("elixir",)
+
+    def __init__(self, elixir: bool) -> None:
+        self.elixir = elixir
+
+    def __repr__(self) -> str:
+        return "ELIXIR" if self.elixir else "ERLANG"
+
+    def name(self, text: str | None) -> str | None:
+        """A registered name (an atom's text): ``MyApp.Cache`` or
+        ``:code_server`` in Elixir."""
+        if not text or not self.elixir:
+            return text
+        return _module(text)
+
+    def code(self, text: str) -> str:
+        """The pids, functions and Elixir module names within one value
+        (a cell, a group's name, a stack frame)."""
+        if not self.elixir:
+            return text
+        text = _MFA.sub(_mfa, text)
+        text = _PID.sub(r"#PID<\1>", text)
+        return _ELIXIR_MODULE.sub(r"\1", text)
 
 
-def elixir() -> bool:
-    return _mode == "elixir"
+ERLANG = Syntax(False)
+ELIXIR = Syntax(True)
 
 
-def choose(asked: str, detect: Callable[[], bool]) -> None:
-    """``asked`` is auto, erlang or elixir; auto asks the node (``detect``)
-    and keeps Erlang's forms if it cannot tell."""
+def choose(asked: str, detect: Callable[[], bool]) -> Syntax:
+    """``asked`` is auto, erlang or elixir; auto asks ``detect`` (whether
+    the node runs Elixir) and keeps Erlang's forms if it cannot tell."""
     if asked == "auto":
         try:
-            asked = "elixir" if detect() else "erlang"
+            return ELIXIR if detect() else ERLANG
         except Exception:  # noqa: BLE001 - a guess is never worth failing for
-            asked = "erlang"
-    use(asked)
+            return ERLANG
+    return ELIXIR if asked == "elixir" else ERLANG
 
 
-def runs_elixir(remote: Any) -> bool:
-    """Whether the node has the elixir application loaded (one call that
-    names no new atom: application:loaded_applications/0)."""
-    loaded = remote.call("application", "loaded_applications", [])
-    return any(isinstance(app, tuple) and app and str(app[0]) == "elixir"
-               for app in loaded)
+def shows_code(rendered: str) -> bool:
+    """Whether text holds a pid or a function, which Elixir writes apart:
+    only then is the node asked whether it runs Elixir (a round trip)."""
+    return bool(_PID.search(rendered) or _MFA.search(rendered))
 
 
 def _unquote(atom: str) -> str:
@@ -66,11 +88,11 @@ def _module(atom: str) -> str:
     return ":" + (name if _PLAIN.fullmatch(name) else f'"{name}"')
 
 
-def _mfa(match: re.Match) -> str:
+def _mfa(match: re.Match[str]) -> str:
     text = match.group(0)
     arity_at = text.rindex("/")
     head, arity = text[:arity_at], text[arity_at:]
-    quoted = re.match(rf"({_ATOM}):({_ATOM})$", head)
+    quoted = _QUOTED_MFA.match(head)
     if quoted is None:
         return text
     module, function = quoted.group(1), _unquote(quoted.group(2))
@@ -79,27 +101,4 @@ def _mfa(match: re.Match) -> str:
     return f"{_module(module)}.{function}{arity}"
 
 
-def shows_code(rendered: str) -> bool:
-    """Whether text holds a pid or a function, which Elixir writes apart."""
-    return bool(_PID.search(rendered) or _MFA.search(rendered))
-
-
-def name(text: str | None) -> str | None:
-    """A registered name (an atom's text): ``MyApp.Cache`` or
-    ``:code_server`` on Elixir, unchanged on Erlang."""
-    if not text or _mode != "elixir":
-        return text
-    return _module(text)
-
-
-def text(rendered: str) -> str:
-    """Pids, functions and Elixir module names within rendered text."""
-    if _mode != "elixir":
-        return rendered
-    rendered = _MFA.sub(_mfa, rendered)
-    rendered = _PID.sub(r"#PID<\1>", rendered)
-    return _ELIXIR_MODULE.sub(r"\1", rendered)
-
-
-__all__ = ["choose", "elixir", "name", "runs_elixir", "shows_code", "text",
-           "use"]
+__all__ = ["ELIXIR", "ERLANG", "Syntax", "choose", "shows_code"]

@@ -3,7 +3,8 @@ Node's --trace-gc prints one), and a summary per process."""
 
 from __future__ import annotations
 
-from beam_probe.text import syntax
+from beam_probe.probes.trace_gc import skipped_why
+from beam_probe.text.syntax import Syntax
 from beam_probe.text.tables import cell_text, human_bytes, table
 
 # "bin vheap": the binary virtual heap, the collector's count of the refc
@@ -15,22 +16,23 @@ _COLUMNS = ("time s", "pid", "process", "kind", "heap before -> after",
 _WIDTHS = (10, 16, 28, 5, 24, 22, 11, 11, 9)
 
 
-def _row(cells: tuple) -> str:
+def _row(cells: tuple, syntax: Syntax) -> str:
     # Each cell as printed (an Elixir pid is longer) before it is padded.
-    return "  ".join(cell_text(cell).rjust(width) if i in (0, 6, 7, 8)
-                     else cell_text(cell).ljust(width)
+    return "  ".join(cell_text(cell, syntax).rjust(width) if i in (0, 6, 7, 8)
+                     else cell_text(cell, syntax).ljust(width)
                      for i, (cell, width) in enumerate(zip(cells, _WIDTHS))
                      ).rstrip()
 
 
-def _who(item: dict) -> str:
-    return syntax.name(item["name"]) or item["group"]
+def _who(item: dict, syntax: Syntax) -> str:
+    return syntax.name(item["name"]) or syntax.code(item["group"])
 
 
-def line(sample: dict) -> str:
+def line(sample: dict, syntax: Syntax) -> str:
     """The header sample, or one collection."""
     if "tracing" in sample:
-        traced = ", ".join(f"{w['pid']} {_who(w)}" for w in sample["tracing"])
+        traced = ", ".join(f"{syntax.code(w['pid'])} {_who(w, syntax)}"
+                           for w in sample["tracing"])
         how = ("a trace session of its own" if sample["mode"] == "session"
                else "erlang:trace/3")
         lines = [f"{sample['node']}: tracing the garbage collections of "
@@ -38,20 +40,24 @@ def line(sample: dict) -> str:
                  f"{'es' if len(sample['tracing']) != 1 else ''} ({how}) "
                  f"for {sample['duration']:g} s or "
                  f"{sample['max_events']} collections: {traced}"]
-        lines += [f"skipped {s['pid']}: {s['why']}" for s in sample["skipped"]]
-        lines += [_row(_COLUMNS), _row(tuple("-" * w for w in _WIDTHS))]
+        lines += [f"skipped {syntax.code(s['pid'])}: "
+                  f"{skipped_why(s, sample['mode'])}"
+                  for s in sample["skipped"]]
+        lines += [_row(_COLUMNS, syntax),
+                  _row(tuple("-" * w for w in _WIDTHS), syntax)]
         return "\n".join(lines)
     return _row((
-        f"{sample['time']:.6f}", sample["pid"], _who(sample), sample["type"],
+        f"{sample['time']:.6f}", sample["pid"], _who(sample, syntax),
+        sample["type"],
         f"{human_bytes(sample['heap_before'])} -> "
         f"{human_bytes(sample['heap_after'])}",
         f"{human_bytes(sample['old_heap_before'])} -> "
         f"{human_bytes(sample['old_heap_after'])}",
         human_bytes(sample["binary_after"]), human_bytes(sample["reclaimed"]),
-        f"{sample['duration_us']:g} us"))
+        f"{sample['duration_us']:g} us"), syntax)
 
 
-def summary_text(summary: dict) -> str:
+def summary_text(summary: dict, syntax: Syntax) -> str:
     # A blank line first: the summary follows the lines of the trace.
     head = (f"\n{summary['collections']} collections traced on "
             f"{summary['node']} (ended by {summary['ended_by']})")
@@ -64,7 +70,7 @@ def summary_text(summary: dict) -> str:
     if not summary["processes"]:
         return head + "; none of the traced processes collected"
     flag = any(p["leak_suspected"] for p in summary["processes"])
-    rows = [(p["pid"], _who(p), p["minor"], p["major"],
+    rows = [(p["pid"], _who(p, syntax), p["minor"], p["major"],
              human_bytes(p["reclaimed"]), f"{p['time_us'] / 1000:.2f} ms",
              human_bytes(p["heap_after_last"]), p["longest_rise"])
             + (("LEAK SUSPECTED" if p["leak_suspected"] else "",) if flag
@@ -73,6 +79,9 @@ def summary_text(summary: dict) -> str:
     return head + "\n" + table(
         ("pid", "process", "minor", "major", "freed", "gc time",
          "heap after last", "rises") + (("",) if flag else ()), rows,
-        "llrrrrrrl"[:9 if flag else 8]) + (
+        "llrrrrrrl"[:9 if flag else 8], syntax) + (
         "\nrises: the longest run of major collections each leaving a "
         "larger heap; memwatch suspects a leak at 5")
+
+
+__all__ = ["line", "summary_text"]

@@ -7,9 +7,10 @@ figures first, the chart takes what height is left, the verdict last.
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Any
 
 from beam_probe.text.chart import clock, line_chart
+from beam_probe.text.syntax import ERLANG, Syntax
 from beam_probe.text.tables import human_bytes, table
 from beam_probe.probes.trend import BYTE_CATEGORIES
 
@@ -139,7 +140,7 @@ def rising_line(rise: dict) -> str:
             f"{rise['rises'] + 1} samples ({duration(rise['seconds'])})")
 
 
-def summary_text(summary: dict) -> str:
+def summary_text(summary: dict, syntax: Syntax = ERLANG) -> str:
     rows = []
     for category, stats in summary["categories"].items():
         rows.append((LABELS[category], amount(category, stats["first"]),
@@ -160,7 +161,7 @@ def summary_text(summary: dict) -> str:
     return text
 
 
-def sample_line(sample: dict) -> str:
+def sample_line(sample: dict, syntax: Syntax = ERLANG) -> str:
     """One sample as a line of text (watch --format table, piped):
     '23:40:01  total 21.3 MiB  processes 3.9 MiB  binary 6.5 MiB ...'."""
     if sample.get("down"):
@@ -178,12 +179,5 @@ def down_line(sample: dict) -> str:
             f"{sample['node']} down: {sample['error']}")
 
 
-def plot_text(title: str, series: Sequence[tuple[str, list]], width: int,
-              height: int, byte_values: bool, colour: bool = False) -> str:
-    label = human_bytes if byte_values else "{:,.0f}".format
-    return "\n".join([title] + line_chart(series, width, height - 1, label,
-                                          colour))
-
-
-__all__ = ["duration", "frame", "leak_line", "plot_text", "sample_line",
-           "summary_text", "verdict_lines", "verdict_text"]
+__all__ = ["duration", "frame", "leak_line", "sample_line", "summary_text",
+           "verdict_lines", "verdict_text"]

@@ -1,0 +1,266 @@
+"""One node's answers as text: ping, memory, the process rankings,
+proc-info, alloc and ets. Each renderer takes its probe's result and the
+Syntax to show names, functions and pids in.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from beam_probe.text.syntax import Syntax
+from beam_probe.text.tables import human_bytes, table
+
+if TYPE_CHECKING:
+    from beam_probe.probes.results import (AllocReport, BinLeak, EtsReport,
+                                           MemoryResult, Ping, ProcCount,
+                                           ProcessRow, ProcInfo, ProcWindow,
+                                           Verdict)
+
+
+def ping_text(result: Ping, syntax: Syntax) -> str:
+    return (f"{result['node']} is up: OTP {result['otp_release']}, "
+            f"ERTS {result['erts_version']}, round trip "
+            f"{result['rtt_ms']:.3f} ms")
+
+
+def memory_text(result: MemoryResult, syntax: Syntax) -> str:
+    rows = [(key, value, human_bytes(value))
+            for key, value in result["memory"].items()]
+    return f"{result['node']}: erlang:memory()\n" + table(
+        ("type", "bytes", "size"), rows, "lrr")
+
+
+def process_rows(processes: list[ProcessRow], key: str,
+                 syntax: Syntax) -> list[tuple]:
+    """Table rows: pid, the number, name, current function, initial call;
+    a process that exited before it could be described says so."""
+    return [(p["pid"], p[key],
+             "(exited)" if p.get("exited") else syntax.name(p["name"]) or "",
+             p["current_function"] or "", p["initial_call"] or "")
+            for p in processes]
+
+
+def bin_leak_text(result: BinLeak, syntax: Syntax) -> str:
+    before, after = result["memory_before"], result["memory_after"]
+    if result.get("dry_run"):
+        return (f"{result['node']}: bin-leak dry run, nothing collected\n"
+                f"scanned {result['scanned']} processes; {result['holders']} "
+                f"hold refc binaries.\nA real run would ask the node to "
+                f"garbage-collect {result['would_collect']} of them "
+                f"(erlang:garbage_collect/1 on each, largest holders first), "
+                f"then count their references again.\n"
+                f"binary memory now: "
+                f"{human_bytes(result['memory_before']['binary'])} of "
+                f"{human_bytes(result['memory_before']['total'])} total")
+    lines = [
+        f"{result['node']}: refc binary references freed by a garbage "
+        "collection (recon:bin_leak)",
+        f"scanned {result['scanned']} processes; {result['holders']} held "
+        f"refc binaries; collected {result['collected']}",
+    ]
+    for kind in ("total", "binary"):
+        drop = before[kind] - after[kind]
+        change = (f"freed {human_bytes(drop)}" if drop >= 0
+                  else f"grew {human_bytes(-drop)} meanwhile")
+        lines.append(f"{kind} memory: {human_bytes(before[kind])} -> "
+                     f"{human_bytes(after[kind])} ({change})")
+    lines.append("")
+    if result["processes"] and not any(p["delta"]
+                                       for p in result["processes"]):
+        lines.append("no process dropped a refc binary reference when "
+                     "collected: nothing held one idle")
+    else:
+        lines.append(table(("pid", "delta", "name", "current function",
+                            "initial call"),
+                           process_rows(result["processes"], "delta", syntax),
+                           "lrlll", syntax))
+    return "\n".join(lines)
+
+
+def proc_count_text(result: ProcCount, syntax: Syntax) -> str:
+    attribute = result["attribute"]
+    header = (f"{result['node']}: top {len(result['processes'])} of "
+              f"{result['scanned']} processes by {attribute}")
+    if result["processes"] and not any(p["value"]
+                                       for p in result["processes"]):
+        # The order of equal values is arbitrary: rows would mislead.
+        return (f"{result['node']}: {attribute} is 0 for every one of the "
+                f"{result['scanned']} processes")
+    return header + "\n\n" + table(
+        ("pid", attribute, "name", "current function", "initial call"),
+        process_rows(result["processes"], "value", syntax), "lrlll", syntax)
+
+
+def proc_window_text(result: ProcWindow, syntax: Syntax) -> str:
+    attribute = result["attribute"]
+    lines = [
+        f"{result['node']}: largest increases of {attribute} over "
+        f"{result['window_ms']} ms (recon:proc_window)",
+        f"scanned {result['scanned_first']} processes at the start, "
+        f"{result['scanned_last']} at the end; {result['born_count']} born "
+        f"and {result['dead_count']} dead inside the window, listed apart",
+        "",
+        table(("pid", "increase", "name", "current function",
+               "initial call"),
+              process_rows(result["processes"], "delta", syntax), "lrlll",
+              syntax)
+        if any(p["delta"] for p in result["processes"]) else
+        f"no process's {attribute} changed over the window (an idle node): "
+        "nothing to rank",
+    ]
+    if result["born"]:
+        lines += ["", "born inside the window (value at the end, largest "
+                      "first):",
+                  table(("pid", attribute, "name", "current function",
+                         "initial call"),
+                        process_rows(result["born"], "value", syntax),
+                        "lrlll", syntax)]
+    if result["dead"]:
+        lines += ["", "dead inside the window (value at the start, largest "
+                      "first):",
+                  table(("pid", attribute),
+                        [(p["pid"], p["value"]) for p in result["dead"]],
+                        "lr", syntax)]
+    return "\n".join(lines)
+
+
+def _info_value(key: str, value: Any, syntax: Syntax) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and key in ("memory", "binary_memory"):
+        return f"{value} ({human_bytes(value)})"
+    if key == "registered_name" and isinstance(value, str):
+        return syntax.name(value) or value
+    if isinstance(value, list):
+        return ", ".join(syntax.code(str(item)) for item in value) or "[]"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_info_value(k, v, syntax)}"
+                         if not isinstance(v, dict)
+                         else f"{k}=({_info_value(k, v, syntax)})"
+                         for k, v in value.items())
+    return syntax.code(str(value))
+
+
+def proc_info_text(result: ProcInfo, syntax: Syntax) -> str:
+    """Grouped key: value lines; the stack one frame per line."""
+    lines = [f"{result['node']}: {syntax.code(result['pid'])} (recon:info "
+             "groups; no mailbox or dictionary read)"]
+    for group, fields in result.items():
+        if not isinstance(fields, dict):
+            continue
+        lines.append("")
+        lines.append(f"{group}:")
+        width = max(len(key) for key in fields)
+        for key, value in fields.items():
+            if key == "current_stacktrace":
+                lines.append(f"  {key}:")
+                lines.extend(f"    {syntax.code(frame)}" for frame in value)
+            else:
+                lines.append(f"  {key.ljust(width)}  "
+                             f"{_info_value(key, value, syntax)}")
+    return "\n".join(lines)
+
+
+def verdict_text(verdict: Verdict) -> str:
+    """alloc's verdict as a sentence, its evidence in numbers."""
+    e, kind = verdict["evidence"], verdict["allocator"]
+    case = verdict["case"]
+    if case == "outside":
+        return (f"RSS {human_bytes(e['rss'])} is {human_bytes(e['outside'])}"
+                f" above the {human_bytes(e['allocated'])} the allocators "
+                "hold: memory outside the emulator's allocators (NIFs, "
+                "drivers, the libraries they call)")
+    if case == "in_use":
+        return (f"in use: {e['usage']:.0%} of the "
+                f"{human_bytes(e['allocated'])} the allocators hold is in "
+                "live blocks; find the holder (proc-count memory, bin-leak, "
+                "ets)")
+    figures = (f"{kind}: {human_bytes(e['allocated'])} allocated, "
+               f"{human_bytes(e['used'])} used ({e['usage']:.0%}) in "
+               f"{e['blocks']:,} blocks over {e['carriers']:,} carriers")
+    if case == "fragmentation":
+        return (f"fragmentation: {figures}, {e['blocks_per_carrier']:g} "
+                "live blocks a carrier keeping it: finding a holder will "
+                "not return them")
+    return (f"after a peak: {figures}; its blocks held up to "
+            f"{human_bytes(e['used_max'])}: carriers are returned as they "
+            "empty. Watch whether allocated comes back down (beam-probe "
+            "watch); if it stays, it is fragmentation")
+
+
+def alloc_text(result: AllocReport, syntax: Syntax) -> str:
+    rss = result["rss"]
+    mseg = result["mseg_cache"]
+    lines = [f"{result['node']}: {verdict_text(result['verdict'])}",
+             f"erlang:memory() total {human_bytes(result['memory_total'])};"
+             f" allocators hold {human_bytes(result['allocated'])}, "
+             f"{human_bytes(result['used'])} of it in blocks "
+             f"({result['usage']:.0%}); RSS "
+             + (human_bytes(rss) if rss is not None else "unknown (not "
+                "Linux)"),
+             "mseg_alloc cache: " + (f"{mseg['hit_rate']:.0%} of "
+                                     f"{mseg['calls']} segment requests hit"
+                                     if mseg["hit_rate"] is not None
+                                     else "no segment requests yet"),
+             ""]
+    rows = []
+    for t in result["types"]:
+        mbcs, sbcs = t["mbcs"], t["sbcs"]
+        rows.append((t["type"], human_bytes(t["used"]),
+                     human_bytes(t["used_max"]),
+                     human_bytes(t["allocated"]), f"{t['usage']:.0%}",
+                     mbcs["carriers"], sbcs["carriers"],
+                     f"{mbcs['blocks'] + sbcs['blocks']:,}",
+                     human_bytes(mbcs["average_block"]),
+                     human_bytes(sbcs["average_block"])))
+    # "peak used": the most its blocks ever held (the sum of each
+    # instance's peak, so at least "used"); a block column is the average
+    # block now.
+    lines.append(table(("allocator", "used", "peak used", "allocated",
+                        "usage", "mbcs", "sbcs", "blocks", "mbc block",
+                        "sbc block"), rows, "lrrrrrrrrr", syntax))
+    if result["raw"]:
+        lines.append(f"\nfull allocator data written to {result['raw']}")
+    return "\n".join(lines)
+
+
+def ets_text(result: EtsReport, syntax: Syntax) -> str:
+    head = (f"{result['node']}: the {len(result['largest'])} largest of "
+            f"{result['tables']} ETS tables by {result['sort']} (all tables "
+            f"{human_bytes(result['total_memory'])})")
+    rows = [(t["name"], t["id"], t["owner"],
+             syntax.name(t["owner_name"]) or t["owner_group"], t["size"],
+             human_bytes(t["memory"]), t["type"], t["protection"])
+            for t in result["largest"]]
+    return head + "\n" + table(("table", "id", "owner", "owner is",
+                                "objects", "memory", "type", "access"),
+                               rows, "llllrrll", syntax)
+
+
+class EveryProcess:
+    """proc-count --all as text, drawn as its chunks arrive: a title, the
+    headers, each chunk's rows, then a footer."""
+
+    align = "lrlll"
+
+    def __init__(self, head: dict, syntax: Syntax) -> None:
+        self.head, self.syntax = head, syntax
+        self.headers = ("pid", head["attribute"], "name", "current function",
+                        "initial call")
+
+    def title(self) -> str:
+        return (f"{self.head['node']}: every process by "
+                f"{self.head['attribute']}, largest first")
+
+    def rows(self, chunk: list[ProcessRow]) -> list[tuple]:
+        return process_rows(chunk, "value", self.syntax)
+
+    def footer(self, summary: dict) -> str:
+        return f"{summary['sent']} of {summary['scanned']} processes"
+
+
+__all__ = ["EveryProcess", "alloc_text", "bin_leak_text", "ets_text", "memory_text",
+           "ping_text", "proc_count_text", "proc_info_text",
+           "proc_window_text", "process_rows", "verdict_text"]
