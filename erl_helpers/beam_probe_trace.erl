@@ -24,12 +24,18 @@
 -module(beam_probe_trace).
 
 -export([trace_gc/10, follow/1, drain/3]).
+%% The shapes of the streamed chunks (see trace_gc/10).
+-export_type([status/0]).
 
 -type target() :: {pid, string()} | {names, [string()]}.
-%% A target's status, in the started chunk: {traced, Pid, Info} (Info:
-%% registered_name, initial_call, current_function), {held, Pid, Holder}
-%% (traced by someone else: its tracer on OTP 25-26, the sessions tracing
-%% it on OTP 27+), {gone, Pid} or {not_found, Target}.
+%% A target's status, in the started chunk: traced (info: registered_name,
+%% initial_call, current_function), held (traced by someone else: held_by
+%% is its tracer on OTP 25-26, the sessions tracing it on OTP 27+), gone or
+%% not_found.
+-type status() :: #{status := traced, pid := pid(), info := list()}
+                | #{status := held, pid := pid(), held_by := term()}
+                | #{status := gone, pid := pid()}
+                | #{status := not_found, target := target()}.
 -type summary() :: #{reason := duration | max_events | overload,
                      trace_messages := non_neg_integer(),
                      dropped := non_neg_integer(),
@@ -37,9 +43,11 @@
 
 %% Streams to Sink, as Remote.stream reads them ({Tag, Sender, Chunk},
 %% then waits for {Tag, more}):
-%%   {started, Mode, WordSize, [status()]}   first, Mode session | trace
-%%   {events, [{trace_ts, Pid, Kind, Info, MonotonicNs}]}   every FlushMs,
-%%                                             maybe []
+%%   #{kind => started, mode => session | trace, wordsize => W,
+%%     statuses => [status()]}                     first
+%%   #{kind => events, events => [{trace_ts, Pid, Kind, Info, Ns}]}
+%%                                   every FlushMs, maybe no events (the
+%%                                   trace messages as OTP sends them)
 %% and returns summary() once stopped at DurationMs or after MaxMessages
 %% trace messages (two per collection: its start and its end). Resolve is
 %% beam_probe_scan:resolve/1, Follow and Drain follow/1 and drain/3,
@@ -127,13 +135,16 @@ trace_gc(Sink, Tag, Targets, DurationMs, MaxMessages, FlushMs, WaitMs,
                             case Holder(Pid) of
                                 none ->
                                     try Trace(Pid) of
-                                        1 -> {traced, Pid, Describe(Pid)};
-                                        _ -> {gone, Pid}
+                                        1 -> #{status => traced, pid => Pid,
+                                               info => Describe(Pid)};
+                                        _ -> #{status => gone, pid => Pid}
                                     catch
-                                        error:badarg -> {gone, Pid}
+                                        error:badarg ->
+                                            #{status => gone, pid => Pid}
                                     end;
                                 Other ->
-                                    {held, Pid, Other}
+                                    #{status => held, pid => Pid,
+                                      held_by => Other}
                             end
                     end,
                 %% Check and trace under one lock, local to this node, that
@@ -144,13 +155,15 @@ trace_gc(Sink, Tag, Targets, DurationMs, MaxMessages, FlushMs, WaitMs,
                       {beam_probe_trace_gc, Self},
                       fun() ->
                               [case Pid of
-                                   undefined -> {not_found, Target};
+                                   undefined -> #{status => not_found,
+                                                  target => Target};
                                    _ -> Start(Pid)
                                end
                                || {Target, Pid} <- Found]
                       end,
                       [erlang:node()]),
-                Traced = [Pid || {traced, Pid, _} <- Statuses],
+                Traced = [Pid || #{status := traced, pid := Pid}
+                                     <- Statuses],
                 Stop = fun() when Session =/= none ->
                                trace:session_destroy(Session);
                           () ->
@@ -162,12 +175,13 @@ trace_gc(Sink, Tag, Targets, DurationMs, MaxMessages, FlushMs, WaitMs,
                 %% gone, a send would have this node try to connect back
                 %% (it starts its DNS helper to look our host up).
                 erlang:send(Sink, {Tag, Self,
-                                   {started,
-                                    case Session of
-                                        none -> trace;
-                                        _ -> session
-                                    end,
-                                    erlang:system_info(wordsize), Statuses}},
+                                   #{kind => started,
+                                     mode => case Session of
+                                                 none -> trace;
+                                                 _ -> session
+                                             end,
+                                     wordsize => erlang:system_info(wordsize),
+                                     statuses => Statuses}},
                             [noconnect]),
                 Follow(#{sink => Sink, tag => Tag,
                          worker => Worker, stop => Stop, drain => Drain,
@@ -216,7 +230,8 @@ follow(#{sink := Sink, tag := Tag, worker := Worker,
                      %% This last batch may be the window's third:
                      %% beam-probe's mailbox takes four.
                      erlang:send(Sink, {Tag, Self,
-                                        {events, lists:reverse(Batch)}},
+                                        #{kind => events,
+                                          events => lists:reverse(Batch)}},
                                  [noconnect]),
                      {reductions, Reductions} =
                          erlang:process_info(Self, reductions),
@@ -266,7 +281,8 @@ follow(#{sink := Sink, tag := Tag, worker := Worker,
                     (Now >= Flush orelse Kept >= MaxBatch),
                     Open < Window ->
                         erlang:send(Sink, {Tag, Self,
-                                           {events, lists:reverse(All)}},
+                                           #{kind => events,
+                                             events => lists:reverse(All)}},
                                     [noconnect]),
                         Loop(Count + Got, [], 0, Now + FlushMs, Open + 1,
                              Now, Lost);

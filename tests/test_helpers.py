@@ -14,7 +14,9 @@ from conftest import HELPERS
 
 
 def test_helpers_compile_with_a_spec_for_every_function(tmp_path):
-    for source in glob.glob(os.path.join(HELPERS, "beam_probe_scan*.erl")):
+    sources = glob.glob(os.path.join(HELPERS, "*.erl"))
+    assert len(sources) >= 6
+    for source in sources:
         r = subprocess.run(["erlc", "+warn_missing_spec",
                             "+warnings_as_errors", "-o", str(tmp_path),
                             source], capture_output=True, text=True)
@@ -44,13 +46,15 @@ def test_variables_are_renamed_one_to_one_in_order():
 def test_every_helper_function_still_runs_after_renaming(remote):
     """The renamed forms are what nodes run: a smoke run of the helpers
     that need no workload, on both releases."""
-    forms = HelperForms(remote.call)._load("beam_probe_scan")
+    forms = {**HelperForms(remote.call)._load("beam_probe_scan"),
+             **HelperForms(remote.call)._load("beam_probe_lib")}
     names = {str(n) for clauses in forms.values()
              for n in _vars(clauses)}
     assert names and all(n == "_" or (n[0] == "V" and n[1:].isdigit())
                          for n in names)
     reply = remote.run("beam_probe_scan", "proc_info",
-                       (Atom("names"), ["code_server"]), Local("resolve"))
+                       (Atom("names"), ["code_server"]),
+                       Local("resolve", "beam_probe_lib"))
     assert reply["binary_count"] >= 0 and reply["items"]
 
 

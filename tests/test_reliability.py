@@ -282,7 +282,8 @@ def test_a_call_we_gave_up_on_is_stopped_by_its_deadline(target, remote):
     with attach(target.node, target.cookie.encode()) as caller:
         with pytest.raises(TimedOut):
             caller.run("beam_probe_scan", "proc_window", Atom("memory"), 3,
-                       60_000, 1, *processes.LOCALS, Local("snapshots"),
+                       60_000, 1, *processes.LOCALS,
+                       Local("snapshots", "beam_probe_lib"),
                        timeout=0.5)
         assert ours_running(remote) != []
         assert wait_for(lambda: not ours_running(remote), 5.0)
@@ -296,12 +297,12 @@ def test_jobs_are_clamped_on_the_node(remote):
                              [Atom("schedulers_online")])
     for jobs in (10**14, 200, 0, 1):
         lengths = integers(remote.run(
-            "beam_probe_scan", "pmap",
+            "beam_probe_lib", "pmap",
             ExportFun(Atom("erlang"), Atom("length"), 1), list(range(100)),
             jobs))
         assert sum(lengths) == 100
         assert 1 <= len(lengths) <= 4 * schedulers
-    assert len(remote.run("beam_probe_scan", "pmap",
+    assert len(remote.run("beam_probe_lib", "pmap",
                           ExportFun(Atom("erlang"), Atom("length"), 1),
                           [1, 2, 3], 64)) <= 3
 
@@ -726,7 +727,8 @@ def test_helper_atoms_are_few(target, remote):
     we send that a fresh node of this release lacks."""
     from beam_probe.node.forms import HelperForms
 
-    forms = HelperForms(remote.call)._load("beam_probe_scan")
+    forms = {**HelperForms(remote.call)._load("beam_probe_scan"),
+             **HelperForms(remote.call)._load("beam_probe_lib")}
     seen = set()
 
     def walk(term):

@@ -226,7 +226,7 @@ def test_an_outage_is_one_down_sample_per_interval():
     class Unreachable:
         node = "app@db1"
 
-        def run(self, *args, **kwargs):
+        def ask(self, *args, **kwargs):
             now[0] += 3.5
             raise TimedOut("timed out connecting to db1:4369")
 

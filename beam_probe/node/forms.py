@@ -54,6 +54,12 @@ A_WILDCARD = Atom("_")
 Call = Callable[[str, str, list], Any]
 
 
+# The mechanics every helper is built on (guard, pmap, values, top,
+# describe, settled, snapshots, resolve, fan_out): erl_helpers/
+# beam_probe_lib.erl.
+LIB = "beam_probe_lib"
+
+
 class Local:
     """An argument to a helper: another function of a helper file (the same
     one unless ``module`` is given), passed as a fun. Helpers cannot call
@@ -282,5 +288,5 @@ def work_fun(expr: Any) -> Form:
     return Form((A_FUN, 1, (A_CLAUSES, [(A_CLAUSE, 1, [], [], [expr])])))
 
 
-__all__ = ["Form", "HelperForms", "Local", "Var", "work_fun", "cache_dir", "canonical_variables",
+__all__ = ["LIB", "Form", "HelperForms", "Local", "Var", "work_fun", "cache_dir", "canonical_variables",
            "helper_path"]

@@ -19,9 +19,10 @@ from beam_probe.erldist.dial import connect
 from beam_probe.erldist.etf import Encoded
 from beam_probe.erldist.terms import Atom, Pid
 from beam_probe.errors import RemoteError, TimedOut
-from beam_probe.node.forms import HelperForms, Local, Var, work_fun
+from beam_probe.node.forms import LIB, HelperForms, Local, Var, work_fun
+from beam_probe.node.replies import Reply
 
-GUARD = "beam_probe_scan"
+GUARD = LIB
 
 # The node stops a helper this long after we would have given up waiting
 # for it: we time out first and say so, then close the connection (which
@@ -105,6 +106,13 @@ class Remote:
                              timeout)
         except RemoteError as exc:
             raise _deadline(exc, timeout) from None
+
+    def ask(self, module: str, function: str, *args: Any,
+            timeout: float | None = None) -> Reply:
+        """``run``, for a helper that replies with a map: its Reply, read
+        by key (a missing key is a ProtocolError naming the helper)."""
+        return Reply(f"{module}:{function}",
+                     self.run(module, function, *args, timeout=timeout))
 
     def stream(self, module: str, function: str, *args: Any,
                timeout: float | None = None,

@@ -32,6 +32,7 @@ from typing import Any
 from beam_probe.erldist.terms import Atom, integers
 from beam_probe.errors import OutputFailed
 from beam_probe.node.forms import Local
+from beam_probe.node.replies import Reply
 from beam_probe.node.remote import Remote
 from beam_probe.probes.results import AllocReport, AllocType, Carriers, Verdict
 
@@ -90,12 +91,12 @@ def _numbers(term: Any) -> list[int]:
     return numbers
 
 
-def allocator_types(reply: list[dict]) -> list[AllocType]:
+def allocator_types(reply: list[Any]) -> list[AllocType]:
     """The helper's per-type figures, named; multiblock carriers in the
     type's pool (carriers moved between instances) count as multiblock."""
     out: list[AllocType] = []
     for entry in reply:
-        figures = {str(key): value for key, value in entry.items()}
+        figures = Reply("beam_probe_alloc:types", entry)
         mbcs = [a + b for a, b in zip(_numbers(figures["mbcs"]),
                                       _numbers(figures["mbcs_pool"]))]
         sbcs = _numbers(figures["sbcs"])
@@ -103,7 +104,7 @@ def allocator_types(reply: list[dict]) -> list[AllocType]:
         allocated = mbcs[6] + sbcs[6]
         used_max = mbcs[3] + sbcs[3]
         out.append({"type": str(figures["type"]),
-                    "instances": figures["instances"],
+                    "instances": figures.int("instances"),
                     "used": used, "allocated": allocated,
                     "usage": round(used / allocated, 4) if allocated else 1.0,
                     # The sums of each instance's peak: upper bounds, never
@@ -158,19 +159,18 @@ def verdict(types: list[AllocType], allocated: int,
 def alloc(remote: Remote, raw_path: str | None = None) -> AllocReport:
     """The allocator report of the attached node; with ``raw_path``, the
     full data too, written there as the node's compressed external term."""
-    reply = remote.run(HELPER, "alloc", raw_path is not None,
+    reply = remote.ask(HELPER, "alloc", raw_path is not None,
                        Local("types"), Local("rss"))
-    reply = {str(key): value for key, value in reply.items()}
-    types = allocator_types(reply["types"])
+    types = allocator_types(reply.list("types"))
     allocated = sum(t["allocated"] for t in types)
     used = sum(t["used"] for t in types)
     rss = rss_bytes(reply["rss"])
-    hits, calls = reply["mseg_hits"], reply["mseg_calls"]
+    hits, calls = reply.int("mseg_hits"), reply.int("mseg_calls")
     report: AllocReport = {
         "node": remote.node,
         "used": used, "allocated": allocated,
         "usage": round(used / allocated, 4) if allocated else 1.0,
-        "memory_total": reply["memory_total"], "rss": rss,
+        "memory_total": reply.int("memory_total"), "rss": rss,
         "mseg_cache": {"hits": hits, "calls": calls,
                        "hit_rate": round(hits / calls, 4) if calls
                        else None},

@@ -13,6 +13,7 @@ from typing import Any
 from beam_probe.erldist.terms import Atom, Pid, format_term, mfa
 from beam_probe.errors import UsageError
 from beam_probe.node.remote import Remote
+from beam_probe.node.replies import Reply
 from beam_probe.probes.results import EtsReport, EtsTable
 
 HELPER = "beam_probe_ets"
@@ -49,11 +50,12 @@ def _owner_items(owner: Any) -> dict[str, Any]:
     return out
 
 
-def _table(entry: dict, wordsize: int) -> EtsTable:
-    info = {str(k): v for k, v in entry[Atom("info")]}
-    owner = _owner_items(entry[Atom("owner")])
+def _table(raw: Any, wordsize: int) -> EtsTable:
+    entry = Reply("beam_probe_ets:largest's table", raw)
+    info = entry.pairs("info")
+    owner = _owner_items(entry["owner"])
     name = owner.get("registered_name")
-    return {"id": format_term(entry[Atom("id")]),
+    return {"id": format_term(entry["id"]),
             "name": format_term(info.get("name")),
             "owner": str(info.get("owner")) if isinstance(info.get("owner"),
                                                           Pid) else "?",
@@ -75,13 +77,13 @@ def largest(remote: Remote, n: int = 10, sort: str = "memory") -> EtsReport:
     check_n(n)
     if sort not in SORTS:
         raise UsageError(f"--sort is memory or size, not {sort!r}")
-    reply = remote.run(HELPER, "largest", n, Atom(sort))
-    wordsize = reply[Atom("wordsize")]
+    reply = remote.ask(HELPER, "largest", n, Atom(sort))
+    wordsize = reply.int("wordsize")
     return {"node": remote.node, "sort": sort,
-            "tables": reply[Atom("tables")],
-            "total_memory": reply[Atom("total_words")] * wordsize,
+            "tables": reply.int("tables"),
+            "total_memory": reply.int("total_words") * wordsize,
             "largest": [_table(entry, wordsize)
-                        for entry in reply[Atom("largest")]]}
+                        for entry in reply.list("largest")]}
 
 
 __all__ = ["check_n", "largest", "owner_group"]

@@ -14,13 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from beam_probe.erldist.terms import Atom, format_term
-from beam_probe.node.forms import Local
+from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
+from beam_probe.node.replies import Reply
 from beam_probe.probes.alloc import FRAGMENTED_MIN, LONG_LIVED, allocator_types, rss_bytes
 from beam_probe.probes.results import AllocType, CheckValues, NodeHealth
 from beam_probe.probes.processes import HELPER
 
-LOCALS = (Local("pmap"), Local("values"), Local("others"),
+LOCALS = (Local("pmap", LIB), Local("values", LIB), Local("others", LIB),
           Local("types", "beam_probe_alloc"), Local("rss", "beam_probe_alloc"),
           Local("top_memory", "beam_probe_ets"))
 
@@ -40,8 +41,8 @@ def _allocators(types: list[AllocType]) -> dict[str, dict[str, int]]:
             for t in types}
 
 
-def _values(reply: dict, types: list[AllocType]) -> CheckValues:
-    memory = {str(key): value for key, value in reply["memory"]}
+def _values(reply: Reply, types: list[AllocType]) -> CheckValues:
+    memory = reply.pairs("memory")
     total = memory["total"]
     return {
         "total": total,
@@ -51,25 +52,24 @@ def _values(reply: dict, types: list[AllocType]) -> CheckValues:
         "atom": memory["atom"],
         "binary_share": round(100.0 * memory["binary"] / total, 2)
         if total else 0.0,
-        "process_count": reply["process_count"],
-        "top_binary_memory": reply["top_binary_memory"],
-        "max_queue": reply["max_queue"],
-        "atom_use": round(100.0 * reply["atom_count"] / reply["atom_limit"],
-                          2),
+        "process_count": reply.int("process_count"),
+        "top_binary_memory": reply.int("top_binary_memory"),
+        "max_queue": reply.int("max_queue"),
+        "atom_use": round(100.0 * reply.int("atom_count")
+                          / reply.int("atom_limit"), 2),
         "rss": rss_bytes(reply["rss"]),
         "alloc_usage_min": usage_min(types),
-        "top_ets_memory": reply["top_ets_memory"],
+        "top_ets_memory": reply.int("top_ets_memory"),
     }
 
 
 def measure(remote: Remote, jobs: int = 0) -> NodeHealth:
     """Every check value of the attached node."""
-    reply = remote.run(HELPER, "health", jobs, *LOCALS)
-    return _health(remote.node, reply)
+    return _health(remote.node, remote.ask(HELPER, "health", jobs, *LOCALS))
 
 
-def _health(node: str, reply: dict) -> NodeHealth:
-    types = allocator_types(reply["allocators"])
+def _health(node: str, reply: Reply) -> NodeHealth:
+    types = allocator_types(reply.list("allocators"))
     return {"node": node, "values": _values(reply, types),
             "allocators": _allocators(types)}
 
@@ -98,7 +98,8 @@ def measure_cluster(remote: Remote, timeout: float, jobs: int = 0,
     results = []
     for node, reply in zip(nodes, replies):
         if reply[0] == Atom("ok"):
-            results.append(_health(str(node), reply[1]))
+            results.append(_health(str(node), Reply(
+                f"{HELPER}:health on {node}", reply[1])))
         else:
             results.append({"node": str(node),
                             "error": _describe_failure(reply, timeout)})

@@ -14,9 +14,11 @@ import re
 from typing import Any, Callable
 
 from beam_probe.erldist.terms import Atom, Pid, format_term, mfa
-from beam_probe.errors import NoSuchProcess, RemoteError, UsageError
-from beam_probe.node.forms import Local
+from beam_probe.errors import (NoSuchProcess, ProtocolError, RemoteError,
+                               UsageError)
+from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
+from beam_probe.node.replies import Reply
 from beam_probe.probes.results import ProcInfo
 from beam_probe.probes.processes import HELPER
 
@@ -126,9 +128,9 @@ def _value(key: str, value: Any, shown: Callable[[Any], str]) -> Any:
 def proc_info(remote: Remote, spec: str) -> ProcInfo:
     """One process the way recon:info/1 groups it."""
     kind, text = target(spec)
-    reply = remote.run(HELPER, "proc_info", (kind, text), Local("resolve"))
-    if isinstance(reply, tuple) and reply[0] == Atom("error"):
-        why = reply[1]
+    raw = remote.run(HELPER, "proc_info", (kind, text), Local("resolve", LIB))
+    if isinstance(raw, tuple) and raw[0] == Atom("error"):
+        why = raw[1]
         if why == Atom("not_a_pid"):
             raise UsageError(f"{spec!r} is not a pid of {remote.node}; give "
                              f"pids as it prints them, <0.N.M>")
@@ -142,12 +144,17 @@ def proc_info(remote: Remote, spec: str) -> ProcInfo:
             raise NoSuchProcess(f"{why[1]} is not alive on {remote.node} "
                                 f"(it exited, or never existed)")
         raise RemoteError(f"proc_info failed: {format_term(why)}"[:300])
-    fields = {str(key): value for key, value in reply["items"]}
-    fields["binary_count"] = reply["binary_count"]
-    fields["binary_memory"] = reply["binary_memory"]
+    reply = Reply(f"{HELPER}:proc_info", raw)
+    fields = reply.pairs("items")
+    fields["binary_count"] = reply.int("binary_count")
+    fields["binary_memory"] = reply.int("binary_memory")
+    missing = [key for _, keys in GROUPS for key in keys
+               if key not in fields]
+    if missing:
+        raise ProtocolError(f"{HELPER}:proc_info's items lack {missing[0]}")
     # A pid of another node as the node prints it (<5.81.0>): only it knows
     # its own index for that node. Its own pids print as <0.N.M>.
-    texts = {pid: "".join(text) for pid, text in reply["pid_texts"]}
+    texts = {pid: "".join(text) for pid, text in reply.list("pid_texts")}
 
     def shown(term: Any) -> str:
         if isinstance(term, Pid):

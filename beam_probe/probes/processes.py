@@ -8,12 +8,13 @@ few processes, so one round trip answers. Python orders and renders.
 
 from __future__ import annotations
 
-from typing import Callable, Generator
+from typing import Any, Callable, Generator
 
 from beam_probe.erldist.terms import Atom, integers, mfa
-from beam_probe.errors import UsageError
-from beam_probe.node.forms import Local
+from beam_probe.errors import ProtocolError, UsageError
+from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
+from beam_probe.node.replies import Reply
 from beam_probe.probes.results import (BinLeak, ProcCount, ProcCountAllSummary, ProcessRow,
                       ProcWindow)
 
@@ -37,8 +38,8 @@ ALL_CHUNK = 5_000
 
 Progress = Callable[[str], None]
 
-LOCALS = (Local("pmap"), Local("values"), Local("top"), Local("describe"),
-          Local("others"))
+LOCALS = (Local("pmap", LIB), Local("values", LIB), Local("top", LIB),
+          Local("describe", LIB), Local("others", LIB))
 
 
 def _quiet(_message: str) -> None:
@@ -64,12 +65,16 @@ def check_attribute(attribute: str) -> None:
                          f"{', '.join(ATTRIBUTES)}")
 
 
-def rows(reply: dict, key: str, order: bool = False) -> list[ProcessRow]:
+def rows(raw: Any, key: str, order: bool = False) -> list[ProcessRow]:
     """Rows from a describe/1 reply, the number under ``key``. With
     ``order``, largest first; equal values list the later process first,
     the order recon's reverse(keysort(...)) gives."""
-    values, pids, infos = integers(reply["values"]), reply["pids"], \
-        reply["infos"]
+    reply = Reply("beam_probe_scan:describe", raw)
+    values, pids, infos = integers(reply["values"]), reply.list("pids"), \
+        reply.list("infos")
+    if not len(values) == len(pids) == len(infos):
+        raise ProtocolError("beam_probe_scan:describe's columns are of "
+                            "different lengths")
     index = range(len(values))
     if order:
         index = sorted(index, key=lambda i: (-values[i], -i))
@@ -89,10 +94,6 @@ def rows(reply: dict, key: str, order: bool = False) -> list[ProcessRow]:
     return out
 
 
-def _memory(pairs: list) -> dict[str, int]:
-    return {str(key): value for key, value in pairs}
-
-
 def bin_leak(remote: Remote, n: int, max_gc: int | None = None,
              progress: Progress = _quiet, jobs: int = 0,
              dry_run: bool = False) -> BinLeak:
@@ -110,18 +111,20 @@ def bin_leak(remote: Remote, n: int, max_gc: int | None = None,
     progress("counting every process's refc binaries" if dry_run else
              "counting every process's refc binaries, then collecting "
              "the holders")
-    reply = remote.run(HELPER, "bin_leak", n,
+    reply = remote.ask(HELPER, "bin_leak", n,
                        NO_GC_LIMIT if max_gc is None else max_gc, dry_run,
-                       jobs, Local("pmap"), Local("top"), Local("describe"),
-                       Local("others"), Local("settled"))
-    result = {"node": remote.node, "scanned": reply["scanned"],
-              "holders": reply["holders"], "collected": reply["collected"],
-              "memory_before": _memory(reply["memory_before"]),
-              "memory_after": _memory(reply["memory_after"]),
-              "processes": rows(reply["rows"], "delta")}
+                       jobs, Local("pmap", LIB), Local("top", LIB),
+                       Local("describe", LIB), Local("others", LIB),
+                       Local("settled", LIB))
+    result: BinLeak = {
+        "node": remote.node, "scanned": reply.int("scanned"),
+        "holders": reply.int("holders"), "collected": reply.int("collected"),
+        "memory_before": reply.pairs("memory_before"),
+        "memory_after": reply.pairs("memory_after"),
+        "processes": rows(reply["rows"], "delta")}
     if dry_run:
         result["dry_run"] = True
-        result["would_collect"] = reply["would_collect"]
+        result["would_collect"] = reply.int("would_collect")
     return result
 
 
@@ -137,10 +140,10 @@ def proc_count(remote: Remote, attribute: str, n: int,
     check_n(n)
     check_jobs(jobs)
     progress(f"reading {attribute} of every process")
-    reply = remote.run(HELPER, "proc_count", Atom(attribute), n, jobs,
+    reply = remote.ask(HELPER, "proc_count", Atom(attribute), n, jobs,
                        *LOCALS)
     return {"node": remote.node, "attribute": attribute,
-            "scanned": reply["scanned"],
+            "scanned": reply.int("scanned"),
             "processes": rows(reply["rows"], "value", order=True)}
 
 
@@ -157,14 +160,14 @@ def proc_count_all(remote: Remote, attribute: str,
     progress(f"reading {attribute} of every process")
     stream = remote.stream(HELPER, "proc_count_all", Atom(attribute),
                            ALL_CHUNK, int(remote.timeout * 1000), jobs,
-                           Local("pmap"), Local("values"), Local("describe"),
-                           Local("others"))
+                           Local("pmap", LIB), Local("values", LIB),
+                           Local("describe", LIB), Local("others", LIB))
     while True:
         try:
             chunk = next(stream)
         except StopIteration as end:
-            return {"scanned": end.value["scanned"],
-                    "sent": end.value["sent"]}
+            done = Reply(f"{HELPER}:proc_count_all", end.value)
+            return {"scanned": done.int("scanned"), "sent": done.int("sent")}
         yield rows(chunk, "value")
 
 
@@ -190,17 +193,21 @@ def proc_window(remote: Remote, attribute: str, n: int, millis: int,
     check_jobs(jobs)
     progress(f"reading {attribute} of every process, twice, "
              f"{millis} ms apart")
-    reply = remote.run(HELPER, "proc_window", Atom(attribute), n, millis,
-                       jobs, *LOCALS, Local("snapshots"),
+    reply = remote.ask(HELPER, "proc_window", Atom(attribute), n, millis,
+                       jobs, *LOCALS, Local("snapshots", LIB),
                        timeout=remote.timeout + millis / 1000)
-    dead = reply["dead"]
-    order = sorted(range(len(dead)), key=lambda i: (-dead[i][0], -i))
-    born = rows(reply["born"], "value", order=True)
+    dead = reply.map("dead")
+    values, pids = integers(dead["values"]), dead.list("pids")
+    if len(values) != len(pids):
+        raise ProtocolError(f"{HELPER}:proc_window's dead columns are of "
+                            "different lengths")
+    order = sorted(range(len(values)), key=lambda i: (-values[i], -i))
     return {"node": remote.node, "attribute": attribute, "window_ms": millis,
-            "scanned_first": reply["scanned_first"],
-            "scanned_last": reply["scanned_last"],
+            "scanned_first": reply.int("scanned_first"),
+            "scanned_last": reply.int("scanned_last"),
             "processes": rows(reply["rows"], "delta", order=True),
-            "born_count": reply["born_count"], "born": born,
-            "dead_count": reply["dead_count"],
-            "dead": [{"pid": str(dead[i][1]), "value": dead[i][0]}
+            "born_count": reply.int("born_count"),
+            "born": rows(reply["born"], "value", order=True),
+            "dead_count": reply.int("dead_count"),
+            "dead": [{"pid": str(pids[i]), "value": values[i]}
                      for i in order]}

@@ -21,7 +21,8 @@ from typing import Any, Callable, Generator, Iterator
 
 from beam_probe.erldist.terms import Atom, Pid, format_term
 from beam_probe.errors import EXIT_OVERLOAD, NothingToTrace, UsageError
-from beam_probe.node.forms import Local
+from beam_probe.node.forms import LIB, Local
+from beam_probe.node.replies import Reply
 from beam_probe.probes.ets import owner_group
 from beam_probe.probes.info import target
 
@@ -141,7 +142,7 @@ class TraceGc:
         self._stream = remote.stream(
             HELPER, "trace_gc", targets, int(self.duration * 1000),
             2 * self.max_events, FLUSH_MS, WAIT_MS,
-            Local("resolve", "beam_probe_scan"), Local("follow"),
+            Local("resolve", LIB), Local("follow"),
             Local("drain"),
             timeout=FLUSH_MS / 1000 + remote.timeout, limit=4)
 
@@ -157,12 +158,13 @@ class TraceGc:
             try:
                 chunk = next(stream)
             except StopIteration as done:
-                self.ended = {str(k): str(v) if isinstance(v, Atom) else v
-                              for k, v in (done.value or {}).items()}
+                summary = Reply(f"{HELPER}:trace_gc", done.value)
+                self.ended = {k: str(v) if isinstance(v, Atom) else v
+                              for k, v in summary.items()}
                 return
-            if isinstance(chunk, tuple) and len(chunk) == 2 and \
-                    chunk[0] == Atom("events"):
-                for event in chunk[1]:
+            batch = Reply(f"{HELPER}:trace_gc chunk", chunk)
+            if batch["kind"] == Atom("events"):
+                for event in batch.list("events"):
                     # The tracer's last batch may hold a few past the
                     # limit (it counts messages, two per collection).
                     if self.collections >= self.max_events:
@@ -172,16 +174,20 @@ class TraceGc:
                         yield line
 
     def _started(self, chunk: Any) -> dict:
-        if not (isinstance(chunk, tuple) and len(chunk) == 4
-                and chunk[0] == Atom("started")):
+        if chunk is None:
             raise UsageError("the node's tracer did not start")
-        _, mode, self._wordsize, statuses = chunk
-        self.mode = "session" if mode == Atom("session") else "trace/3"
+        started = Reply(f"{HELPER}:trace_gc's first chunk", chunk)
+        if started["kind"] != Atom("started"):
+            raise UsageError("the node's tracer did not start")
+        self._wordsize = started.int("wordsize")
+        self.mode = "session" if started["mode"] == Atom("session") \
+            else "trace/3"
         tracing, skipped = [], []
-        for status in statuses:
-            kind = str(status[0])
+        for raw in started.list("statuses"):
+            status = Reply(f"{HELPER}:trace_gc's status", raw)
+            kind = str(status["status"])
             if kind == "traced":
-                pid, info = status[1], status[2]
+                pid, info = status["pid"], status["info"]
                 items = {str(k): v for k, v in info} \
                     if isinstance(info, list) else {}
                 name = items.get("registered_name")
@@ -191,13 +197,13 @@ class TraceGc:
                 self._who[pid] = who
                 tracing.append(who)
             elif kind == "held":
-                skipped.append({"pid": str(status[1]), "why": "held",
-                                "held_by": self._holders(status[2])})
+                skipped.append({"pid": str(status["pid"]), "why": "held",
+                                "held_by": self._holders(status["held_by"])})
             elif kind == "gone":
-                skipped.append({"pid": format_term(status[1]),
+                skipped.append({"pid": format_term(status["pid"]),
                                 "why": "not_alive"})
             else:
-                spec = status[1]
+                spec = status["target"]
                 shown = spec[1] if isinstance(spec[1], str) else \
                     " or ".join(spec[1])
                 skipped.append({"pid": shown, "why": "not_found"})

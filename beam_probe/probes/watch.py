@@ -16,15 +16,15 @@ import time
 from typing import Callable, Iterator
 
 from beam_probe.errors import EXIT_LEAK, EXIT_NOT_JUDGED, ProbeError, UsageError
-from beam_probe.node.forms import Local
+from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
+from beam_probe.node.replies import Reply
 from beam_probe.probes.trend import (DEFAULT_FLOOR, DEFAULT_RISES, LEAK_CATEGORIES, Floor,
                      LeakRule, Point, Series, Stats)
 from beam_probe.probes.alloc import rss_bytes
 from beam_probe.probes.results import Sample
 
 HELPER = "beam_probe_watch"
-SCAN = "beam_probe_scan"
 GC_MODES = ("none", "holders", "all")
 MIN_INTERVAL = 0.2
 NO_GC_LIMIT = 1 << 27
@@ -37,24 +37,24 @@ MEMORY_KEYS = ("total", "processes", "binary", "ets", "atom", "code",
 
 
 def sample_node(remote: Remote, gc: str = "none",
-                max_gc: int | None = None, jobs: int = 0) -> dict:
+                max_gc: int | None = None, jobs: int = 0) -> Reply:
     """One raw sample of the attached node (the helper's map, by key)."""
     from beam_probe.erldist.terms import Atom
 
-    return remote.run(HELPER, "sample", Atom(gc),
+    return remote.ask(HELPER, "sample", Atom(gc),
                       NO_GC_LIMIT if max_gc is None else max_gc, jobs,
-                      Local("pmap", SCAN), Local("others", SCAN),
-                      Local("top", SCAN), Local("settled", SCAN),
+                      Local("pmap", LIB), Local("others", LIB),
+                      Local("top", LIB), Local("settled", LIB),
                       Local("rss", "beam_probe_alloc"))
 
 
-def record(node: str, raw: dict, epoch: float, gc: str,
-           previous: tuple[float, dict] | None) -> Sample:
+def record(node: str, raw: Reply, epoch: float, gc: str,
+           previous: tuple[float, Reply] | None) -> Sample:
     """The JSON line of a raw sample; rates against the previous one of
     the same node run (None for the first, or after a restart)."""
-    memory = {str(k): v for k, v in raw["memory"]}
+    memory = raw.pairs("memory")
     total = memory["total"]
-    used, allocated = raw["alloc_used"], raw["alloc_allocated"]
+    used, allocated = raw.int("alloc_used"), raw.int("alloc_allocated")
     out: Sample = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch)),
         "epoch": round(epoch, 3), "node": node}
@@ -63,27 +63,32 @@ def record(node: str, raw: dict, epoch: float, gc: str,
     out.update({
         "binary_share": round(100.0 * memory["binary"] / total, 2)
         if total else 0.0,
-        "process_count": raw["process_count"],
-        "process_limit": raw["process_limit"],
-        "port_count": raw["port_count"], "port_limit": raw["port_limit"],
-        "atom_count": raw["atom_count"], "atom_limit": raw["atom_limit"],
-        "atom_use": round(100.0 * raw["atom_count"] / raw["atom_limit"], 2),
-        "ets_count": raw["ets_count"], "ets_limit": raw["ets_limit"],
+        "process_count": raw.int("process_count"),
+        "process_limit": raw.int("process_limit"),
+        "port_count": raw.int("port_count"),
+        "port_limit": raw.int("port_limit"),
+        "atom_count": raw.int("atom_count"),
+        "atom_limit": raw.int("atom_limit"),
+        "atom_use": round(100.0 * raw.int("atom_count")
+                          / raw.int("atom_limit"), 2),
+        "ets_count": raw.int("ets_count"), "ets_limit": raw.int("ets_limit"),
         "alloc_used": used, "alloc_allocated": allocated,
         "alloc_usage": round(used / allocated, 4) if allocated else 0.0,
         "rss": rss_bytes(raw["rss"]),
         "gcs_per_s": None, "reclaimed_per_s": None,
-        "gc": gc, "collected": raw["collected"],
-        "gc_ms": round(raw["gc_us"] / 1000, 3),
-        "node_ms": round(raw["sample_us"] / 1000, 3)})
+        "gc": gc, "collected": raw.int("collected"),
+        "gc_ms": round(raw.int("gc_us") / 1000, 3),
+        "node_ms": round(raw.int("sample_us") / 1000, 3)})
     if previous is not None:
         then, before = previous
         seconds = epoch - then
-        gcs = raw["gc_count"] - before["gc_count"]
-        words = raw["gc_words_reclaimed"] - before["gc_words_reclaimed"]
+        gcs = raw.int("gc_count") - before.int("gc_count")
+        words = raw.int("gc_words_reclaimed") \
+            - before.int("gc_words_reclaimed")
         if seconds > 0 and gcs >= 0 and words >= 0:
             out["gcs_per_s"] = round(gcs / seconds, 1)
-            out["reclaimed_per_s"] = round(words * raw["wordsize"] / seconds)
+            out["reclaimed_per_s"] = round(words * raw.int("wordsize")
+                                           / seconds)
     return out
 
 
@@ -193,8 +198,8 @@ class Watch:
             # nonsense: a gap, and a new connection at the next slot.
             self.close()
             return self._down(now, f"{exc.label}: {exc}"), None
-        if previous is not None and raw["gc_count"] < previous[1][
-                "gc_count"]:
+        if previous is not None and raw.int("gc_count") < previous[1].int(
+                "gc_count"):
             previous = None  # a restart: the counters began again
         return record(self.node, raw, now, self.gc, previous), raw
 

@@ -17,7 +17,7 @@ import os
 import time
 from typing import Callable
 
-from beam_probe.node.forms import Local
+from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.probes.watch import record
 from beam_probe.snapshots.format import (CHUNK_ROWS, FORMAT, MAX_ATOMS,
@@ -27,7 +27,6 @@ from beam_probe.snapshots.format import (CHUNK_ROWS, FORMAT, MAX_ATOMS,
 HELPER = "beam_probe_snapshot"
 
 
-SCAN = "beam_probe_scan"
 
 
 # How far up the tree a group's nearest named ancestor is looked for, and
@@ -54,29 +53,30 @@ def take(remote: Remote, gc: str = "holders", jobs: int = 0,
         progress(f"collecting ({gc})")
         sample_node(remote, gc, max_gc, jobs)
     progress("reading every process, table and port")
-    reply = remote.run(HELPER, "snapshot", CHUNK_ROWS, MAX_ATOMS, MAX_DEPTH,
+    reply = remote.ask(HELPER, "snapshot", CHUNK_ROWS, MAX_ATOMS, MAX_DEPTH,
                        MAX_ANCESTORS, jobs,
-                       Local("pmap", SCAN), Local("others", SCAN),
-                       Local("top", SCAN), Local("settled", SCAN),
+                       Local("pmap", LIB), Local("others", LIB),
+                       Local("top", LIB), Local("settled", LIB),
                        Local("sample", "beam_probe_watch"),
                        Local("rss", "beam_probe_alloc"))
     # From the helper, whose text holds the atom: a call of our own would
     # create 'otp_release' on a node that never asked for it, and the
     # first snapshot's diff would show it as an atom added.
     release = reply["otp_release"]
-    sample = record(remote.node, reply["sample"], epoch, gc, None)
+    raw_sample = reply.map("sample")
+    sample = record(remote.node, raw_sample, epoch, gc, None)
     header = {
         "format": FORMAT, "node": remote.node,
         "otp_release": release if isinstance(release, str)
         else bytes(release).decode(),
         "time": sample["time"], "epoch": sample["epoch"], "gc": gc,
-        "wordsize": reply["sample"]["wordsize"],
+        "wordsize": raw_sample.int("wordsize"),
         "items": [str(item) for item in reply["items"]],
         "sample": sample,
-        "atom_count": reply["atom_count"],
-        "creation": reply["creation"],
+        "atom_count": reply.int("atom_count"),
+        "creation": reply.int("creation"),
         "elixir": reply["elixir"] is True,
-        "atoms_from": reply["atoms_from"],
+        "atoms_from": reply.int("atoms_from"),
         "atoms": [str(atom) for atom in reply["atoms"]],
     }
     sections = [(b"P", bytes(chunk)) for chunk in reply["processes"]]
@@ -85,7 +85,7 @@ def take(remote: Remote, gc: str = "holders", jobs: int = 0,
                  (b"O", bytes(reply["ports"]))]
     header["chunks"] = len(reply["processes"])
     # Every process but ours, as the file holds them: one count everywhere.
-    header["processes"] = reply["process_count"]
+    header["processes"] = reply.int("process_count")
     return header, sections
 
 

@@ -1,0 +1,423 @@
+%% The mechanics of what beam-probe runs on the node it inspects: the guard
+%% that ends our work when we go, the parallel pass over processes, the
+%% values, the top N, the descriptions, the K-snapshot join, the fan-out.
+%% beam_probe_scan.erl and the other helpers are built on them (recon
+%% splits recon_lib from recon the same way).
+%%
+%%
+%% This module is never compiled or loaded on the target. beam-probe sends
+%% its text; the target's own erl_scan and erl_parse read it, and erl_eval
+%% runs one function at a time as a fun. So, by rule:
+%%
+%%   * only stock OTP modules are called, always as Module:Function;
+%%   * a function here never calls another function of this module by
+%%     name: the ones it needs (pmap, values, top, ...) arrive as fun
+%%     arguments, which beam-probe builds from their clauses in this file;
+%%   * per-process work is done by stock compiled functions taking external
+%%     funs (lists:zipwith(fun erlang:process_info/2, ...)) or compiled
+%%     match specifications (ets:match_spec_run/2), never by a fun written
+%%     here, because erl_eval interprets a fun for every element (about
+%%     1.4x the cost of recon's compiled loop over a million processes,
+%%     measured). A process that died makes process_info return
+%%     'undefined', which the match specifications simply do not match;
+%%   * every call runs under guard/3, so nothing started here outlives
+%%     beam-probe's connection;
+%%   * replies are maps, read by key on the Python side.
+%%
+%% The module compiles, so erlc checks the syntax and the specs (the test
+%% suite does).
+-module(beam_probe_lib).
+
+-export([guard/3, others/0, pmap/3, values/3, top/2, describe/1, settled/1,
+         snapshots/6, resolve/1, fan_out/4]).
+
+-type watch() :: {node, node()} | {process, pid()}.
+-type pairs() :: [{integer(), pid()}].
+-type memory() :: [{atom(), non_neg_integer()}].
+%% Columns rather than a map per row: building a map per row would take an
+%% interpreted fun per row; columns are made by compiled calls.
+-type rows() :: #{values := [integer()],
+                  pids := [pid()],
+                  infos := [[{atom(), term()}] | undefined]}.
+
+
+%% Run Work() in a process of its own while this one, the call's own
+%% process, watches beam-probe: the connection of Watch = {node, Node}
+%% (gone on Ctrl-C, kill -9, a network failure), or the process Watch =
+%% {process, Pid} (the call on the attached node that fanned this one out).
+%% When it goes, the work is killed, and with it, through their links, the
+%% workers pmap/3 started; past TimeoutMs (a little more than the caller
+%% waits) too. Nothing is left behind either way.
+%%
+%% Why this process waits rather than works: when beam-probe is gone, it
+%% ends *normally* (exit(self(), normal) cannot be caught), and rex sends
+%% no reply for a call that ends normally. A reply, like any message to a
+%% pid of a node that is gone, would make the node try to connect back to
+%% it (measured: it started its DNS helper, inet_gethost_native, to look
+%% our host up).
+%%
+%% Our own processes (this one, the worker, and those of the connection)
+%% and the connection's port are kept in the worker's dictionary for
+%% others/0 and the snapshot: they are not the node's to report.
+-spec guard(watch(), timeout(), fun(() -> Result)) -> Result.
+guard(Watch, TimeoutMs, Work) ->
+    Watcher = erlang:self(),
+    %% Our connection's processes: its owner, which lives as long as the
+    %% connection, and its controllers. Watching means monitoring those, a
+    %% local matter: monitor_node/2 on a node whose connection has just
+    %% gone would make this node try to connect back to it.
+    Connection =
+        case Watch of
+            {node, Prober} ->
+                Owner = case net_kernel:node_info(Prober) of
+                            {ok, Info} -> proplists:get_all_values(owner, Info);
+                            _ -> []
+                        end,
+                %% A port over TCP, a process over TLS: a port is ours
+                %% too (a snapshot leaves it out) but is not watched.
+                Controllers = proplists:get_all_values(
+                                Prober, erlang:system_info(dist_ctrl)),
+                Owner ++ Controllers;
+            {process, _} ->
+                []
+        end,
+    Watched = case Watch of
+                  {node, _} -> lists:filter(fun erlang:is_pid/1, Connection);
+                  {process, Caller} -> [Caller]
+              end,
+    lists:foreach(fun(Pid) -> erlang:monitor(process, Pid) end, Watched),
+    %% Whether beam-probe can still be answered: a reply to a node that is
+    %% gone would connect back, so when it is gone this process ends
+    %% normally instead, and rex sends nothing.
+    Here = fun() ->
+                   case Watch of
+                       {node, _} ->
+                           Watched =/= [] andalso
+                               lists:all(fun erlang:is_process_alive/1,
+                                         Watched);
+                       {process, _} ->
+                           true
+                   end
+           end,
+    case Here() of
+        true -> ok;
+        false -> erlang:exit(Watcher, normal)
+    end,
+    Body = fun() ->
+                   erlang:put('$beam_probe_ours',
+                              [Watcher, erlang:self() | Connection]),
+                   erlang:exit({beam_probe_done, Work()})
+           end,
+    try erlang:spawn_monitor(Body) of
+        {Worker, Done} ->
+            receive
+                {'DOWN', Done, process, Worker, {beam_probe_done, Result}} ->
+                    case Here() of
+                        true -> Result;
+                        false -> erlang:exit(Watcher, normal)
+                    end;
+                {'DOWN', Done, process, Worker, Reason} ->
+                    case Here() of
+                        true -> erlang:exit(Reason);
+                        false -> erlang:exit(Watcher, normal)
+                    end;
+                {'DOWN', _, process, _, _} ->
+                    erlang:exit(Worker, kill),
+                    erlang:exit(Watcher, normal)
+            after TimeoutMs ->
+                erlang:exit(Worker, kill),
+                case Here() of
+                    true -> erlang:exit({beam_probe_deadline, TimeoutMs});
+                    false -> erlang:exit(Watcher, normal)
+                end
+            end
+    catch
+        error:system_limit ->
+            %% The node is at its process limit: no process to spare for
+            %% the work, so this one does it, unwatched, as a plain rpc
+            %% would (seen in a test: a node filled to three free slots
+            %% lost them to its own short-lived processes).
+            erlang:put('$beam_probe_ours', [Watcher | Connection]),
+            Work()
+    end.
+
+%% Every process of the node but ours (see guard/3), rex collected.
+-spec others() -> [pid()].
+others() ->
+    %% rex carries every call of ours: its heap holds our traffic (a
+    %% helper's forms, ~12 KB a call) until it collects, and that would
+    %% rank as the node's own (measured: rex 23% larger in proc-count
+    %% memory than recon read it a moment before; 1.6 MB, first, on a bare
+    %% OTP 27 node). So it is collected before anything is measured.
+    case erlang:whereis(rex) of
+        undefined -> ok;
+        Rex -> erlang:garbage_collect(Rex)
+    end,
+    Ours = case erlang:get('$beam_probe_ours') of
+               undefined -> [erlang:self()];
+               List -> List
+           end,
+    lists:subtract(erlang:processes(), Ours).
+
+%% Fun over Jobs slices of List, each slice in a fresh process of its own,
+%% so one pass runs on several schedulers at once. Results in slice order.
+%% Jobs 0 means two slices per online scheduler: a worker spends most of
+%% its pass waiting for the process it asked, and with two per scheduler
+%% one is always ready to run (measured at 100,000 processes on 2
+%% schedulers: 1 worker 248 ms, 2: 217 ms, 4: 151 ms, 8: 171 ms). Jobs is
+%% clamped to four per online scheduler and to the length of List: more
+%% only costs memory (a --jobs of 100,000 once took a small node to 357 MB).
+%%
+%% Why processes: process_info(P, binary) on another process is a signal
+%% that P must be scheduled to answer (about 1.5-2.5 us each, measured), so
+%% one caller walking every process is bound to one scheduler; several
+%% callers keep all of them busy.
+%% Why a large initial heap: a slice's pass builds a few lists as long as
+%% the slice; grown from the default heap, the garbage collections that
+%% copy them cost more than the rest of the pass besides process_info
+%% (measured: 340 ms against 60 ms over 100,000 processes). 16 words per
+%% pid covers the live lists; the heap is freed when the worker exits.
+%% Why links: killing this process (guard/3) kills the workers with it.
+%% This process traps exits meanwhile, so a worker's end is a message: its
+%% result, or the reason it failed, which fails the call. A worker that
+%% cannot be spawned (the node is at its process limit) is done here.
+-spec pmap(fun((list()) -> R), list(), non_neg_integer()) -> [R].
+pmap(Fun, List, Jobs0) ->
+    Schedulers = erlang:system_info(schedulers_online),
+    Wanted = case Jobs0 of
+                 0 -> 2 * Schedulers;
+                 _ -> Jobs0
+             end,
+    Jobs = erlang:max(1, erlang:min(erlang:min(Wanted, 4 * Schedulers),
+                                    erlang:length(List))),
+    Size = erlang:max(1, (erlang:length(List) + Jobs - 1) div Jobs),
+    Split = fun Split(1, Rest) ->
+                    [Rest];
+                Split(K, Rest) ->
+                    {Slice, Tail} =
+                        lists:split(erlang:min(Size, erlang:length(Rest)),
+                                    Rest),
+                    [Slice | Split(K - 1, Tail)]
+            end,
+    %% erl_eval funs keep only the variables they use, so a worker copies
+    %% its slice and Fun, not List.
+    Run = fun(Slice) -> erlang:exit({beam_probe_done, Fun(Slice)}) end,
+    Options = [link, {min_heap_size, 16 * Size + 1000}],
+    Trapping = erlang:process_flag(trap_exit, true),
+    Started = lists:map(fun(Slice) ->
+                                try
+                                    erlang:spawn_opt(erlang, apply,
+                                                     [Run, [Slice]], Options)
+                                catch
+                                    error:system_limit -> {done, Fun(Slice)}
+                                end
+                        end,
+                        Split(Jobs, List)),
+    Results = lists:map(fun({done, Result}) ->
+                                Result;
+                           (Pid) ->
+                                receive
+                                    {'EXIT', Pid, {beam_probe_done, Result}} ->
+                                        Result;
+                                    {'EXIT', Pid, Reason} ->
+                                        erlang:error({beam_probe_worker,
+                                                      Reason})
+                                end
+                        end,
+                        Started),
+    erlang:process_flag(trap_exit, Trapping),
+    Results.
+
+%% [{Value, Pid}] for the processes of Pids still alive, in Pids order.
+%% Attribute is any integer-valued process_info item, or binary_memory: the
+%% summed sizes of the refc binaries the process references. Unless Zeros,
+%% binary_memory leaves out the processes that reference none (most of
+%% them), so only the few holders are summed.
+-spec values(atom(), [pid()], boolean()) -> pairs().
+values(Attribute, Pids, Zeros) ->
+    Item = case Attribute of
+               binary_memory -> binary;
+               _ -> Attribute
+           end,
+    Guard = case {Attribute, Zeros} of
+                {binary_memory, false} -> [{'=/=', '$1', []}];
+                _ -> []
+            end,
+    Infos = lists:zipwith(fun erlang:process_info/2, Pids,
+                          lists:duplicate(erlang:length(Pids), Item)),
+    Alive = ets:match_spec_run(lists:zip(Infos, Pids),
+                               ets:match_spec_compile(
+                                 [{{{Item, '$1'}, '$2'}, Guard,
+                                   [{{'$1', '$2'}}]}])),
+    case Attribute of
+        binary_memory ->
+            {Lists, AlivePids} = lists:unzip(Alive),
+            %% Each binary is {Id, Size, RefCount}.
+            Unzipped = lists:map(fun lists:unzip3/1, Lists),
+            Sizes = lists:zipwith(fun erlang:element/2,
+                                  lists:duplicate(erlang:length(Lists), 2),
+                                  Unzipped),
+            lists:zip(lists:map(fun lists:sum/1, Sizes), AlivePids);
+        _ ->
+            Alive
+    end.
+
+%% The N largest of [{Value, Pid}], kept in input order. Ties at the N-th
+%% value keep the last ones, as recon's reverse(keysort(...)) does; the
+%% caller orders by value, then later input first.
+-spec top(pairs(), non_neg_integer()) -> pairs().
+top(Pairs, N) ->
+    Count = erlang:length(Pairs),
+    if
+        N < 1 ->
+            [];
+        Count =< N ->
+            Pairs;
+        true ->
+            {Values, _} = lists:unzip(Pairs),
+            Threshold = lists:nth(Count - N + 1, lists:sort(Values)),
+            Above = ets:match_spec_run(
+                      Pairs,
+                      ets:match_spec_compile(
+                        [{{'$1', '_'}, [{'>', '$1', {const, Threshold}}],
+                          ['$_']}])),
+            Equal = ets:match_spec_run(
+                      Pairs,
+                      ets:match_spec_compile(
+                        [{{'$1', '_'}, [{'=:=', '$1', {const, Threshold}}],
+                          ['$_']}])),
+            Wanted = N - erlang:length(Above),
+            Above ++ lists:nthtail(erlang:length(Equal) - Wanted, Equal)
+    end.
+
+%% The rows to show for [{Value, Pid}], in the same order: registered
+%% name, current function and initial call of each (never the dictionary
+%% or the mailbox); 'undefined' for a process that has exited since.
+-spec describe(pairs()) -> rows().
+describe(Pairs) ->
+    {Values, Pids} = lists:unzip(Pairs),
+    Items = [registered_name, current_function, initial_call],
+    #{values => Values,
+      pids => Pids,
+      infos => lists:zipwith(fun erlang:process_info/2, Pids,
+                             lists:duplicate(erlang:length(Pids), Items))}.
+
+%% What the node holds, not what we do: erlang:memory() without this
+%% process's own heap (erl_eval's garbage grows it between two reads, by 5
+%% MB at 100k processes). With Wait, read once the memory of exited
+%% workers is freed: a heap freed on a scheduler other than the one that
+%% allocated it is handed back to that one, which frees it only when it
+%% next runs (ERTS's delayed deallocation): 1.5-2 ms after the workers'
+%% 'DOWN' on OTP 28, and 7-41 MB of exited workers were still counted when
+%% read at once (measured at 100k-500k processes). So wait until the
+%% processes' memory has not fallen for 3 ms running, 50 ms at most.
+-spec settled(boolean()) -> memory().
+settled(Wait) ->
+    Settle = fun Settle(Last, Steady, Left) when Steady < 3, Left > 0 ->
+                     receive
+                     after 1 ->
+                         Now = erlang:memory(processes),
+                         case Now < Last of
+                             true -> Settle(Now, 0, Left - 1);
+                             false -> Settle(Last, Steady + 1, Left - 1)
+                         end
+                     end;
+                 Settle(_, _, _) ->
+                     ok
+             end,
+    case Wait of
+        true -> Settle(erlang:memory(processes), 0, 50);
+        false -> ok
+    end,
+    {memory, Own} = erlang:process_info(erlang:self(), memory),
+    lists:map(fun({Kind, Bytes}) when Kind =:= total; Kind =:= processes;
+                                      Kind =:= processes_used ->
+                      {Kind, Bytes - Own};
+                 (Other) ->
+                      Other
+              end,
+              erlang:memory()).
+
+%% K snapshots of every process (but ours), Millis apart, joined by pid.
+%% Take(Slice) gives [{Value, Pid}] for the live processes of a slice.
+%% Pids: those of the last snapshot in its order, then those seen only
+%% before it; one column per snapshot, aligned with Pids, holding each
+%% pid's value or 'none' where the snapshot did not see it. Meanwhile the
+%% node holds the snapshots taken so far (a map per snapshot at the end).
+%% The workers of a pass are spawned after its others() and gone before
+%% the next, so no snapshot sees them.
+-spec snapshots(pos_integer(), non_neg_integer(), fun(), non_neg_integer(),
+                fun(), fun()) ->
+          #{pids := [pid()],
+            columns := [[integer() | none]],
+            scanned := [non_neg_integer()]}.
+snapshots(K, Millis, Take, Jobs, Pmap, Others) ->
+    Loop = fun Loop(1, Taken) ->
+                   lists:reverse([lists:append(Pmap(Take, Others(), Jobs))
+                                  | Taken]);
+               Loop(Left, Taken) ->
+                   Shot = lists:append(Pmap(Take, Others(), Jobs)),
+                   receive
+                   after Millis ->
+                       Loop(Left - 1, [Shot | Taken])
+                   end
+           end,
+    Shots = Loop(K, []),
+    Maps = lists:map(fun(Shot) ->
+                             {Values, Pids} = lists:unzip(Shot),
+                             maps:from_list(lists:zip(Pids, Values))
+                     end,
+                     Shots),
+    {_, LastPids} = lists:unzip(lists:last(Shots)),
+    Earlier = lists:foldl(fun maps:merge/2, #{}, lists:droplast(Maps)),
+    Pids = LastPids ++ maps:keys(maps:without(LastPids, Earlier)),
+    Count = erlang:length(Pids),
+    #{pids => Pids,
+      columns => lists:map(fun(Map) ->
+                                   lists:zipwith3(fun maps:get/3, Pids,
+                                                  lists:duplicate(Count, Map),
+                                                  lists:duplicate(Count, none))
+                           end,
+                           Maps),
+      scanned => lists:map(fun erlang:length/1, Shots)}.
+
+%% The process a user named (proc-info, trace-gc): Target is {pid,
+%% "<0.1.0>"} or {names, ["Name", ...]}, the registered names it may be (an
+%% Elixir alias is tried with and without its "Elixir." prefix), looked up
+%% with list_to_existing_atom/1, so no atom is ever created. not_a_pid for
+%% text that is no pid, undefined for a name nobody holds.
+-spec resolve({pid, string()} | {names, [string()]}) ->
+          pid() | not_a_pid | undefined.
+resolve({pid, Text}) ->
+    try erlang:list_to_pid(Text)
+    catch error:badarg -> not_a_pid
+    end;
+resolve({names, Names}) ->
+    Known = lists:filtermap(
+              fun(Name) ->
+                      try erlang:list_to_existing_atom(Name) of
+                          Atom ->
+                              case erlang:whereis(Atom) of
+                                  undefined -> false;
+                                  Found -> {true, Found}
+                              end
+                      catch error:badarg -> false
+                      end
+              end,
+              Names),
+    case Known of
+        [First | _] -> First;
+        [] -> undefined
+    end.
+
+%% Run the guarded expression Form on every node of Nodes at once
+%% (erpc:multicall), with BeamProbeWatch bound to {process, self()}: each
+%% node's guard watches this call, which the attached node's own guard
+%% ends when beam-probe goes. Replies as erpc:multicall gives them.
+-spec fan_out([node()], erl_parse:abstract_expr(), [{atom(), term()}],
+              timeout()) -> [{ok, term()} | {atom(), term()}].
+fan_out(Nodes, Form, Bindings, TimeoutMs) ->
+    Watching = orddict:store('BeamProbeWatch', {process, erlang:self()},
+                             Bindings),
+    erpc:multicall(Nodes, erl_eval, expr,
+                   [Form, Watching, none, none, value], TimeoutMs).
