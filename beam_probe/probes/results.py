@@ -10,7 +10,15 @@ order (tests/test_json_shapes.py holds it).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, TypedDict
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, TypedDict
+
+if TYPE_CHECKING:
+    from typing_extensions import NotRequired
+else:  # annotations are never evaluated at run time but by tests (3.11+)
+    try:
+        from typing import NotRequired
+    except ImportError:  # pragma: no cover - Python 3.10
+        NotRequired = Optional
 
 # erlang:memory() in the node's own order: total, processes, ...
 Memory = Dict[str, int]
@@ -28,22 +36,37 @@ class MemoryResult(TypedDict):
     memory: Memory
 
 
-class ProcessRow(TypedDict):
-    """One process in a table of processes. The number is under "value"
-    (proc-count, born), or "delta" (bin-leak, proc-window): one of them."""
+class ValueRow(TypedDict):
+    """One process in a table of processes, by its value (proc-count,
+    born); a process that exited before it was described says so."""
 
     pid: str
+    value: int
     name: Optional[str]
     current_function: Optional[str]
     initial_call: Optional[str]
     exited: bool
 
 
+class DeltaRow(TypedDict):
+    """One process by its change (bin-leak, proc-window)."""
+
+    pid: str
+    delta: int
+    name: Optional[str]
+    current_function: Optional[str]
+    initial_call: Optional[str]
+    exited: bool
+
+
+ProcessRow = Dict[str, Any]  # a ValueRow or a DeltaRow, as rows() makes it
+
+
 class ProcCount(TypedDict):
     node: str
     attribute: str
     scanned: int
-    processes: List[ProcessRow]
+    processes: List[ValueRow]
 
 
 class ProcCountAllSummary(TypedDict):
@@ -60,7 +83,7 @@ class _BinLeak(TypedDict):
     collected: int
     memory_before: Memory
     memory_after: Memory
-    processes: List[ProcessRow]
+    processes: List[DeltaRow]
 
 
 class BinLeak(_BinLeak, total=False):
@@ -80,9 +103,9 @@ class ProcWindow(TypedDict):
     window_ms: int
     scanned_first: int
     scanned_last: int
-    processes: List[ProcessRow]
+    processes: List[DeltaRow]
     born_count: int
-    born: List[ProcessRow]
+    born: List[ValueRow]
     dead_count: int
     dead: List[DeadRow]
 
@@ -92,11 +115,11 @@ class ProcInfo(TypedDict):
 
     node: str
     pid: str
-    meta: Dict[str, object]
-    signals: Dict[str, object]
-    location: Dict[str, object]
-    memory_used: Dict[str, object]
-    work: Dict[str, object]
+    meta: Dict[str, Any]
+    signals: Dict[str, Any]
+    location: Dict[str, Any]
+    memory_used: Dict[str, Any]
+    work: Dict[str, Any]
 
 
 class CheckValues(TypedDict):
@@ -171,7 +194,7 @@ class Sample(_Sample, total=False):
     gc_ms: float
     node_ms: float
     floor: Dict[str, int]
-    leaks: List[dict]
+    leaks: List[RiseJson]
 
 
 class Carriers(TypedDict):
@@ -247,7 +270,297 @@ class EtsReport(TypedDict):
     largest: List[EtsTable]
 
 
-__all__ = ["AllocReport", "AllocType", "Carriers", "EtsReport", "EtsTable",
-           "MsegCache", "Verdict", "BinLeak", "CheckValues", "DeadRow", "Memory", "MemoryResult",
-           "NodeHealth", "Ping", "ProcCount", "ProcCountAllSummary",
-           "ProcInfo", "ProcWindow", "ProcessRow", "Sample"]
+# -- watch --------------------------------------------------------------------
+
+class RiseJson(TypedDict):
+    """A rise of one category: memwatch's leak event (or, unconfirmed, the
+    raw values'), as trend.Rise.as_json gives it."""
+
+    category: str
+    rises: int
+    growth: float
+    seconds: float
+    per_hour: Optional[float]
+
+
+class CategoryStats(TypedDict):
+    first: Optional[float]
+    last: Optional[float]
+    min: Optional[float]
+    max: Optional[float]
+    per_hour: Optional[float]
+
+
+class WatchSummary(TypedDict):
+    node: str
+    samples: int
+    down_samples: int
+    seconds: float
+    gc: str
+    interval: float
+    categories: Dict[str, CategoryStats]
+    leaks: List[RiseJson]
+    judged: bool
+    to_judge: int
+    unconfirmed: List[RiseJson]
+
+
+# -- plot ---------------------------------------------------------------------
+
+Point = Tuple[float, Optional[float]]
+
+
+class _PlotData(TypedDict):
+    node: str
+    samples: int
+    skipped_lines: int
+    first: float
+    last: float
+    metrics: List[str]
+    series: Dict[str, List[Point]]
+    floors: Dict[str, List[Point]]
+    leaks: List[Tuple[float, str]]
+
+
+class PlotData(_PlotData, total=False):
+    output: str  # the chart file, when one was drawn
+
+
+# -- trace-gc -----------------------------------------------------------------
+
+class Traced(TypedDict):
+    pid: str
+    name: Optional[str]
+    group: str
+
+
+class Skipped(TypedDict):
+    pid: str
+    why: str  # not_alive, not_found or held
+    held_by: NotRequired[List[str]]
+
+
+class TraceHeader(TypedDict):
+    """trace-gc's first line: what is traced, what was skipped and why."""
+
+    node: str
+    mode: str  # session or trace/3
+    tracing: List[Traced]
+    skipped: List[Skipped]
+    duration: float
+    max_events: int
+
+
+class Collection(TypedDict):
+    """One garbage collection, start and end paired; sizes in bytes."""
+
+    time: float
+    pid: str
+    name: Optional[str]
+    group: str
+    type: str  # minor or major
+    heap_before: int
+    heap_after: int
+    old_heap_before: int
+    old_heap_after: int
+    binary_before: int
+    binary_after: int
+    reclaimed: int
+    duration_us: float
+
+
+class TracedProcess(TypedDict):
+    pid: str
+    name: Optional[str]
+    group: str
+    minor: int
+    major: int
+    reclaimed: int
+    time_us: float
+    heap_after_last: int
+    collections: int
+    longest_rise: int
+    leak_suspected: bool
+
+
+class TraceSummary(TypedDict):
+    node: str
+    mode: str
+    collections: int
+    ended_by: str
+    tracer_messages: Optional[int]
+    dropped_messages: Optional[int]
+    tracer_reductions: Optional[int]
+    processes: List[TracedProcess]
+
+
+# -- snapshot, diff, leak-hunt ------------------------------------------------
+
+class SnapshotTaken(TypedDict):
+    node: str
+    file: str
+    bytes: int
+    time: str
+    gc: str
+    processes: int
+    ets_tables: int
+    ports: int
+
+
+class SnapshotSummary(TypedDict):
+    node: str
+    time: Optional[str]
+    memory: Dict[str, Optional[int]]
+    alloc_used: Optional[int]
+    alloc_allocated: Optional[int]
+    processes: int
+    ets_tables: int
+    ports: int
+    atoms: int
+
+
+GroupChange = TypedDict("GroupChange", {
+    "what": str, "size_bytes": int, "binary_bytes": int, "+": int, "-": int,
+    "before": int, "after": int, "examples": NotRequired[List[str]]})
+
+
+class Change(TypedDict):
+    size_bytes: int
+    memory: Dict[str, int]
+    details: List[GroupChange]
+    groups: int
+
+
+class TableChange(TypedDict):
+    name: str
+    id: str
+    owner: str
+    new: bool
+    rows_before: int
+    rows_after: int
+    bytes_before: int
+    bytes_after: int
+
+
+class AtomsAdded(TypedDict):
+    added: int
+    names: List[str]
+    all_named: bool
+
+
+class PortsChange(TypedDict):
+    before: int
+    after: int
+    new: List[str]
+    new_count: int
+
+
+class KeptGroup(TypedDict):
+    what: str
+    count: int
+    bytes: int
+    binary_bytes: int
+    growth: int
+    examples: List[str]
+
+
+class GrowingProcess(TypedDict):
+    pid: str
+    what: str
+    name: Optional[str]
+    rising: List[str]
+    memory: List[int]
+    binary_bytes: List[int]
+
+
+class RisingGroup(TypedDict):
+    what: str
+    counts: List[int]
+    examples: List[str]
+
+
+class KeptTable(TypedDict):
+    name: str
+    id: str
+    owner: str
+    born: bool
+    rows: List[Optional[int]]
+    bytes: List[Optional[int]]
+
+
+class AtomsRising(TypedDict):
+    added: List[int]
+    rising: bool
+
+
+class Suspects(TypedDict):
+    born_and_kept: List[KeptGroup]
+    growing_processes: List[GrowingProcess]
+    groups_rising: List[RisingGroup]
+    ets: List[KeptTable]
+    ports_born_and_kept: List[str]
+    atoms: AtomsRising
+
+
+class Diff(TypedDict):
+    """memwatch's HeapDiff of two snapshots; of three, with the middle one
+    and the three-snapshot rule's suspects."""
+
+    before: SnapshotSummary
+    after: SnapshotSummary
+    middle: NotRequired[SnapshotSummary]
+    suspects: NotRequired[Suspects]
+    change: Change
+    ets: List[TableChange]
+    atoms: AtomsAdded
+    ports: PortsChange
+    elixir: bool
+
+
+class LeakHunt(TypedDict):
+    node: str
+    interval: float
+    gc: str
+    taken: int
+    files: List[str]
+    saved: Optional[str]
+    interrupted: bool
+    compared: int
+    diff: Optional[Diff]
+    error: NotRequired[str]  # the node's failure, when it went mid-way
+
+
+# -- check --------------------------------------------------------------------
+
+class TrendJson(TypedDict):
+    rises: int
+    growth_per_hour: Optional[float]
+    since: str
+
+
+class CheckNode(TypedDict):
+    node: str
+    values: NotRequired[CheckValues]
+    error: NotRequired[str]
+    allocators: NotRequired[Dict[str, Dict[str, int]]]
+    status: str
+    problems: List[str]
+    trend: NotRequired[TrendJson]
+
+
+class CheckReport(TypedDict):
+    status: str
+    exit_code: int
+    nodes: List[CheckNode]
+    history_skipped_lines: NotRequired[int]
+
+
+__all__ = ["AllocReport", "AllocType", "BinLeak", "Carriers", "CategoryStats",
+           "Change", "CheckNode", "CheckReport", "CheckValues",
+           "Collection", "DeadRow", "DeltaRow", "Diff", "EtsReport",
+           "EtsTable", "GroupChange", "KeptGroup", "LeakHunt", "Memory",
+           "MemoryResult", "MsegCache", "NodeHealth", "Ping", "PlotData",
+           "ProcCount", "ProcCountAllSummary", "ProcInfo", "ProcWindow",
+           "ProcessRow", "RiseJson", "Sample", "SnapshotSummary",
+           "SnapshotTaken", "Suspects", "TraceHeader", "TraceSummary",
+           "ValueRow", "Verdict", "WatchSummary"]
