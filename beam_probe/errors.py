@@ -7,6 +7,11 @@ the distribution layer are defined in erldist.errors and re-exported here.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
+
 from beam_probe.erldist.errors import (ConnectFailed, ConnectionLost, CookieError,
                              HostUnknown, NodeNotFound, ProbeError,
                              ProtocolError, RemoteError, TimedOut,
@@ -87,7 +92,7 @@ class EndedEarly(Exception):
     any result is, then ``error`` ends the run with its line and code.
     ``elixir`` says how to show names, the node being gone to ask."""
 
-    def __init__(self, result: object, error: ProbeError,
+    def __init__(self, result: Any, error: ProbeError,
                  elixir: bool = False) -> None:
         super().__init__(str(error))
         self.result, self.error, self.elixir = result, error, elixir

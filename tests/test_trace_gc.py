@@ -196,7 +196,8 @@ def test_an_overloaded_trace_says_so_and_exits_14():
     from beam_probe.text.syntax import ERLANG
     from beam_probe.text.trace import summary_text
 
-    trace = TraceGc(lambda: None, [], None, 1.0, 1000, 0, lambda _: None)
+    trace = TraceGc(lambda: None, ["<0.1.0>"], None, 1.0, 1000, 0,
+                    lambda _: None)
     trace.ended = {"reason": "overload", "trace_messages": 40000,
                    "dropped": 1200, "reductions": 1}
     assert trace.exit_code() == 14
@@ -270,7 +271,8 @@ def test_the_leak_rule_counts_major_collections_only():
     from beam_probe.erldist.terms import Pid
     from beam_probe.probes.trace_gc import TraceGc
 
-    trace = TraceGc(lambda: None, [], None, 1.0, 1000, 0, lambda _: None)
+    trace = TraceGc(lambda: None, ["<0.1.0>"], None, 1.0, 1000, 0,
+                    lambda _: None)
     trace._wordsize = 8
     pid = Pid(Atom("a@b"), 1, 0, 0)
     ts = 0

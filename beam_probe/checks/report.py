@@ -3,7 +3,7 @@ line with perfdata, one JSON object, or a node_exporter textfile."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from beam_probe.checks.thresholds import (BYTES, CRITICAL, KEYS, OK, PERCENT, STATUS_NAMES,
                          WARNING, evaluate, show)
@@ -11,7 +11,7 @@ from beam_probe.checks.thresholds import (BYTES, CRITICAL, KEYS, OK, PERCENT, ST
 _STATUS_CODES = {name: code for code, name in STATUS_NAMES.items()}
 
 
-def judge(measured: list[dict[str, Any]], warn: dict[str, float],
+def judge(measured: Sequence[Mapping[str, Any]], warn: dict[str, float],
           crit: dict[str, float],
           trends: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
     """Status per node and overall: the worst decides. A node that did not

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from beam_probe.errors import NoCookie, ProbeError, UsageError
 from beam_probe.text.tables import to_json
 from beam_probe.history import records as hist
 from beam_probe.checks import report as rep
 from beam_probe.checks.thresholds import UNKNOWN, WARNING, ThresholdError, parse_both
+
+if TYPE_CHECKING:
+    from beam_probe.probes.results import NodeHealth
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ def run_check(attach: Callable[[], Any], request: CheckRequest
         warn, crit = parse_both(request.warn, request.crit)
     except ThresholdError as exc:
         return UNKNOWN, _unknown(request.fmt, str(exc))
+    measured: list[NodeHealth]
     try:
         measured = _measure(attach, request.cluster, request.jobs,
                             request.timeout)
@@ -63,7 +67,8 @@ def run_check(attach: Callable[[], Any], request: CheckRequest
         measured = [{"node": request.node or "(node)",
                      "error": f"{exc.label}: {exc}"}]
     notes = _Notes()
-    trends = _history(request, measured, notes) if request.history else {}
+    trends = _history(request, request.history, measured, notes) \
+        if request.history else {}
     result = rep.judge(measured, warn, crit, trends)
     if request.textfile:
         try:
@@ -84,31 +89,31 @@ def run_check(attach: Callable[[], Any], request: CheckRequest
     return result["exit_code"], text
 
 
-def _history(request: CheckRequest, measured: list[dict[str, Any]],
+def _history(request: CheckRequest, path: str, measured: list[NodeHealth],
              notes: _Notes) -> dict[str, Any]:
     """Append this run's records and apply the trend rule; problems go to
     ``notes``, never out as an exception."""
     answered = [item for item in measured if "values" in item]
     now = time.time()
     try:
-        hist.append(request.history, [hist.record(item["node"],
+        hist.append(path, [hist.record(item["node"],
                                                   item["values"], now)
                                       for item in answered])
     except hist.HistoryError as exc:
-        notes.problems.append(f"history {request.history} not written: {exc}")
+        notes.problems.append(f"history {path} not written: {exc}")
     rises = request.trend or hist.DEFAULT_TREND
     try:
         records, notes.history_skipped = hist.load_tail(
-            request.history, [item["node"] for item in answered], rises + 1)
+            path, [item["node"] for item in answered], rises + 1)
     except OSError as exc:
-        notes.problems.append(f"history {request.history} not read: "
+        notes.problems.append(f"history {path} not read: "
                               f"{exc.strerror or exc}")
         return {}
     return {node: hist.trend(items, rises) for node, items in records.items()}
 
 
 def _measure(attach: Callable[[], Any], cluster: bool, jobs: int,
-             timeout: float) -> list[dict[str, Any]]:
+             timeout: float) -> list[NodeHealth]:
     """The figures, within ``timeout`` for the whole: connecting (at most
     all of it), then each call within what is left."""
     from beam_probe.probes import health

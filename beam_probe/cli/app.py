@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from typing import Any, Iterator
 
 import click
 
 from beam_probe import __version__
 from beam_probe.errors import ProbeError, Terminated
+from beam_probe.cli.environment import Environment, current, using
 from beam_probe.cli.tty import PipeClosed, error_line
 
 # exit codes of the ends that are not errors of ours: Ctrl-C, `| head`
@@ -57,7 +59,7 @@ class Main(click.Group):
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as exc:  # a bug of ours: still one line
-            if os.environ.get("BEAM_PROBE_DEBUG"):
+            if current().env.get("BEAM_PROBE_DEBUG"):
                 raise
             error_line(f"beam-probe: internal error: {type(exc).__name__}: "
                        f"{exc} (set BEAM_PROBE_DEBUG=1 for a traceback)")
@@ -100,7 +102,7 @@ def main(ctx: click.Context) -> None:
     """
     if ctx.invoked_subcommand is None:
         # No command: the overview, as --help gives it, and success.
-        click.echo(ctx.get_help())
+        click.echo(ctx.get_help(), file=current().stdout)
 
 
 @main.command()
@@ -118,7 +120,7 @@ def demo(keep: bool) -> None:
     """
     from beam_probe.demo import run_demo
 
-    run_demo(click.echo, keep)
+    run_demo(lambda text: click.echo(text, file=current().stdout), keep)
 
 
 @main.command("help")
@@ -134,7 +136,8 @@ def help_command(ctx: click.Context, command: str | None) -> None:
     """
     group = ctx.parent.command if ctx.parent else main
     if command is None:
-        click.echo(ctx.parent.get_help() if ctx.parent else "")
+        click.echo(ctx.parent.get_help() if ctx.parent else "",
+                   file=current().stdout)
         return
     found = group.get_command(ctx, command) if isinstance(
         group, click.Group) else None
@@ -145,7 +148,7 @@ def help_command(ctx: click.Context, command: str | None) -> None:
                          "them")
     with click.Context(found, info_name=command,
                        parent=ctx.parent) as sub:
-        click.echo(found.get_help(sub))
+        click.echo(found.get_help(sub), file=current().stdout)
 
 
 def _register() -> None:
@@ -164,15 +167,29 @@ def _terminate(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
-def invoke(argv: list[str]) -> int:
+def invoke(argv: list[str], environment: Environment | None = None) -> int:
     """Run the command line with ``argv``; its exit code. In-process: the
-    interpreter goes on afterwards."""
-    try:
-        main(argv, prog_name="beam-probe")
-        return 0
-    except SystemExit as exc:  # click ends every run this way
-        return exc.code if isinstance(exc.code, int) else (
-            0 if exc.code is None else 1)
+    interpreter goes on afterwards. ``environment``: the streams,
+    variables, terminals and clock the run meets (the process's own by
+    default; tests hand in their own)."""
+    with using(environment) as env, _click_output(env):
+        try:
+            main(argv, prog_name="beam-probe")
+            return 0
+        except SystemExit as exc:  # click ends every run this way
+            return exc.code if isinstance(exc.code, int) else (
+                0 if exc.code is None else 1)
+
+
+@contextmanager
+def _click_output(env: Environment) -> Iterator[None]:
+    """What click writes itself (--help, --version) to the run's streams
+    too, when they are not the process's."""
+    if not env.injected_streams:
+        yield
+        return
+    with redirect_stdout(env.stdout), redirect_stderr(env.stderr):
+        yield
 
 
 def run() -> None:

@@ -5,7 +5,6 @@ arguments and unwritable output included."""
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -13,6 +12,7 @@ import click
 
 from beam_probe.errors import OutputFailed, Terminated
 from beam_probe.cli import options as opt
+from beam_probe.cli.environment import current
 from beam_probe.cli.tty import PipeClosed, error_line, write_out
 
 
@@ -91,7 +91,7 @@ def check(args: tuple[str, ...], warn_specs: tuple[str, ...],
     except (KeyboardInterrupt, Terminated):
         code, text = 3, "BEAM UNKNOWN - interrupted before the check ended"
     except Exception as exc:  # a bug of ours: UNKNOWN, as plugins report it
-        if os.environ.get("BEAM_PROBE_DEBUG"):
+        if current().env.get("BEAM_PROBE_DEBUG"):
             raise
         code, text = 3, (f"BEAM UNKNOWN - internal error: "
                          f"{type(exc).__name__}: {exc}")

@@ -5,7 +5,7 @@ imported inside each function: start-up is most of a one-query run."""
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Mapping
 
 import click
 
@@ -45,8 +45,15 @@ def memory(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
     return basic.memory(remote)
 
 
+def _scan_check(request: SimpleNamespace) -> None:
+    from beam_probe.probes.processes import check_request
+
+    check_request(getattr(request, "attribute", None), request.n,
+                  getattr(request, "millis", None), request.jobs)
+
+
 @command("bin-leak", "[NODE] N", timeout=SCAN_TIMEOUT, jobs=True,
-         render="node.bin_leak_text", example="app@db1 5", options=(
+         render="node.bin_leak_text", check=_scan_check, example="app@db1 5", options=(
              click.option("--max-gc", type=click.IntRange(min=0),
                           metavar="COUNT",
                           help="Collect at most COUNT processes (largest "
@@ -86,6 +93,7 @@ def _n_or_all(request: SimpleNamespace) -> None:
         raise UsageError("expected [NODE] ATTRIBUTE N, or [NODE] ATTRIBUTE "
                          "--all, e.g. beam-probe proc-count app@db1 "
                          "binary_memory 3")
+    _scan_check(request)
 
 
 @command("proc-count", "[NODE] ATTRIBUTE [N]", timeout=SCAN_TIMEOUT,
@@ -127,6 +135,7 @@ def proc_count(remote: Any, request: SimpleNamespace,
 
 @command("proc-window", "[NODE] ATTRIBUTE N MILLISECONDS",
          timeout=SCAN_TIMEOUT, jobs=True, render="node.proc_window_text",
+         check=_scan_check,
          example="app@db1 reductions 5 1000")
 def proc_window(remote: Any, request: SimpleNamespace,
                 progress: Progress) -> Any:
@@ -149,7 +158,14 @@ def proc_window(remote: Any, request: SimpleNamespace,
                                  request.millis, progress, request.jobs)
 
 
+def _pid_check(request: SimpleNamespace) -> None:
+    from beam_probe.probes.info import target
+
+    target(request.pid)
+
+
 @command("proc-info", "[NODE] PID", render="node.proc_info_text",
+         check=_pid_check,
          example="app@db1 '<0.123.0>'")
 def proc_info(remote: Any, request: SimpleNamespace,
               progress: Progress) -> Any:
@@ -234,6 +250,7 @@ def watch(connect: Any, request: SimpleNamespace, progress: Progress) -> Any:
       beam-probe watch app@db1 --interval 30 --gc holders -o app.jsonl
       beam-probe watch app@db1 --interval 1 --count 60 --fail-on-leak
     """
+    from beam_probe.cli.environment import current
     from beam_probe.probes.watch import Watch
 
     if request.gc == "all":
@@ -244,7 +261,8 @@ def watch(connect: Any, request: SimpleNamespace, progress: Progress) -> Any:
                  duration=request.duration, gc=request.gc,
                  max_gc=request.max_gc, jobs=request.jobs,
                  rises=request.rises, floor=request.floor,
-                 fail_on_leak=request.fail_on_leak)
+                 fail_on_leak=request.fail_on_leak,
+                 clock=current().clock, sleep=current().sleep)
 
 
 def _plot_check(request: SimpleNamespace) -> None:
@@ -259,15 +277,17 @@ def _plot_check(request: SimpleNamespace) -> None:
     check_output(request.output)
 
 
-def _plot_text(data: dict, syntax: Any) -> str:
+def _plot_text(data: dict[Any, Any], syntax: Any) -> str:
     import shutil
-    import sys
 
-    from beam_probe.cli.tty import colour_wanted
+    from beam_probe.cli.environment import current
     from beam_probe.text.plot import plot_text
 
-    width, height = shutil.get_terminal_size((100, 24))
-    return plot_text(data, syntax, width, height, colour_wanted(sys.stdout))
+    environment = current()
+    width, height = environment.terminal_size or \
+        shutil.get_terminal_size((100, 24))
+    return plot_text(data, syntax, width, height,
+                     environment.colour_wanted())
 
 
 @command("plot", "FILE...", kind="offline", render=_plot_text,
@@ -382,18 +402,9 @@ def diff(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
       beam-probe diff a.snapshot b.snapshot
       beam-probe diff a.snapshot b.snapshot c.snapshot --format json
     """
-    from beam_probe.snapshots.compare import heap_diff, load
-    from beam_probe.snapshots.format import SnapshotError
+    from beam_probe.snapshots.compare import diff_files
 
-    if not 2 <= len(request.files) <= 3:
-        raise SnapshotError("diff compares two or three snapshot files "
-                            f"(given {len(request.files)})")
-    loaded = []
-    for path in request.files:
-        progress(f"reading {path}")
-        loaded.append(load(path))
-    progress("comparing")
-    return heap_diff(loaded, request.force)
+    return diff_files(request.files, request.force, progress)
 
 
 @command("leak-hunt", "[NODE]", timeout=SCAN_TIMEOUT, jobs=True,
@@ -441,7 +452,7 @@ def leak_hunt(remote: Any, request: SimpleNamespace,
     return result
 
 
-def _name_kept(result: dict) -> None:
+def _name_kept(result: Mapping[str, Any]) -> None:
     """Where the snapshots are, on stderr: kept always, --save or not."""
     from beam_probe.cli.tty import note_line
 
@@ -490,7 +501,15 @@ def alloc(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
     return allocators.alloc(remote, request.raw)
 
 
+def _ets_check(request: SimpleNamespace) -> None:
+    from beam_probe.probes.ets import check_n
+
+    if request.n is not None:
+        check_n(request.n)
+
+
 @command("ets", "[NODE] [N]", render="node.ets_text", example="app@db1 10",
+         check=_ets_check,
          options=(click.option("--sort", type=click.Choice(("memory",
                                                               "size")),
                                default="memory", show_default=True,
@@ -516,27 +535,8 @@ def ets(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
     return tables.largest(remote, request.n or 10, request.sort)
 
 
-def _trace_check(request: SimpleNamespace) -> None:
-    from beam_probe.probes.info import target
-    from beam_probe.probes.processes import check_attribute, check_n
-    from beam_probe.probes.trace_gc import check_limits
-
-    for spec in request.targets or ():
-        target(spec)
-    if request.top:
-        n, attribute = request.top
-        check_n(n)
-        check_attribute(attribute)
-    elif not request.targets:
-        raise UsageError("give the processes to trace (a pid or a name), "
-                         "or --top N ATTRIBUTE")
-    check_limits(request.duration, request.max_events,
-                 len(request.targets or ()) + (request.top or (0,))[0])
-
-
 @command("trace-gc", "[NODE] [TARGET...]", kind="live", jobs=True,
          render="trace.line", summary="trace.summary_text",
-         check=_trace_check,
          example="app@db1 '<0.123.0>'",
          metavar="[NODE] [TARGET...] [--top N ATTRIBUTE]", options=(
              click.option("--top", type=(click.IntRange(min=1), str),

@@ -27,9 +27,9 @@ result and the Syntax to show names, functions and pids in.
 
 from __future__ import annotations
 
-import sys
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator, Protocol
+from typing import (TYPE_CHECKING, Any, Callable, Generator, Iterator,
+                    Protocol, Union)
 
 import click
 
@@ -37,61 +37,37 @@ from beam_probe.errors import OutputFailed, UsageError
 from beam_probe.cli import options as opt
 from beam_probe.cli.tty import Progress, write_out
 
-# "module.function" of beam_probe.text, or the function itself.
-Render = "str | Callable[..., str]"
-Probe = Callable[[Any, SimpleNamespace, Progress], Any]
+if TYPE_CHECKING:
+    # "module.function" of beam_probe.text, or the function itself.
+    Render = Union[str, Callable[..., str]]
+    Probe = Callable[[Any, SimpleNamespace, Progress], Any]
 
 
-def renderer(spec: Any) -> Callable[..., Any]:
+def renderer(spec: Render | None) -> Callable[..., Any]:
     """The renderer a declaration names, imported now."""
     if callable(spec):
         return spec
     import importlib
 
+    assert spec is not None, "a declaration without this renderer"
     module, _, name = spec.rpartition(".")
-    return getattr(importlib.import_module(f"beam_probe.text.{module}"),
-                   name)
+    found: Callable[..., Any] = getattr(
+        importlib.import_module(f"beam_probe.text.{module}"), name)
+    return found
 
 
-def _count(value: str, what: str, maximum: int | None = None) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise UsageError(f"{what} must be a whole number, not {value!r}") \
-            from None
-    if n < 1:
-        raise UsageError(f"{what} must be at least 1, not {n}")
-    if maximum is not None and n > maximum:
-        raise UsageError(f"{what} must be at most {maximum}, not {n}")
-    return n
+# The readers turn words into values. Whether a value is valid is the
+# probe's to say, in its own check (a declaration's ``check`` calls it
+# before connecting, so a typo costs no connection).
 
-
-def _rows(value: str) -> int:
-    from beam_probe.probes.processes import check_n
-
-    n = _count(value, "N")
-    check_n(n)
-    return n
-
-
-def _attribute(value: str) -> str:
-    from beam_probe.probes.processes import check_attribute
-
-    check_attribute(value)
-    return value
-
-
-def _millis(value: str) -> int:
-    from beam_probe.probes.processes import MAX_WINDOW_MS
-
-    return _count(value, "MILLISECONDS", MAX_WINDOW_MS)
-
-
-def _pid(value: str) -> str:
-    from beam_probe.probes.info import target
-
-    target(value)
-    return value
+def _whole(what: str) -> Callable[[str], int]:
+    def read(value: str) -> int:
+        try:
+            return int(value)
+        except ValueError:
+            raise UsageError(f"{what} must be a whole number, not "
+                             f"{value!r}") from None
+    return read
 
 
 # Positional arguments by the name the usage line gives them: how each is
@@ -99,10 +75,10 @@ def _pid(value: str) -> str:
 # word ending in "..." takes the rest of the arguments, one or more (none
 # or more when in brackets).
 ARGUMENTS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "N": ("n", _rows),
-    "ATTRIBUTE": ("attribute", _attribute),
-    "MILLISECONDS": ("millis", _millis),
-    "PID": ("pid", _pid),
+    "N": ("n", _whole("N")),
+    "ATTRIBUTE": ("attribute", str),
+    "MILLISECONDS": ("millis", _whole("MILLISECONDS")),
+    "PID": ("pid", str),
     "FILE...": ("files", str),
     "TARGET...": ("targets", str),
 }
@@ -115,14 +91,15 @@ class Rows:
     which the chunks generator returns, is added after them. ``text``
     names the text class that draws them (title, headers, rows, footer)."""
 
-    def __init__(self, head: dict, key: str, chunks: Iterator[list],
+    def __init__(self, head: dict[str, Any], key: str,
+                 chunks: Generator[list[Any], None, Any],
                  text: str) -> None:
         self.head, self.key, self.chunks, self.text = head, key, chunks, text
 
 
 class Declaration:
     def __init__(self, name: str, args: str, probe: Probe, render: Render,
-                 timeout: float, jobs: bool, options: tuple,
+                 timeout: float, jobs: bool, options: tuple[Any, ...],
                  example: str, metavar: str | None,
                  check: Callable[[SimpleNamespace], None] | None,
                  kind: str = "call", summary: Render | None = None,
@@ -139,7 +116,7 @@ class Declaration:
         if self.takes_node:
             self.words = self.words[1:]
 
-    def parse(self, args: tuple[str, ...]) -> tuple[str | None, dict]:
+    def parse(self, args: tuple[str, ...]) -> tuple[str | None, dict[Any, Any]]:
         """NODE (or None) and the positional arguments by name; every error
         is a UsageError, raised before anything connects."""
         node, rest = (None, list(args)) if self.kind == "offline" \
@@ -147,27 +124,30 @@ class Declaration:
         required = [w for w in self.words if not w.startswith("[")]
         variadic = bool(self.words) and \
             self.words[-1].rstrip("]").endswith("...")
+        words: list[str | list[str]] = list(rest)
         if variadic and len(rest) >= len(self.words):
-            rest = rest[:len(self.words) - 1] + [rest[len(self.words) - 1:]]
-        if not len(required) <= len(rest) <= len(self.words):
+            # The last word takes the rest, as one list.
+            words = [*rest[:len(self.words) - 1], rest[len(self.words) - 1:]]
+        if not len(required) <= len(words) <= len(self.words):
             if not self.words:
                 raise UsageError(f"unexpected argument {rest[0]!r}: NODE is "
                                  "name@host (a bare name goes in --node)")
             raise UsageError(f"expected {self.args}, e.g. beam-probe "
                              f"{self.name} {self.example}")
-        values = {}
+        values: dict[str, Any] = {}
         for i, word in enumerate(self.words):
             attribute, read = ARGUMENTS[word.strip("[]")]
-            if i >= len(rest):
+            given = words[i] if i < len(words) else None
+            if given is None:
                 values[attribute] = None
-            elif isinstance(rest[i], list):
-                values[attribute] = [read(item) for item in rest[i]]
+            elif isinstance(given, list):
+                values[attribute] = [read(item) for item in given]
             else:
-                values[attribute] = read(rest[i])
+                values[attribute] = read(given)
         return node, values
 
     def complete(self, ctx: click.Context, param: click.Parameter,
-                 incomplete: str) -> list:
+                 incomplete: str) -> list[Any]:
         """Shell completion of the positional words: attributes where the
         usage line has ATTRIBUTE, file names where it has FILE..., nothing
         for a node name (it cannot be known without asking EPMD)."""
@@ -210,7 +190,7 @@ DECLARED: list[Declaration] = []
 
 def command(name: str, args: str, *, render: Render,
             timeout: float = opt.DEFAULT_TIMEOUT, jobs: bool = False,
-            options: tuple = (), example: str = "app@db1",
+            options: tuple[Any, ...] = (), example: str = "app@db1",
             metavar: str | None = None,
             check: Callable[[SimpleNamespace], None] | None = None,
             kind: str = "call", summary: Render | None = None,
@@ -296,8 +276,8 @@ class Live(Protocol):
     redrawn in place: ``render`` then takes one sample."""
 
     def open(self) -> None: ...
-    def samples(self) -> Iterator[dict]: ...
-    def summary(self) -> dict: ...
+    def samples(self) -> Iterator[dict[str, Any]]: ...
+    def summary(self) -> dict[Any, Any]: ...
     def close(self) -> None: ...
     def exit_code(self) -> int: ...
 
@@ -310,8 +290,8 @@ def run_live(declared: Declaration, node: str | None,
     probe's own exit code, such as --fail-on-leak's)."""
     import json
 
-    from beam_probe.cli.tty import (LiveView, colour_wanted, cursor_wanted,
-                                    is_terminal)
+    from beam_probe.cli.environment import current
+    from beam_probe.cli.tty import LiveView
     from beam_probe.history.records import HistoryError, append
     from beam_probe.probes.basic import runs_elixir
     from beam_probe.text.syntax import ERLANG, choose
@@ -319,7 +299,8 @@ def run_live(declared: Declaration, node: str | None,
 
     live: Live = declared.probe(lambda: opt.attach(node, given), request,
                                 Progress())
-    terminal = is_terminal(sys.stdout)
+    environment = current()
+    terminal = environment.isatty("stdout")
     scrolls = getattr(live, "scrolls", False)
     fmt = given["fmt"] or ("table" if terminal or scrolls else "json")
     # A line of text per sample: what scrolls (trace-gc), or text asked
@@ -327,10 +308,10 @@ def run_live(declared: Declaration, node: str | None,
     lines = fmt == "table" and (scrolls or not terminal)
     line = renderer(declared.render if scrolls else declared.line) \
         if lines else None
-    view = LiveView(plain=not cursor_wanted(sys.stdout)) \
+    view = LiveView(plain=not environment.cursor_wanted("stdout")) \
         if fmt == "table" and not lines else None
     frame = renderer(declared.render) if view is not None else None
-    colour = colour_wanted(sys.stdout)
+    colour = environment.colour_wanted()
     output = getattr(request, "output", None)
     syntax = ERLANG
     try:
@@ -344,7 +325,7 @@ def run_live(declared: Declaration, node: str | None,
                     append(output, [sample])
                 except HistoryError as exc:
                     raise OutputFailed(f"{output}: {exc}") from None
-            if view is not None:
+            if view is not None and frame is not None:
                 view.draw(lambda width, height: frame(live, width, height,
                                                       colour))
             elif line is not None:
@@ -375,10 +356,10 @@ def _write_rows(rows: Rows, fmt: str, progress: Progress,
 
     from beam_probe.text.tables import printable, stream_table
 
-    summary: dict = {}
+    summary: dict[Any, Any] = {}
 
-    def chunks() -> Iterator[list]:
-        summary.update((yield from rows.chunks))
+    def chunks() -> Iterator[list[Any]]:
+        summary.update((yield from rows.chunks) or {})
 
     if fmt == "json":
         head = json.dumps(rows.head)[:-1]
@@ -396,7 +377,7 @@ def _write_rows(rows: Rows, fmt: str, progress: Progress,
     text = renderer(rows.text)(rows.head, syntax)
     write_out(printable(text.title()))
 
-    def table_chunks() -> Iterator[list]:
+    def table_chunks() -> Iterator[list[Any]]:
         for chunk in chunks():
             progress.pause()
             yield text.rows(chunk)

@@ -4,7 +4,7 @@ output format, --jobs; and the attach they lead to."""
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
@@ -22,7 +22,29 @@ TLS nodes (-proto_dist inet_tls): --ssl-dist-optfile FILE (the node's own),
 or --tls with --certfile, --keyfile, --cacertfile."""
 
 
-class Seconds(click.ParamType):
+class EnvOption(click.Option):
+    """An option whose environment variable is read from the run's
+    environment (cli/environment.py), not the process's."""
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        from beam_probe.cli.environment import current
+
+        names = [self.envvar] if isinstance(self.envvar, str) else \
+            list(self.envvar or ())
+        env = current().env
+        for name in names:
+            if env.get(name):
+                return env[name]
+        return None
+
+
+if TYPE_CHECKING:  # generic in the click mypy checks against (8.2+)
+    _FloatParam = click.ParamType[float]
+else:
+    _FloatParam = click.ParamType
+
+
+class Seconds(_FloatParam):
     """A finite number of seconds within bounds (click's FloatRange lets
     inf and nan through, which end in an internal error later)."""
 
@@ -56,7 +78,7 @@ TLS_FILE_OPTIONS = (
 
 def node_options(default_timeout: float = DEFAULT_TIMEOUT,
                  formats: tuple[str, ...] = ("table", "json"),
-                 live: bool = False) -> list:
+                 live: bool = False) -> list[Any]:
     """The click options every command that attaches to a node shares; the
     first of ``formats`` is the default (for a ``live`` command: table on
     a terminal, json piped)."""
@@ -74,17 +96,19 @@ def node_options(default_timeout: float = DEFAULT_TIMEOUT,
                      help="Connect straight to this distribution port "
                           "(nodes without EPMD)."),
         click.option("--tls", is_flag=True, envvar="BEAM_PROBE_TLS",
+                     cls=EnvOption,
                      help="The node uses TLS distribution (-proto_dist "
                           "inet_tls). Its certificate and host name are "
                           "verified."),
         *(click.option(f"--{name}", metavar="FILE",
-                       envvar=f"BEAM_PROBE_{name.upper()}", help=text)
+                       envvar=f"BEAM_PROBE_{name.upper()}", cls=EnvOption,
+                       help=text)
           for name, text in TLS_FILE_OPTIONS),
         click.option("--tls-server-name", metavar="NAME",
                      help="With --tls: the name the node's certificate must "
                           "carry (default: the host of NODE)."),
         click.option("--ssl-dist-optfile", metavar="FILE",
-                     envvar="BEAM_PROBE_SSL_DIST_OPTFILE",
+                     envvar="BEAM_PROBE_SSL_DIST_OPTFILE", cls=EnvOption,
                      help="Use TLS with the {client, [...]} options of this "
                           "file, the one the node is started with."),
         click.option("--timeout", type=Seconds(0.1), default=default_timeout,
@@ -133,7 +157,7 @@ JOBS_OPTION = click.option(
          "most four per online scheduler.")
 
 
-def apply(options: list, f: Callable) -> Callable:
+def apply(options: list[Any], f: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         f = option(f)
     return f
@@ -153,9 +177,12 @@ def attach(node_arg: str | None, opts: dict[str, Any]) -> Any:
     from beam_probe.node.address import (full_node_name, resolve_cookie, resolve_node,
                           resolve_tls)
 
-    node = full_node_name(node_arg) if node_arg else resolve_node(
-        opts["node"])
-    cookie = resolve_cookie(opts["cookie_file"], opts["cookie"])
+    from beam_probe.cli.environment import current
+
+    env = current().env
+    node = full_node_name(node_arg, env) if node_arg else resolve_node(
+        opts["node"], env)
+    cookie = resolve_cookie(opts["cookie_file"], opts["cookie"], env)
     tls = resolve_tls(opts["tls"], opts["ssl_dist_optfile"],
                       certfile=opts["certfile"], keyfile=opts["keyfile"],
                       cacertfile=opts["cacertfile"],
@@ -171,7 +198,7 @@ def connect_timeout(opts: dict[str, Any]) -> float:
     given = opts.get("connect_timeout")
     if given is not None:
         return float(given)
-    return min(DEFAULT_CONNECT_TIMEOUT, opts["timeout"])
+    return min(DEFAULT_CONNECT_TIMEOUT, float(opts["timeout"]))
 
 
 __all__ = ["DEFAULT_TIMEOUT", "EPILOG_NODE", "JOBS_OPTION", "Seconds",

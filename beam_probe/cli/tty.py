@@ -9,13 +9,13 @@ went away (`| head`: exit 141, nothing said).
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from typing import Any
 
 import click
 
+from beam_probe.cli.environment import current
 from beam_probe.errors import OutputFailed
 
 # An error is one line; a peer controls some of what goes into it (an EPMD
@@ -27,29 +27,9 @@ class PipeClosed(Exception):
     """The reader of our standard output went away (`| head`)."""
 
 
-def is_terminal(stream: Any) -> bool:
-    return stream is not None and stream.isatty()
-
-
-def cursor_wanted(stream: Any) -> bool:
-    """Whether ``stream`` is a terminal that moves its cursor: not one
-    whose TERM is dumb (Emacs' shell, some CI consoles print the codes)."""
-    import os
-
-    return is_terminal(stream) and os.environ.get("TERM") != "dumb"
-
-
-def colour_wanted(stream: Any) -> bool:
-    """Colour for a terminal, unless the user said no: NO_COLOR set to
-    anything but the empty string (no-color.org), or TERM=dumb."""
-    import os
-
-    return cursor_wanted(stream) and not os.environ.get("NO_COLOR")
-
-
 def write_out(text: str) -> None:
     """Text and a newline on stdout, flushed."""
-    stream = sys.stdout
+    stream = current().stdout
     if stream is None:
         raise OutputFailed("standard output is closed")
     try:
@@ -69,7 +49,9 @@ def error_line(text: str) -> None:
     line = printable(" ".join(text.split("\n")))
     if len(line) > MAX_ERROR_LINE:
         line = line[:MAX_ERROR_LINE - 15] + " ... (cut short)"
-    click.echo(line, err=True)
+    stream = current().stderr
+    if stream is not None:
+        click.echo(line, file=stream)
 
 
 def note_line(text: str) -> None:
@@ -83,7 +65,8 @@ class Progress:
     place, on a terminal only. Call it with each stage's text."""
 
     def __init__(self) -> None:
-        self.enabled = cursor_wanted(sys.stderr)
+        self.environment = current()
+        self.enabled = self.environment.cursor_wanted("stderr")
         self.message = ""
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -96,11 +79,13 @@ class Progress:
             self._stop.clear()
             started = time.monotonic()
 
+            stream: Any = self.environment.stderr
+
             def tick() -> None:
                 while not self._stop.wait(0.25):
-                    sys.stderr.write(f"\r\x1b[K{self.message} "
-                                     f"({time.monotonic() - started:.1f} s)")
-                    sys.stderr.flush()
+                    stream.write(f"\r\x1b[K{self.message} "
+                                 f"({time.monotonic() - started:.1f} s)")
+                    stream.flush()
             self._thread = threading.Thread(target=tick, daemon=True)
             self._thread.start()
 
@@ -110,8 +95,9 @@ class Progress:
             self._stop.set()
             self._thread.join()
             self._thread = None
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
+            stream: Any = self.environment.stderr
+            stream.write("\r\x1b[K")
+            stream.flush()
 
     def __enter__(self) -> "Progress":
         return self
@@ -133,7 +119,8 @@ class LiveView:
     def __init__(self, stream: Any = None, plain: bool = False) -> None:
         import signal
 
-        self.stream = stream or sys.stdout
+        self.environment = current()
+        self.stream: Any = stream or self.environment.stdout
         # A terminal that cannot move its cursor (TERM=dumb) gets each
         # frame below the last, with no control codes at all.
         self.plain = plain
@@ -152,6 +139,9 @@ class LiveView:
         import os
         import shutil
 
+        if self.environment.terminal_size is not None:
+            columns, rows = self.environment.terminal_size
+            return max(20, columns), max(6, rows)
         try:
             columns, rows = os.get_terminal_size(self.stream.fileno())
         except (AttributeError, OSError, ValueError):
@@ -217,5 +207,5 @@ class LiveView:
             self._write("\x1b[?25h")
 
 
-__all__ = ["LiveView", "PipeClosed", "Progress", "error_line", "is_terminal",
+__all__ = ["LiveView", "PipeClosed", "Progress", "error_line", "note_line",
            "write_out"]

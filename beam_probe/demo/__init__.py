@@ -14,6 +14,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from typing import Callable
 
 from beam_probe.errors import ProbeError
 from beam_probe.node.local import LocalNode, compile_erl
@@ -88,7 +89,7 @@ class DemoError(ProbeError):
     label = "demo"
 
 
-def run_demo(echo=print, keep: bool = False) -> int:
+def run_demo(echo: Callable[[str], None] = print, keep: bool = False) -> int:
     """The tour on a node of its own; with ``keep``, the node is left
     running for the newcomer to try commands by hand, and how to reach
     it and stop it is printed."""
@@ -110,6 +111,7 @@ def run_demo(echo=print, keep: bool = False) -> int:
         time.sleep(WARM_UP_SECONDS)
         # The cookie reaches the commands through the node's private
         # HOME (~/.erlang.cookie), never through their arguments.
+        assert node.home is not None  # set by start()
         env = dict(os.environ, HOME=node.home)
         # leak-hunt keeps its snapshots in a folder of the temporary
         # directory: the demo's own, removed with it.

@@ -26,15 +26,20 @@ users. Elsewhere it is an flock() on a file in a per-user folder of /tmp.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import errno
 import os
 import socket
 import sys
 
-try:  # The builtin module avoids loading OpenSSL through hashlib (~3 ms).
-    from _md5 import md5
-except ImportError:  # pragma: no cover - CPython always has it
+if TYPE_CHECKING:
     from hashlib import md5
+else:
+    try:  # The builtin module avoids loading OpenSSL through hashlib (3 ms)
+        from _md5 import md5
+    except ImportError:  # pragma: no cover - CPython always has it
+        from hashlib import md5
 
 
 class Claim:

@@ -149,7 +149,7 @@ class Connection:
 
     # -- calls ---------------------------------------------------------------
 
-    def call(self, module: str, function: str, args: list,
+    def call(self, module: str, function: str, args: list[Any],
              timeout: float) -> Any:
         """rpc:call(Module, Function, Args) on the node, via its rex server.
 
@@ -158,7 +158,7 @@ class Connection:
         return self.wait(self.call_async(module, function, args), timeout,
                          f"{module}:{function}/{len(args)}")
 
-    def call_async(self, module: str, function: str, args: list,
+    def call_async(self, module: str, function: str, args: list[Any],
                    mailbox: Mailbox | None = None) -> Reference:
         """Send a call and return its reference; collect it with wait(), or
         from ``mailbox`` (as a REPLY item) when one is given."""
@@ -315,7 +315,7 @@ class Connection:
         for tag, items in events:
             self._deliver(tag, items)
 
-    def _deliver(self, tag: Reference, items: tuple) -> None:
+    def _deliver(self, tag: Reference, items: tuple[Any, ...]) -> None:
         """A reply to a call, or a message for a mailbox; anything else
         (a reply that came after its call timed out) is dropped."""
         with self._lock:

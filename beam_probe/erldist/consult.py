@@ -49,7 +49,7 @@ _ESCAPE = re.compile(r"\\(x\{[0-9a-fA-F]+\}|x[0-9a-fA-F]{2}|[0-7]{1,3}"
 
 
 def _unescape(body: str) -> str:
-    def one(match: re.Match) -> str:
+    def one(match: re.Match[str]) -> str:
         code = match.group(1)
         if code.startswith("x{"):
             return chr(int(code[2:-1], 16))
@@ -72,7 +72,7 @@ class _Tokens:
             if match is None:
                 raise ConsultError(f"line {line}: cannot read "
                                    f"{text[pos:pos + 12]!r}")
-            kind, value = match.lastgroup, match.group()
+            kind, value = match.lastgroup or "", match.group()
             if kind != "skip":
                 self.items.append((kind, value, line))
             line += value.count("\n")
@@ -183,8 +183,8 @@ def _list(tokens: _Tokens) -> Any:
     return ImproperList(items, tail)
 
 
-def _map(tokens: _Tokens) -> dict:
-    result: dict = {}
+def _map(tokens: _Tokens) -> dict[Any, Any]:
+    result: dict[Any, Any] = {}
     if tokens.peek()[:2] == ("punct", "}"):
         tokens.take()
         return result

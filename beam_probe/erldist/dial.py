@@ -154,6 +154,7 @@ def _attempt(address: NodeAddress, port: int, name: str, cookie: bytes,
     our_node = f"{name}@{_our_host(address, sock)}"
     if context is not None:
         from beam_probe.erldist import tls as tls_layer
+        assert tls is not None  # a context is only built from settings
         sock = tls_layer.start(sock, context, node, address.host, tls,
                                deadline)
     try:
@@ -180,7 +181,7 @@ def _attempt(address: NodeAddress, port: int, name: str, cookie: bytes,
                        f"{timeout:g} s") from None
     except OSError as exc:
         sock.close()
-        if context is not None:
+        if context is not None and tls is not None:
             from beam_probe.erldist import tls as tls_layer
             # Under TLS 1.3 the node checks our certificate after our side
             # of the TLS handshake is done: its refusal arrives here.
@@ -228,7 +229,7 @@ def _handshake(sock: Any, our_node: str, cookie: bytes,
 def _our_host(address: NodeAddress, sock: socket.socket) -> str:
     if address.long_names:
         # The address we reach the node from is one it can reach us at.
-        return sock.getsockname()[0]
+        return str(sock.getsockname()[0])
     return socket.gethostname().split(".")[0]
 
 

@@ -54,7 +54,7 @@ def parse_port_reply(reply: bytes) -> int | None:
     if not low <= 6 <= high:
         raise ProtocolError(f"the node speaks distribution versions "
                             f"{low}..{high}; beam-probe speaks 6 (OTP 23+)")
-    return port
+    return int(port)
 
 
 def parse_names_reply(reply: bytes) -> list[str]:

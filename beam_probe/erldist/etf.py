@@ -121,7 +121,7 @@ def _atom_from(raw: bytes, utf8: bool) -> Any:
 # The four atom handlers are written out in full rather than sharing a helper:
 # atoms are the most common term in a reply and each call layer costs ~8% of
 # a decode (measured with tests/bench_decode.py).
-def _d_small_atom_utf8(data, pos):
+def _d_small_atom_utf8(data: bytes, pos: int) -> tuple[Any, int]:
     end = pos + 1 + data[pos]
     raw = data[pos + 1:end]
     atom = _atoms.get(raw)
@@ -132,7 +132,7 @@ def _d_small_atom_utf8(data, pos):
     return atom, end
 
 
-def _d_atom_utf8(data, pos):
+def _d_atom_utf8(data: bytes, pos: int) -> tuple[Any, int]:
     end = pos + 2 + (data[pos] << 8 | data[pos + 1])
     raw = data[pos + 2:end]
     atom = _atoms.get(raw)
@@ -143,7 +143,7 @@ def _d_atom_utf8(data, pos):
     return atom, end
 
 
-def _d_small_atom_latin1(data, pos):
+def _d_small_atom_latin1(data: bytes, pos: int) -> tuple[Any, int]:
     end = pos + 1 + data[pos]
     raw = data[pos + 1:end]
     atom = _latin1_atoms.get(raw)
@@ -154,7 +154,7 @@ def _d_small_atom_latin1(data, pos):
     return atom, end
 
 
-def _d_atom_latin1(data, pos):
+def _d_atom_latin1(data: bytes, pos: int) -> tuple[Any, int]:
     end = pos + 2 + (data[pos] << 8 | data[pos + 1])
     raw = data[pos + 2:end]
     atom = _latin1_atoms.get(raw)
@@ -173,19 +173,19 @@ def _node_name(data: bytes, pos: int) -> tuple[Any, int]:
     return value, pos
 
 
-def _d_small_int(data, pos):
+def _d_small_int(data: bytes, pos: int) -> tuple[Any, int]:
     return data[pos], pos + 1
 
 
-def _d_int(data, pos):
+def _d_int(data: bytes, pos: int) -> tuple[Any, int]:
     return _unpack_i(data, pos)[0], pos + 4
 
 
-def _d_new_float(data, pos):
+def _d_new_float(data: bytes, pos: int) -> tuple[Any, int]:
     return _unpack_d(data, pos)[0], pos + 8
 
 
-def _d_float(data, pos):
+def _d_float(data: bytes, pos: int) -> tuple[Any, int]:
     end = _need(data, pos, 31)
     try:
         return float(data[pos:end].split(b"\0", 1)[0]), end
@@ -200,32 +200,32 @@ def _big(data: bytes, pos: int, n: int) -> tuple[int, int]:
     return (-value if sign else value), end
 
 
-def _d_small_big(data, pos):
+def _d_small_big(data: bytes, pos: int) -> tuple[Any, int]:
     return _big(data, pos + 1, data[pos])
 
 
-def _d_large_big(data, pos):
+def _d_large_big(data: bytes, pos: int) -> tuple[Any, int]:
     (n,) = _unpack_I(data, pos)
     return _big(data, pos + 4, n)
 
 
-def _d_nil(data, pos):
+def _d_nil(data: bytes, pos: int) -> tuple[Any, int]:
     return [], pos
 
 
-def _d_string(data, pos):
+def _d_string(data: bytes, pos: int) -> tuple[Any, int]:
     (n,) = _unpack_H(data, pos)
     end = _need(data, pos + 2, n)
     return data[pos + 2:end].decode("latin-1"), end
 
 
-def _d_binary(data, pos):
+def _d_binary(data: bytes, pos: int) -> tuple[Any, int]:
     (n,) = _unpack_I(data, pos)
     end = _need(data, pos + 4, n)
     return data[pos + 4:end], end
 
 
-def _d_bit_binary(data, pos):
+def _d_bit_binary(data: bytes, pos: int) -> tuple[Any, int]:
     (n,) = _unpack_I(data, pos)
     bits = data[pos + 4]
     end = _need(data, pos + 5, n)
@@ -236,7 +236,7 @@ def _d_bit_binary(data, pos):
     return BitString(data[pos + 5:end], bits), end
 
 
-def _seq(data: bytes, pos: int, n: int) -> tuple[list, int]:
+def _seq(data: bytes, pos: int, n: int) -> tuple[list[Any], int]:
     global _items_left
     # Each element takes at least one byte: a count beyond what remains is a
     # lie, refused before any work is done for it.
@@ -246,7 +246,7 @@ def _seq(data: bytes, pos: int, n: int) -> tuple[list, int]:
     _items_left -= n
     if _items_left < 0:
         raise _over_budget()
-    items = []
+    items: list[Any] = []
     append = items.append
     handlers = _HANDLERS
     for _ in range(n):
@@ -255,18 +255,18 @@ def _seq(data: bytes, pos: int, n: int) -> tuple[list, int]:
     return items, pos
 
 
-def _d_small_tuple(data, pos):
+def _d_small_tuple(data: bytes, pos: int) -> tuple[Any, int]:
     items, pos = _seq(data, pos + 1, data[pos])
     return tuple(items), pos
 
 
-def _d_large_tuple(data, pos):
+def _d_large_tuple(data: bytes, pos: int) -> tuple[Any, int]:
     (n,) = _unpack_I(data, pos)
     items, pos = _seq(data, pos + 4, n)
     return tuple(items), pos
 
 
-def _d_list(data, pos):
+def _d_list(data: bytes, pos: int) -> tuple[Any, int]:
     (n,) = _unpack_I(data, pos)
     items, pos = _seq(data, pos + 4, n)
     if data[pos] == NIL_EXT:
@@ -285,7 +285,7 @@ def _over_budget() -> DecodeError:
                        "reply")
 
 
-def _d_map(data, pos):
+def _d_map(data: bytes, pos: int) -> tuple[Any, int]:
     global _items_left
     (n,) = _unpack_I(data, pos)
     pos += 4
@@ -307,7 +307,7 @@ def _d_map(data, pos):
     return result, pos
 
 
-def _d_pid(data, pos, creation_size=4):
+def _d_pid(data: bytes, pos: int, creation_size: int = 4) -> tuple[Any, int]:
     node, pos = _node_name(data, pos)
     pid_id, serial = struct.unpack_from(">II", data, pos)
     pos += 8
@@ -318,35 +318,35 @@ def _d_pid(data, pos, creation_size=4):
     return Pid(node, pid_id, serial, creation), pos + creation_size
 
 
-def _d_old_pid(data, pos):
+def _d_old_pid(data: bytes, pos: int) -> tuple[Any, int]:
     return _d_pid(data, pos, 1)
 
 
-def _d_port_new(data, pos):
+def _d_port_new(data: bytes, pos: int) -> tuple[Any, int]:
     node, pos = _node_name(data, pos)
     port_id, creation = struct.unpack_from(">II", data, pos)
     return Port(node, port_id, creation), pos + 8
 
 
-def _d_port_v4(data, pos):
+def _d_port_v4(data: bytes, pos: int) -> tuple[Any, int]:
     node, pos = _node_name(data, pos)
     port_id, creation = struct.unpack_from(">QI", data, pos)
     return Port(node, port_id, creation), pos + 12
 
 
-def _d_port_old(data, pos):
+def _d_port_old(data: bytes, pos: int) -> tuple[Any, int]:
     node, pos = _node_name(data, pos)
     (port_id,) = _unpack_I(data, pos)
     return Port(node, port_id, data[pos + 4]), pos + 5
 
 
-def _d_ref_old(data, pos):
+def _d_ref_old(data: bytes, pos: int) -> tuple[Any, int]:
     node, pos = _node_name(data, pos)
     (ref_id,) = _unpack_I(data, pos)
     return Reference(node, data[pos + 4], (ref_id,)), pos + 5
 
 
-def _d_ref(data, pos, creation_size=4):
+def _d_ref(data: bytes, pos: int, creation_size: int = 4) -> tuple[Any, int]:
     (n,) = _unpack_H(data, pos)
     if n > 5:
         # OTP uses at most 5 words (3 plus 2 for process-bound aliases).
@@ -362,11 +362,11 @@ def _d_ref(data, pos, creation_size=4):
     return Reference(node, creation, ids), end
 
 
-def _d_ref_new(data, pos):
+def _d_ref_new(data: bytes, pos: int) -> tuple[Any, int]:
     return _d_ref(data, pos, 1)
 
 
-def _d_export(data, pos):
+def _d_export(data: bytes, pos: int) -> tuple[Any, int]:
     module, pos = _decode(data, pos)
     function, pos = _decode(data, pos)
     arity, pos = _decode(data, pos)
@@ -376,7 +376,7 @@ def _d_export(data, pos):
     return ExportFun(module, function, arity), pos
 
 
-def _d_new_fun(data, pos):
+def _d_new_fun(data: bytes, pos: int) -> tuple[Any, int]:
     (size,) = _unpack_I(data, pos)
     end = _need(data, pos, size)
     arity = data[pos + 4]
@@ -393,7 +393,7 @@ def _d_new_fun(data, pos):
                tuple(free)), end
 
 
-def _d_compressed(data, pos):
+def _d_compressed(data: bytes, pos: int) -> tuple[Any, int]:
     global _inflate_left
     (size,) = _unpack_I(data, pos)
     # One budget for the whole decode, every nesting level included: a
@@ -417,8 +417,8 @@ def _d_compressed(data, pos):
     return value, len(data) - len(inflater.unused_data)
 
 
-def _unknown(tag: int) -> Callable:
-    def handler(data, pos):
+def _unknown(tag: int) -> Callable[..., Any]:
+    def handler(data: bytes, pos: int) -> Any:
         if tag == ATOM_CACHE_REF:
             raise DecodeError("atom cache reference, but no atom cache was "
                               "negotiated")
@@ -426,7 +426,7 @@ def _unknown(tag: int) -> Callable:
     return handler
 
 
-_HANDLERS: list[Callable] = [_unknown(t) for t in range(256)]
+_HANDLERS: list[Callable[[bytes, int], tuple[Any, int]]] = [_unknown(t) for t in range(256)]
 for _tag, _fn in {
     NEW_FLOAT_EXT: _d_new_float, BIT_BINARY_EXT: _d_bit_binary,
     COMPRESSED: _d_compressed, NEW_PID_EXT: _d_pid, NEW_PORT_EXT: _d_port_new,
@@ -446,7 +446,8 @@ for _tag, _fn in {
 
 
 def _decode(data: bytes, pos: int) -> tuple[Any, int]:
-    return _HANDLERS[data[pos]](data, pos + 1)
+    decoded: tuple[Any, int] = _HANDLERS[data[pos]](data, pos + 1)
+    return decoded
 
 
 def decode_from(data: bytes, pos: int = 0, *, max_items: int = MAX_ITEMS,
@@ -654,8 +655,10 @@ def _encode(term: Any, out: bytearray) -> None:
         _encode(dict(term), out)
     else:
         # Subclasses (an IntEnum, a str subclass...) encode as their base type.
-        for base in (int, float, str, tuple, list, dict):
-            if isinstance(term, base):
+        bases: tuple[Callable[[Any], Any], ...] = (int, float, str, tuple,
+                                                   list, dict)
+        for base in bases:
+            if isinstance(term, base):  # type: ignore[arg-type]
                 _encode(base(term), out)
                 return
         raise TypeError(f"cannot encode {kind.__name__} as an Erlang term")

@@ -96,7 +96,7 @@ class FrameReader:
         return frames
 
 
-def parse(frame: bytes, **limits: int) -> tuple[tuple, Any]:
+def parse(frame: bytes, **limits: int) -> tuple[tuple[Any, ...], Any]:
     """Split a non-tick frame into (control tuple, message or None);
     ``limits`` go to etf.decode_from for the message."""
     if frame[0] != PASS_THROUGH:
@@ -115,7 +115,7 @@ def parse(frame: bytes, **limits: int) -> tuple[tuple, Any]:
     return control, message
 
 
-def build(control: tuple, message: Any = None, *,
+def build(control: tuple[Any, ...], message: Any = None, *,
           with_message: bool = False) -> bytes:
     """A framed pass-through message, ready for the socket."""
     body = bytes((PASS_THROUGH,)) + etf.encode(control)

@@ -18,12 +18,17 @@ mode from the start, so there the length takes 4 bytes: ``length_size=4``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import struct
 
-try:  # The builtin module avoids loading OpenSSL through hashlib (~3 ms).
-    from _md5 import md5
-except ImportError:  # pragma: no cover - CPython always has it
+if TYPE_CHECKING:
     from hashlib import md5
+else:
+    try:  # The builtin module avoids loading OpenSSL through hashlib (3 ms)
+        from _md5 import md5
+    except ImportError:  # pragma: no cover - CPython always has it
+        from hashlib import md5
 
 # Capability flags (erl_dist_protocol, "Distribution Flags").
 DFLAG_PUBLISHED = 0x1

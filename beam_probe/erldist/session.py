@@ -53,7 +53,7 @@ class Tagged(NamedTuple):
     A call's reply has one item, its result."""
 
     tag: Reference
-    items: tuple
+    items: tuple[Any, ...]
 
 
 class Session:
@@ -84,7 +84,7 @@ class Session:
         return Reference(Atom(self.our_node), self.creation,
                          (n & 0x3FFFF, n >> 18 & 0xFFFFFFFF, 0))
 
-    def call(self, module: str, function: str, args: list,
+    def call(self, module: str, function: str, args: list[Any],
              ref: Reference | None = None) -> tuple[Reference, bytes]:
         """rpc:call(Module, Function, Args) through the node's rex server:
         the reference its reply will be tagged with, and the bytes to send."""

@@ -33,8 +33,9 @@ class _Frozen:
 
     __slots__ = ()
 
-    def _key(self) -> tuple:
-        return tuple(getattr(self, name) for name in self.__slots__)
+    def _key(self) -> tuple[Any, ...]:
+        names: tuple[str, ...] = self.__slots__
+        return tuple(getattr(self, name) for name in names)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable")
@@ -46,7 +47,8 @@ class _Frozen:
         return hash((type(self).__name__,) + self._key())
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        names: tuple[str, ...] = self.__slots__
+        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in names)
         return f"{type(self).__name__}({fields})"
 
 
@@ -59,6 +61,10 @@ class Pid(_Frozen):
     """A process identifier. ``str()`` gives the form the owning node prints."""
 
     __slots__ = ("node", "id", "serial", "creation")
+    node: str
+    id: int
+    serial: int
+    creation: int
 
     def __init__(self, node: str, id: int, serial: int, creation: int) -> None:
         _init(self, node=node, id=id, serial=serial, creation=creation)
@@ -74,6 +80,9 @@ class Pid(_Frozen):
 
 class Port(_Frozen):
     __slots__ = ("node", "id", "creation")
+    node: str
+    id: int
+    creation: int
 
     def __init__(self, node: str, id: int, creation: int) -> None:
         _init(self, node=node, id=id, creation=creation)
@@ -86,6 +95,9 @@ class Reference(_Frozen):
     """A reference; ``ids`` are the 32-bit words in wire order."""
 
     __slots__ = ("node", "creation", "ids")
+    node: str
+    creation: int
+    ids: tuple[int, ...]
 
     def __init__(self, node: str, creation: int, ids: tuple[int, ...]) -> None:
         _init(self, node=node, creation=creation, ids=tuple(ids))
@@ -99,6 +111,9 @@ class ExportFun(_Frozen):
     """``fun Module:Function/Arity``."""
 
     __slots__ = ("module", "function", "arity")
+    module: str
+    function: str
+    arity: int
 
     def __init__(self, module: str, function: str, arity: int) -> None:
         _init(self, module=module, function=function, arity=arity)
@@ -112,10 +127,18 @@ class Fun(_Frozen):
 
     __slots__ = ("arity", "uniq", "index", "module", "old_index", "old_uniq",
                  "pid", "free_vars")
+    arity: int
+    uniq: bytes
+    index: int
+    module: str
+    old_index: int
+    old_uniq: int
+    pid: Pid
+    free_vars: tuple[Any, ...]
 
     def __init__(self, arity: int, uniq: bytes, index: int, module: str,
                  old_index: int, old_uniq: int, pid: Pid,
-                 free_vars: tuple) -> None:
+                 free_vars: tuple[Any, ...]) -> None:
         _init(self, arity=arity, uniq=uniq, index=index, module=module,
               old_index=old_index, old_uniq=old_uniq, pid=pid,
               free_vars=tuple(free_vars))
@@ -128,6 +151,8 @@ class BitString(_Frozen):
     """A bitstring whose last byte holds only ``bits`` (1..7) significant bits."""
 
     __slots__ = ("data", "bits")
+    data: bytes
+    bits: int
 
     def __init__(self, data: bytes, bits: int) -> None:
         _init(self, data=bytes(data), bits=bits)
@@ -137,18 +162,20 @@ class ImproperList(_Frozen):
     """``[A, B | Tail]`` where Tail is not a list."""
 
     __slots__ = ("items", "tail")
+    items: tuple[Any, ...]
+    tail: Any
 
-    def __init__(self, items: tuple | list, tail: Any) -> None:
+    def __init__(self, items: tuple[Any, ...] | list[Any], tail: Any) -> None:
         _init(self, items=tuple(items), tail=tail)
 
 
-class FrozenList(tuple):
+class FrozenList(tuple):  # type: ignore[type-arg]
     """A list used as a map key (Python lists are unhashable)."""
 
     __slots__ = ()
 
 
-class FrozenMap(frozenset):
+class FrozenMap(frozenset):  # type: ignore[type-arg]
     """A map used as a key of another map; holds its (key, value) pairs."""
 
     __slots__ = ()

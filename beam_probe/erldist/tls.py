@@ -288,7 +288,7 @@ def failure(exc: OSError, node: str, settings: TlsSettings) -> Exception:
 def _reason(exc: ssl.SSLError) -> str:
     reason = getattr(exc, "reason", None)
     if reason:
-        return reason.lower().replace("_", " ")
+        return str(reason).lower().replace("_", " ")
     return str(exc.args[1] if len(exc.args) > 1 else exc)
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+from typing import Any, Mapping
 
 DEFAULT_TREND = 5
 
@@ -35,7 +35,8 @@ class HistoryError(Exception):
     """The history file could not be written; str() says why."""
 
 
-def record(node: str, values: dict[str, Any], now: float) -> dict[str, Any]:
+def record(node: str, values: Mapping[str, Any], now: float
+           ) -> dict[str, Any]:
     return {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
             "epoch": round(now, 3), "node": node, **values}
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from beam_probe.errors import UsageError
 from beam_probe.probes.trend import Series, figure, read_record
@@ -90,7 +90,7 @@ def _lines(path: str) -> Iterator[bytes]:
 
 def load(files: list[str], wanted: tuple[str, ...], node: str | None,
          since: float | None, until: float | None,
-         progress: Callable[[str], None] = lambda text: None) -> dict:
+         progress: Callable[[str], None] = lambda text: None) -> dict[Any, Any]:
     """The chosen metrics of one node over time, from every file."""
     if len(files) > MAX_FILES:
         raise UsageError(f"at most {MAX_FILES} files at once")
@@ -125,8 +125,9 @@ def load(files: list[str], wanted: tuple[str, ...], node: str | None,
             used += 1
             first = epoch if first is None else min(first, epoch)
             last = epoch if last is None else max(last, epoch)
-            floor = item.get("floor") if isinstance(item.get("floor"),
-                                                    dict) else {}
+            floor = item.get("floor")
+            if not isinstance(floor, dict):
+                floor = {}
             for name in wanted:
                 value = None if item.get("down") else item.get(name)
                 if not isinstance(value, (int, float)) or \

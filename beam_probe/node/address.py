@@ -233,7 +233,7 @@ def settings_from_optfile(path: str) -> "TlsSettings":
     return _client_settings(client, source, path)
 
 
-def _client_settings(options: list, source: str, path: str
+def _client_settings(options: list[Any], source: str, path: str
                      ) -> "TlsSettings":
     from beam_probe.erldist.terms import Atom
     from beam_probe.erldist.tls import VERSIONS, TlsSettings

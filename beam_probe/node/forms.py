@@ -20,10 +20,10 @@ import os
 from typing import Any, Callable
 
 try:  # The builtin modules avoid loading OpenSSL through hashlib (~2 ms).
-    from _sha2 import sha256  # CPython 3.12+
+    from _sha2 import sha256  # type: ignore[import-not-found]  # 3.12+
 except ImportError:
     try:
-        from _sha256 import sha256  # CPython 3.10, 3.11
+        from _sha256 import sha256  # type: ignore[import-not-found]
     except ImportError:  # pragma: no cover - other interpreters
         from hashlib import sha256
 
@@ -51,7 +51,7 @@ A_OK = Atom("ok")
 A_VAR = Atom("var")
 A_WILDCARD = Atom("_")
 
-Call = Callable[[str, str, list], Any]
+Call = Callable[[str, str, list[Any]], Any]
 
 
 # The mechanics every helper is built on (guard, pmap, values, top,
@@ -163,12 +163,12 @@ class HelperForms:
             raise RemoteError(f"no function {function} in helper {module}.erl")
         return self._functions[key]
 
-    def fun(self, module: str, function: str) -> tuple:
+    def fun(self, module: str, function: str) -> tuple[Any, ...]:
         """``fun`` expression of a helper's clauses."""
         return (A_FUN, 1, (A_CLAUSES, self.clauses(module, function)))
 
-    def call(self, module: str, function: str, args: tuple,
-             bindings: list, prefix: str = "BeamProbeArg") -> tuple:
+    def call(self, module: str, function: str, args: tuple[Any, ...],
+             bindings: list[Any], prefix: str = "BeamProbeArg") -> tuple[Any, ...]:
         """The expression ``Fun(Arg0, Arg1, ...)`` for a helper, with values
         passed as erl_eval bindings (appended to ``bindings``), Local
         arguments as funs, Var arguments as the variables they name and Form

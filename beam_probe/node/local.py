@@ -7,6 +7,8 @@ own ``.erlang.cookie`` (mode 400), and is stopped by its pid.
 
 from __future__ import annotations
 
+from typing import Any
+
 import os
 import shutil
 import socket
@@ -58,7 +60,7 @@ class LocalNode:
         # Where the private HOME is made (default: the temporary directory).
         self.home_parent = home_parent
         self.home: str | None = None
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[Any] | None = None
 
     @property
     def cookie_file(self) -> str:
@@ -102,6 +104,7 @@ class LocalNode:
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
+        assert self.proc is not None
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 self._log.seek(0)

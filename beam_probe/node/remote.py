@@ -12,7 +12,7 @@ the attached node, ``fan_out`` through it to the nodes it is connected to.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator
+from typing import Any, Generator
 
 from beam_probe.erldist.connection import MESSAGE, Connection, ReplyLimits
 from beam_probe.erldist.dial import connect
@@ -51,17 +51,17 @@ class Remote:
         self.timeout = timeout
         self.node = conn.peer_node
         self.helpers = HelperForms(self._plain_call)
-        self._encoded: dict[tuple, Encoded] = {}
+        self._encoded: dict[tuple[Any, ...], Encoded] = {}
 
-    def _plain_call(self, module: str, function: str, args: list) -> Any:
+    def _plain_call(self, module: str, function: str, args: list[Any]) -> Any:
         return self.call(module, function, args)
 
-    def call(self, module: str, function: str, args: list | tuple = (),
+    def call(self, module: str, function: str, args: list[Any] | tuple[Any, ...] = (),
              timeout: float | None = None) -> Any:
         return self.conn.call(module, function, list(args),
                               self.timeout if timeout is None else timeout)
 
-    def calls(self, requests: list[tuple[str, str, list]],
+    def calls(self, requests: list[tuple[str, str, list[Any]]],
               timeout: float | None = None) -> list[Any]:
         """Several calls in flight at once; results in request order."""
         refs = [self.conn.call_async(m, f, list(a)) for m, f, a in requests]
@@ -71,8 +71,8 @@ class Remote:
                                f"{m}:{f}/{len(a)}")
                 for ref, (m, f, a) in zip(refs, requests)]
 
-    def guarded(self, module: str, function: str, args: tuple,
-                watch: Any, deadline: float | None) -> tuple[Any, list]:
+    def guarded(self, module: str, function: str, args: tuple[Any, ...],
+                watch: Any, deadline: float | None) -> tuple[Any, list[Any]]:
         """The abstract form of ``guard(Watch, Deadline, fun() ->
         Function(Args...) end)`` and its bindings, for erl_eval:expr/5 on
         any node. ``watch`` is a term or a Var; ``deadline`` in seconds, or
@@ -82,7 +82,7 @@ class Remote:
         Locals and Vars (values go in the bindings), so it is encoded once
         per connection: a watch sends the same 12 KB form every sample,
         and encoding it cost ~3 ms of beam-probe's CPU each time."""
-        bindings: list = []
+        bindings: list[Any] = []
         inner = self.helpers.call(module, function, args, bindings)
         form = self.helpers.call(GUARD, "guard",
                                  (watch, _millis(deadline), work_fun(inner)),
@@ -116,7 +116,7 @@ class Remote:
 
     def stream(self, module: str, function: str, *args: Any,
                timeout: float | None = None,
-               limit: int = 2) -> Iterator[Any]:
+               limit: int = 2) -> Generator[Any, None, Any]:
         """Run a streaming helper: it takes our pid and a tag first, sends
         ``{Tag, Sender, Chunk}`` messages and waits for ``{Tag, more}``
         after each. Yields each chunk; the helper's own value, once it
@@ -146,7 +146,7 @@ class Remote:
         finally:
             self.conn.close_mailbox(box)
 
-    def fan_out(self, nodes: list, module: str, function: str, *args: Any,
+    def fan_out(self, nodes: list[Any], module: str, function: str, *args: Any,
                 timeout: float, wait: float | None = None) -> Any:
         """``function`` on each of ``nodes`` at once, through the attached
         node (erpc:multicall), each under a guard that watches the call on
@@ -162,7 +162,7 @@ class Remote:
                         _millis(timeout), timeout=timeout + GUARD_MARGIN
                         if wait is None else wait)
 
-    def _watch(self) -> tuple:
+    def _watch(self) -> tuple[Any, ...]:
         return (A_NODE, Atom(self.conn.our_node))
 
     def close(self) -> None:
@@ -175,7 +175,7 @@ class Remote:
         self.close()
 
 
-def _shape(arg: Any) -> tuple:
+def _shape(arg: Any) -> tuple[Any, ...]:
     """What of an argument is part of the form: a Local's or a Var's name;
     a value is a binding, whatever it is."""
     if isinstance(arg, Local):
@@ -185,7 +185,7 @@ def _shape(arg: Any) -> tuple:
     return ("value",)
 
 
-def _expr_args(form: Any, bindings: list) -> list:
+def _expr_args(form: Any, bindings: list[Any]) -> list[Any]:
     # erl_eval:expr/5 with return format 'value' sends back the value alone,
     # not the bindings (which would echo every argument back).
     return [form, bindings, A_NONE, A_NONE, A_VALUE]

@@ -68,8 +68,10 @@ def _table(raw: Any, wordsize: int) -> EtsTable:
 
 
 def check_n(n: int) -> None:
-    if not 1 <= n <= MAX_N:
-        raise UsageError(f"N must be between 1 and {MAX_N}, not {n}")
+    if n < 1:
+        raise UsageError(f"N must be at least 1, not {n}")
+    if n > MAX_N:
+        raise UsageError(f"N must be at most {MAX_N}, not {n}")
 
 
 def largest(remote: Remote, n: int = 10, sort: str = "memory") -> EtsReport:

@@ -160,6 +160,11 @@ def proc_info(remote: Remote, spec: str) -> ProcInfo:
         if isinstance(term, Pid):
             return texts.get(term) or str(term)
         return format_term(term)
-    groups = {group: {key: _value(key, fields[key], shown) for key in keys}
-              for group, keys in GROUPS}
-    return {"node": remote.node, "pid": str(reply["pid"]), **groups}
+    keys = dict(GROUPS)
+
+    def group(name: str) -> dict[str, Any]:
+        return {key: _value(key, fields[key], shown) for key in keys[name]}
+    return {"node": remote.node, "pid": str(reply["pid"]),
+            "meta": group("meta"), "signals": group("signals"),
+            "location": group("location"),
+            "memory_used": group("memory_used"), "work": group("work")}

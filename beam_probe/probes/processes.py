@@ -8,15 +8,16 @@ few processes, so one round trip answers. Python orders and renders.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generator
+from typing import Any, Callable, Generator, Literal, Sequence, overload
 
 from beam_probe.erldist.terms import Atom, integers, mfa
 from beam_probe.errors import ProtocolError, UsageError
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply
-from beam_probe.probes.results import (BinLeak, ProcCount, ProcCountAllSummary, ProcessRow,
-                      ProcWindow)
+from beam_probe.probes.results import (BinLeak, DeltaRow, ProcCount,
+                                       ProcCountAllSummary, ProcWindow,
+                                       ValueRow)
 
 HELPER = "beam_probe_scan"
 
@@ -65,7 +66,26 @@ def check_attribute(attribute: str) -> None:
                          f"{', '.join(ATTRIBUTES)}")
 
 
-def rows(raw: Any, key: str, order: bool = False) -> list[ProcessRow]:
+def check_request(attribute: str | None = None, n: int | None = None,
+                  millis: int | None = None, jobs: int = 0) -> None:
+    """A request to any probe here, checked whole (what it names): each
+    probe calls this first, and the CLI calls it before connecting."""
+    if attribute is not None:
+        check_attribute(attribute)
+    if n is not None:
+        check_n(n)
+    if millis is not None:
+        check_window(millis)
+    check_jobs(jobs)
+
+
+@overload
+def rows(raw: Any, key: Literal["value"], order: bool = ...
+         ) -> list[ValueRow]: ...
+@overload
+def rows(raw: Any, key: Literal["delta"], order: bool = ...
+         ) -> list[DeltaRow]: ...
+def rows(raw: Any, key: str, order: bool = False) -> list[Any]:
     """Rows from a describe/1 reply, the number under ``key``. With
     ``order``, largest first; equal values list the later process first,
     the order recon's reverse(keysort(...)) gives."""
@@ -75,7 +95,7 @@ def rows(raw: Any, key: str, order: bool = False) -> list[ProcessRow]:
     if not len(values) == len(pids) == len(infos):
         raise ProtocolError("beam_probe_scan:describe's columns are of "
                             "different lengths")
-    index = range(len(values))
+    index: Sequence[int] = range(len(values))
     if order:
         index = sorted(index, key=lambda i: (-values[i], -i))
     out = []
@@ -106,8 +126,7 @@ def bin_leak(remote: Remote, n: int, max_gc: int | None = None,
     Processes that hold no refc binaries are never collected. ``dry_run``
     stops after the first pass and collects nothing.
     """
-    check_n(n)
-    check_jobs(jobs)
+    check_request(n=n, jobs=jobs)
     progress("counting every process's refc binaries" if dry_run else
              "counting every process's refc binaries, then collecting "
              "the holders")
@@ -136,9 +155,7 @@ def proc_count(remote: Remote, attribute: str, n: int,
     over ``jobs`` schedulers (0: two per online one), and a sort of the
     values of each slice. No GC.
     """
-    check_attribute(attribute)
-    check_n(n)
-    check_jobs(jobs)
+    check_request(attribute, n, jobs=jobs)
     progress(f"reading {attribute} of every process")
     reply = remote.ask(HELPER, "proc_count", Atom(attribute), n, jobs,
                        *LOCALS)
@@ -149,14 +166,13 @@ def proc_count(remote: Remote, attribute: str, n: int,
 
 def proc_count_all(remote: Remote, attribute: str,
                    progress: Progress = _quiet, jobs: int = 0
-                   ) -> Generator[list[ProcessRow], None,
+                   ) -> Generator[list[ValueRow], None,
                                   ProcCountAllSummary]:
     """Every process by Attribute, largest first, in chunks of rows: the
     node sends the next chunk only when the last is taken, so a dump of a
     million processes never sits whole in the node's rex server or here.
     The generator's return value is {"scanned": N, "sent": M}."""
-    check_attribute(attribute)
-    check_jobs(jobs)
+    check_request(attribute, jobs=jobs)
     progress(f"reading {attribute} of every process")
     stream = remote.stream(HELPER, "proc_count_all", Atom(attribute),
                            ALL_CHUNK, int(remote.timeout * 1000), jobs,
@@ -177,6 +193,14 @@ def proc_count_all(remote: Remote, attribute: str,
 MAX_WINDOW_MS = 3_600_000
 
 
+def check_window(millis: int) -> None:
+    if millis < 1:
+        raise UsageError(f"MILLISECONDS must be at least 1, not {millis}")
+    if millis > MAX_WINDOW_MS:
+        raise UsageError(f"MILLISECONDS must be at most {MAX_WINDOW_MS}, "
+                         f"not {millis}")
+
+
 def proc_window(remote: Remote, attribute: str, n: int, millis: int,
                 progress: Progress = _quiet, jobs: int = 0) -> ProcWindow:
     """recon:proc_window(Attribute, N, Millis): the largest increases.
@@ -185,12 +209,7 @@ def proc_window(remote: Remote, attribute: str, n: int, millis: int,
     Processes born or dead inside the window are listed apart (born: value
     at the end; dead: value at the start), never mixed into the deltas.
     """
-    check_attribute(attribute)
-    check_n(n)
-    if not 0 < millis <= MAX_WINDOW_MS:
-        raise UsageError(f"MILLISECONDS must be between 1 and "
-                         f"{MAX_WINDOW_MS}, not {millis}")
-    check_jobs(jobs)
+    check_request(attribute, n, millis, jobs)
     progress(f"reading {attribute} of every process, twice, "
              f"{millis} ms apart")
     reply = remote.ask(HELPER, "proc_window", Atom(attribute), n, millis,

@@ -10,7 +10,8 @@ order (tests/test_json_shapes.py holds it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, TypedDict
+from typing import (TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple,
+                    TypedDict)
 
 if TYPE_CHECKING:
     from typing_extensions import NotRequired
@@ -59,7 +60,7 @@ class DeltaRow(TypedDict):
     exited: bool
 
 
-ProcessRow = Dict[str, Any]  # a ValueRow or a DeltaRow, as rows() makes it
+ProcessRow = Mapping[str, Any]  # a ValueRow or a DeltaRow, read by key
 
 
 class ProcCount(TypedDict):

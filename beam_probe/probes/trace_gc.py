@@ -42,6 +42,23 @@ _GC_KINDS = {"gc_minor_start": ("minor", 0), "gc_minor_end": ("minor", 1),
              "gc_major_start": ("major", 0), "gc_major_end": ("major", 1)}
 
 
+def check_request(specs: list[str], top: tuple[int, str] | None,
+                  duration: float, max_events: int) -> list[tuple[Atom, Any]]:
+    """The request checked whole, before anything connects; the targets
+    it names, read."""
+    from beam_probe.probes.processes import check_attribute, check_n
+
+    targets = [target(spec) for spec in specs]
+    if top:
+        check_n(top[0])
+        check_attribute(top[1])
+    elif not specs:
+        raise UsageError("give the processes to trace (a pid or a name), "
+                         "or --top N ATTRIBUTE")
+    check_limits(duration, max_events, len(specs) + (top or (0,))[0])
+    return targets
+
+
 def check_limits(duration: float, max_events: int, targets: int) -> None:
     if not 0 < duration <= MAX_DURATION:
         raise UsageError(f"--duration must be between 0 and "
@@ -64,7 +81,7 @@ def _sizes(info: Any, wordsize: int) -> dict[str, int]:
     return out
 
 
-def skipped_why(skipped: dict, mode: str) -> str:
+def skipped_why(skipped: dict[Any, Any], mode: str) -> str:
     """Why a process asked for was not traced, from its code: the phrase
     both the text and the error that nothing could be traced use."""
     why = skipped["why"]
@@ -108,22 +125,25 @@ class TraceGc:
                  top: tuple[int, str] | None, duration: float,
                  max_events: int, jobs: int,
                  progress: Callable[[str], None]) -> None:
-        self._connect, self._specs, self._top = connect, specs, top
+        # Checked here, where nothing has connected yet: a typo costs no
+        # connection.
+        self._targets = check_request(specs, top, duration, max_events)
+        self._connect, self._top = connect, top
         self.duration, self.max_events, self._jobs = duration, max_events, \
             jobs
         self._progress = progress
         self._attached: Any = None
         self.remote: Any = None
         self._stream: Generator[Any, None, Any] | None = None
-        self._open: dict[Pid, tuple[str, int, dict]] = {}
-        self._who: dict[Pid, dict] = {}
-        self._stats: dict[Pid, dict] = {}
+        self._open: dict[Pid, tuple[str, int, dict[Any, Any]]] = {}
+        self._who: dict[Pid, dict[Any, Any]] = {}
+        self._stats: dict[Pid, dict[Any, Any]] = {}
         self._rising: dict[Pid, _Rising] = {}
         self._first_ts: int | None = None
         self.node = ""
         self.mode = ""
         self.collections = 0
-        self.ended: dict = {}
+        self.ended: dict[Any, Any] = {}
 
     def open(self) -> None:
         from beam_probe.probes.processes import proc_count
@@ -131,7 +151,7 @@ class TraceGc:
         self._attached = self._connect()
         remote = self.remote = self._attached.__enter__()
         self.node = remote.node
-        targets = [target(spec) for spec in self._specs]
+        targets = list(self._targets)
         if self._top:
             n, attribute = self._top
             self._progress(f"finding the {n} largest by {attribute}")
@@ -146,7 +166,7 @@ class TraceGc:
             Local("drain"),
             timeout=FLUSH_MS / 1000 + remote.timeout, limit=4)
 
-    def samples(self) -> Iterator[dict]:
+    def samples(self) -> Iterator[dict[str, Any]]:
         assert self._stream is not None
         stream = self._stream
         try:
@@ -173,7 +193,7 @@ class TraceGc:
                     if line is not None:
                         yield line
 
-    def _started(self, chunk: Any) -> dict:
+    def _started(self, chunk: Any) -> dict[Any, Any]:
         if chunk is None:
             raise UsageError("the node's tracer did not start")
         started = Reply(f"{HELPER}:trace_gc's first chunk", chunk)
@@ -223,7 +243,7 @@ class TraceGc:
                     else format_term(s) for s in holder]
         return [format_term(holder)]
 
-    def _event(self, event: Any) -> dict | None:
+    def _event(self, event: Any) -> dict[Any, Any] | None:
         _, pid, tag, info, ts = event
         kind = _GC_KINDS.get(str(tag))
         if kind is None:
@@ -241,12 +261,12 @@ class TraceGc:
         return self._collection(pid, kind[0], began, ts, before, sizes)
 
     def _collection(self, pid: Pid, kind: str, began: int, ended: int,
-                    before: dict, after: dict) -> dict:
-        def total(s: dict) -> int:
+                    before: dict[Any, Any], after: dict[Any, Any]) -> dict[Any, Any]:
+        def total(s: dict[str, int]) -> int:
             return s.get("heap_size", 0) + s.get("old_heap_size", 0) + \
                 s.get("mbuf_size", 0)
 
-        def binary(s: dict) -> int:
+        def binary(s: dict[str, int]) -> int:
             return s.get("bin_vheap_size", 0) + s.get("bin_old_vheap_size", 0)
 
         who = self._who.get(pid, {"pid": str(pid), "name": None,
@@ -276,7 +296,7 @@ class TraceGc:
             rising.add(total(after))
         return line
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[Any, Any]:
         processes = []
         for pid, stats in self._stats.items():
             rising = self._rising[pid]
@@ -312,4 +332,4 @@ class TraceGc:
             else 0
 
 
-__all__ = ["TraceGc", "check_limits", "skipped_why"]
+__all__ = ["TraceGc", "check_limits", "check_request", "skipped_why"]

@@ -12,7 +12,10 @@ which a sawtooth (allocate, free) leaves flat and a leak lifts.
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple, Sequence
+
+if TYPE_CHECKING:
+    from beam_probe.probes.results import RiseJson
 
 # What the leak rule watches: memory categories (bytes) and counts.
 LEAK_CATEGORIES = ("total", "processes", "binary", "ets", "atom_count",
@@ -60,7 +63,7 @@ def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not a figure")
 
 
-def read_record(raw: bytes) -> dict | None:
+def read_record(raw: bytes) -> dict[Any, Any] | None:
     """One JSON line of a watch file or a history, or None when it is not
     a record: an object with a node name and a time in range. A figure
     out of range (or not a number) reads as None, as a missing one does."""
@@ -118,7 +121,7 @@ class Rise(NamedTuple):
         # means something even over a short span.
         return self.growth * 3600 / self.seconds if self.seconds > 0 else None
 
-    def as_json(self) -> dict:
+    def as_json(self) -> RiseJson:
         return {"category": self.category, "rises": self.rises,
                 "growth": self.growth, "seconds": round(self.seconds, 3),
                 "per_hour": None if self.per_hour is None
@@ -173,7 +176,8 @@ class LeakRule:
     def __init__(self, rises: int = DEFAULT_RISES,
                  categories: Iterable[str] = LEAK_CATEGORIES) -> None:
         self.rises = rises
-        self.points = {c: deque(maxlen=rises + 1) for c in categories}
+        self.points: dict[str, deque[Point]] = {
+            c: deque(maxlen=rises + 1) for c in categories}
         self.fired: dict[str, Rise] = {}
 
     def add(self, epoch: float, values: dict[str, float]) -> list[Rise]:
@@ -206,15 +210,17 @@ class Stats:
     def __init__(self) -> None:
         self.first: Point | None = None
         self.last: Point | None = None
-        self.low = self.high = None
+        self.low: float | None = None
+        self.high: float | None = None
 
     def add(self, point: Point) -> None:
         if self.first is None:
             self.first = point
-            self.low = self.high = point.value
         self.last = point
-        self.low = min(self.low, point.value)
-        self.high = max(self.high, point.value)
+        self.low = point.value if self.low is None \
+            else min(self.low, point.value)
+        self.high = point.value if self.high is None \
+            else max(self.high, point.value)
 
     @property
     def per_hour(self) -> float | None:
@@ -223,7 +229,7 @@ class Stats:
         return per_hour(self.last.value - self.first.value,
                         self.last.epoch - self.first.epoch)
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[Any, Any]:
         return {"first": self.first.value if self.first else None,
                 "last": self.last.value if self.last else None,
                 "min": self.low, "max": self.high,
@@ -265,8 +271,8 @@ class Series:
 def _merge(points: list[tuple[float, float | None]]
            ) -> tuple[float, float | None]:
     when = sum(epoch for epoch, _ in points) / len(points)
-    values = [v for _, v in points]
-    if any(v is None for v in values):
+    values = [v for _, v in points if v is not None]
+    if len(values) < len(points):
         return when, None
     return when, sum(values) / len(values)
 

@@ -13,7 +13,7 @@ however long it runs.
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from beam_probe.errors import EXIT_LEAK, EXIT_NOT_JUDGED, ProbeError, UsageError
 from beam_probe.node.forms import LIB, Local
@@ -22,7 +22,7 @@ from beam_probe.node.replies import Reply
 from beam_probe.probes.trend import (DEFAULT_FLOOR, DEFAULT_RISES, LEAK_CATEGORIES, Floor,
                      LeakRule, Point, Series, Stats)
 from beam_probe.probes.alloc import rss_bytes
-from beam_probe.probes.results import Sample
+from beam_probe.probes.results import RiseJson, Sample
 
 HELPER = "beam_probe_watch"
 GC_MODES = ("none", "holders", "all")
@@ -157,7 +157,7 @@ class Watch:
         if self.remote is None:
             self.open()
         started = self.started = self.clock()
-        previous: tuple[float, dict] | None = None
+        previous: tuple[float, Reply] | None = None
         slot = 0
         while True:
             now = self.clock()
@@ -187,8 +187,8 @@ class Watch:
                 return
             self.sleep(max(0.0, due - self.clock()))
 
-    def _take(self, now: float, previous: tuple[float, dict] | None
-              ) -> tuple[Sample, dict | None]:
+    def _take(self, now: float, previous: tuple[float, Reply] | None
+              ) -> tuple[Sample, Reply | None]:
         try:
             if self.remote is None:
                 self.remote = self.connect()
@@ -253,7 +253,7 @@ class Watch:
         it could)."""
         return 0 if self.judged else self.needed - self.in_a_row
 
-    def unconfirmed(self) -> list[dict]:
+    def unconfirmed(self) -> list[RiseJson]:
         """Raw series that only rose (by more than noise) in categories
         the rule has not fired on, while it could not judge yet."""
         if self.judged:
@@ -271,7 +271,7 @@ class Watch:
             return EXIT_LEAK
         return 0 if self.judged else EXIT_NOT_JUDGED
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[Any, Any]:
         """First, last, min, max and growth per hour per category, the
         leaks suspected at any point of the run, and whether the rule
         could judge at all."""

@@ -6,14 +6,16 @@ in the tree are named here, from the ancestors the file holds.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from array import array
+from functools import partial
 from itertools import compress
 from typing import Any, Callable, Iterator
 
 from beam_probe.erldist.terms import Atom, Pid, format_term, integers
-from beam_probe.snapshots.format import SnapshotError, read
+from beam_probe.snapshots.format import SnapshotError, decoded, read
 
 
 def _mfa(term: Any) -> str:
@@ -25,7 +27,7 @@ def _mfa(term: Any) -> str:
 class Loaded:
     """One snapshot, in columns."""
 
-    def __init__(self, path: str, header: dict) -> None:
+    def __init__(self, path: str, header: dict[Any, Any]) -> None:
         self.path, self.header = path, header
         self.node: str = header["node"]
         self.epoch = float(header.get("epoch", 0))
@@ -43,14 +45,14 @@ class Loaded:
         self._calls: dict[Any, int] = {}
         self.names: dict[int, str] = {}
         self.labels: dict[int, str] = {}
-        self.tables: list[dict] = []
-        self.ports: list[dict] = []
+        self.tables: list[dict[str, Any]] = []
+        self.ports: list[dict[str, Any]] = []
         self.counts: list[int] | None = None  # rows per group id
         # Groups named by their place in the tree, named once every section
         # is read: (group id, what the process runs, its parent's key).
         self.placed: list[tuple[int, str, int]] = []
         # Format 3: each ancestor's class, by pid key (see name_placed).
-        self.ancestors: dict[int, tuple] | None = None
+        self.ancestors: dict[int, tuple[Any, ...]] | None = None
 
     def rows_of(self, keys: set[int]) -> dict[int, int]:
         """The rows of a few pid keys, in one pass: no index of every row
@@ -61,7 +63,7 @@ class Loaded:
                         map(keys.__contains__, self.keys))
         return {self.keys[i]: i for i in rows}
 
-    def intern(self, table: dict, names: list, key: Any,
+    def intern(self, table: dict[Any, Any], names: list[Any], key: Any,
                text: Callable[[], str]) -> int:
         found = table.get(key)
         if found is None:
@@ -82,7 +84,22 @@ def _key(pid: Pid) -> int:
 
 
 def load(path: str) -> Loaded:
+    """A snapshot file, read into columns."""
     header, sections = read(path)
+    return _build(path, header, sections)
+
+
+def taken(path: str, header: dict[str, Any],
+          sections: list[tuple[bytes, bytes]]) -> Loaded:
+    """A snapshot just taken (and written to ``path``), into columns from
+    the bytes in hand: its header as the file holds it (JSON), its
+    sections decoded and checked as a file's are."""
+    return _build(path, json.loads(json.dumps(header)),
+                  decoded(path, sections))
+
+
+def _build(path: str, header: dict[str, Any],
+           sections: Iterator[tuple[str, Any]]) -> Loaded:
     snap = Loaded(path, header)
     seen = set()
     for kind, term in sections:
@@ -114,7 +131,7 @@ VAGUE = frozenset(("proc_lib:init_p/3", "proc_lib:init_p/5",
                    "erlang:apply/2"))
 
 
-def _class(term: Any) -> tuple:
+def _class(term: Any) -> tuple[Any, ...]:
     """An ancestor's class, in plain values: ("name", text), ("label",
     text), ("up", parent key, what it runs) or ("call", what it runs)."""
     kind = str(term[0])
@@ -149,7 +166,7 @@ def name_placed(snap: Loaded) -> None:
             f" ({depth} up)" if depth > 1 else "")
 
 
-def _walk(ancestors: dict[int, tuple], parent: int) -> tuple[str, int]:
+def _walk(ancestors: dict[int, tuple[Any, ...]], parent: int) -> tuple[str, int]:
     """Up from ``parent`` to the first named ancestor: its name and how
     many levels up it is (1: the parent)."""
     key, depth, last = parent, 1, None
@@ -191,7 +208,7 @@ def _pid_text(key: int) -> str:
 _PIDS = re.compile(rb"<\d+\.(\d+)\.(\d+)>")
 
 
-def _pid_keys(data: bytes, count: int) -> array:
+def _pid_keys(data: bytes, count: int) -> array[int]:
     """The keys of a chunk's pid column. Format 2: term_to_binary of each
     pid, all of one width (NEW_PID_EXT: 131, 88, the node atom, then the
     number, the serial and the creation, four bytes each); the serial's
@@ -217,7 +234,7 @@ def _pid_keys(data: bytes, count: int) -> array:
 _LEAD = 1 << 56
 
 
-def _numbers(column: Any) -> array:
+def _numbers(column: Any) -> array[int]:
     """An integer column. Format 2: eight bytes each, big-endian, 2^56
     added (beam_probe_snapshot.erl says why): the lead byte cleared, the
     bytes taken whole. Format 1: a list of integers (a str when every one
@@ -236,7 +253,7 @@ def _numbers(column: Any) -> array:
     return array("q", integers(column))
 
 
-def _big_endian(raw: bytes | bytearray, code: str = "q") -> array:
+def _big_endian(raw: bytes | bytearray, code: str = "q") -> array[int]:
     out = array(code)
     out.frombytes(raw)
     if sys.byteorder == "little":
@@ -244,16 +261,16 @@ def _big_endian(raw: bytes | bytearray, code: str = "q") -> array:
     return out
 
 
-def _interned(snap: Loaded, column: Any, table: dict, names: list,
-              text: Callable[[Any], str]) -> array:
+def _interned(snap: Loaded, column: Any, table: dict[Any, Any], names: list[Any],
+              text: Callable[[Any], str]) -> array[int]:
     """A column sent as {Unique, Indices}: our ids, one per row."""
     unique, indices = column
-    ids = [snap.intern(table, names, value, lambda v=value: text(v))
+    ids = [snap.intern(table, names, value, partial(text, value))
            for value in unique]
     return array("i", map(ids.__getitem__, _numbers(indices)))
 
 
-def _rows_of(indices: array, wanted: set[int]) -> Iterator[tuple[int, int]]:
+def _rows_of(indices: array[int], wanted: set[int]) -> Iterator[tuple[int, int]]:
     """(row, index) of the rows whose index is in ``wanted`` (a few
     unique values): found by array.index, in C, not row by row."""
     for value in wanted:
@@ -288,7 +305,7 @@ def _add_rows(snap: Loaded, chunk: Any) -> None:
     group_ids = [_placed(snap, group) if group[0] == "parent" else
                  snap.intern(snap._groups, snap.group_names,
                              (group[0], group[1]),
-                             lambda g=group: _group_text(g))
+                             partial(_group_text, group))
                  for group in unique]
     if any(group[0] == "parent" and len(group) == 2 for group in unique):
         # Formats 1 and 2: {parent, Pid}, what the process runs from its
@@ -320,7 +337,7 @@ def _add_rows(snap: Loaded, chunk: Any) -> None:
         array_.extend(column)
 
 
-def _placed(snap: Loaded, group: tuple) -> int:
+def _placed(snap: Loaded, group: tuple[Any, ...]) -> int:
     """The id of a group known by its place: {parent, What, Pid} (format
     3); named once the ancestors are read. Formats 1-2's {parent, Pid}
     are given their ids per row (_place_by_row)."""
@@ -339,8 +356,8 @@ def _placed_id(snap: Loaded, what: str, parent: int) -> int:
     return found
 
 
-def _place_by_row(snap: Loaded, unique: list, indices: array,
-                  group_ids: list, calls: array) -> None:
+def _place_by_row(snap: Loaded, unique: list[Any], indices: array[int],
+                  group_ids: list[Any], calls: array[int]) -> None:
     """Formats 1 and 2: a {parent, Pid} group is what each of its rows
     runs, under that parent."""
     for row, value in _rows_of(indices, {
@@ -350,7 +367,7 @@ def _place_by_row(snap: Loaded, unique: list, indices: array,
         indices[row] = len(group_ids) - 1
 
 
-def _table(snap: Loaded, t: tuple) -> dict:
+def _table(snap: Loaded, t: tuple[Any, ...]) -> dict[Any, Any]:
     ident, name, owner, size, words, kind = t
     owner_key = _key(owner) if isinstance(owner, Pid) else None
     return {"id": format_term(ident), "name": format_term(name),
@@ -361,7 +378,7 @@ def _table(snap: Loaded, t: tuple) -> dict:
             "type": format_term(kind)}
 
 
-def _port(p: tuple) -> dict:
+def _port(p: tuple[Any, ...]) -> dict[Any, Any]:
     port, name, _connected, memory = p
     return {"id": str(port),
             "name": format_term(name[1]) if isinstance(name, tuple)

@@ -16,7 +16,7 @@ from array import array
 from collections import Counter, deque
 from itertools import compress, repeat
 from operator import eq, not_
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from beam_probe.snapshots.columns import Loaded, load
 from beam_probe.snapshots.format import SnapshotError
@@ -54,7 +54,7 @@ def _owners(snap: Loaded) -> dict[int | None, str]:
     return out
 
 
-def _summary(snap: Loaded) -> dict:
+def _summary(snap: Loaded) -> dict[Any, Any]:
     sample = snap.header["sample"]
     return {"node": snap.node, "time": snap.header.get("time"),
             "memory": {k: sample.get(k) for k in MEMORY_KEYS},
@@ -81,7 +81,7 @@ def _rows_by_key(snap: Loaded) -> dict[int, int]:
 
 
 def _alive_in(a: Loaded, b: Loaded, index: dict[int, int] | None = None
-              ) -> array:
+              ) -> array[int]:
     """For each row of a, its row in b (same process: pid and initial
     call), or -1. An array: a list of a million row numbers would be ~40
     MB of int objects. Found through ``index``, b's rows by key
@@ -100,14 +100,14 @@ def _alive_in(a: Loaded, b: Loaded, index: dict[int, int] | None = None
     return found
 
 
-def _through(a_in_b: array, b_in_c: array) -> array:
+def _through(a_in_b: array[int], b_in_c: array[int]) -> array[int]:
     """a's rows in c, through b: a process alive in a and c was alive in
     b (one that died and whose pid was taken again is another)."""
     ext = b_in_c + array("q", [-1])  # a_in_b's -1 reads this last -1
     return array("q", map(ext.__getitem__, a_in_b))
 
 
-def _inverse(forward: array, size: int) -> array:
+def _inverse(forward: array[int], size: int) -> array[int]:
     """The rows of b to a's rows, from a's rows to b's (-1: none)."""
     back = array("q", [-1]) * size
     found = bytes(map(_FOUND, forward))
@@ -141,15 +141,15 @@ def _totals(snap: Loaded) -> tuple[list[int], list[int], list[int]]:
     return _per_group(snap), memory, binary
 
 
-def _groups(a: Loaded, b: Loaded, a_in_b: array) -> list[dict]:
+def _groups(a: Loaded, b: Loaded, a_in_b: array[int]) -> list[dict[str, Any]]:
     """Per group (b's for the living and born, a's for the dead): counts,
     born, died, and the change in bytes, largest growth first."""
     found = bytes(map(_FOUND, a_in_b))
     kept_a = _per_group(a, compress(range(len(a_in_b)), found))
     kept_b = _per_group(b, compress(a_in_b, found))
-    stats: dict[str, dict] = {}
+    stats: dict[str, dict[Any, Any]] = {}
 
-    def entry(name: str) -> dict:
+    def entry(name: str) -> dict[Any, Any]:
         found = stats.get(name)
         if found is None:
             found = stats[name] = {"what": name, "size_bytes": 0,
@@ -208,7 +208,7 @@ def _examples(snap: Loaded, names: set[str], born: Iterable[int]
     return out
 
 
-def _tables(a: Loaded, b: Loaded) -> list[dict]:
+def _tables(a: Loaded, b: Loaded) -> list[dict[str, Any]]:
     """Tables of b that are new since a or grew, largest growth first."""
     before = {t["id"]: t for t in a.tables}
     owners = _owners(b)
@@ -232,7 +232,7 @@ def _tables(a: Loaded, b: Loaded) -> list[dict]:
 _OUR_ATOM = re.compile(r"beam_probe_[1-8]@")
 
 
-def _atoms(a: Loaded, b: Loaded) -> dict:
+def _atoms(a: Loaded, b: Loaded) -> dict[Any, Any]:
     """Atoms made between a and b, ours left out: how many, and the names
     of those b's file holds."""
     first, last = a.header["atom_count"], b.header["atom_count"]
@@ -247,7 +247,7 @@ def _atoms(a: Loaded, b: Loaded) -> dict:
             "all_named": first >= start and len(known) == last - first}
 
 
-def _ports(a: Loaded, b: Loaded) -> dict:
+def _ports(a: Loaded, b: Loaded) -> dict[Any, Any]:
     old = {p["id"] for p in a.ports}
     new = [p["name"] for p in b.ports if p["id"] not in old]
     return {"before": len(a.ports), "after": len(b.ports),
@@ -271,12 +271,34 @@ def check_pair(a: Loaded, b: Loaded, force: bool) -> None:
                             "the snapshots oldest first")
 
 
-def heap_diff(snaps: list[Loaded], force: bool = False) -> dict:
+def check_count(count: int) -> None:
+    if not 2 <= count <= 3:
+        raise SnapshotError("diff compares two or three snapshot files "
+                            f"(given {count})")
+
+
+def diff_files(paths: list[str], force: bool = False,
+               progress: Callable[[str], None] = lambda text: None
+               ) -> dict[str, Any]:
+    """heap_diff of snapshot files, oldest first: their count is checked
+    before any is read."""
+    check_count(len(paths))
+    loaded = []
+    for path in paths:
+        progress(f"reading {path}")
+        loaded.append(load(path))
+    progress("comparing")
+    return _compare(loaded, force)
+
+
+def heap_diff(snaps: list[Loaded], force: bool = False) -> dict[str, Any]:
     """Two snapshots: memwatch's HeapDiff. Three: the same between the
     first and the last, with the three-snapshot rule's suspects first."""
-    if not 2 <= len(snaps) <= 3:
-        raise SnapshotError("diff compares two or three snapshots "
-                            f"(given {len(snaps)})")
+    check_count(len(snaps))
+    return _compare(snaps, force)
+
+
+def _compare(snaps: list[Loaded], force: bool) -> dict[str, Any]:
     for a, b in zip(snaps, snaps[1:]):
         check_pair(a, b, force)
     first, last = snaps[0], snaps[-1]
@@ -305,7 +327,8 @@ def heap_diff(snaps: list[Loaded], force: bool = False) -> dict:
     result: dict[str, Any] = {"before": before, "after": after}
     if len(snaps) == 3:
         result["middle"] = _summary(snaps[1])
-        result["suspects"] = suspects(*snaps, a_in_b, b_in_c, c_in_b)
+        result["suspects"] = suspects(snaps[0], snaps[1], snaps[2], a_in_b,
+                                       b_in_c, c_in_b)
     result["change"] = {
         "size_bytes": change["total"], "memory": change,
         "details": shown, "groups": len(details)}
@@ -318,8 +341,8 @@ def heap_diff(snaps: list[Loaded], force: bool = False) -> dict:
     return result
 
 
-def suspects(a: Loaded, b: Loaded, c: Loaded, a_in_b: array,
-             b_in_c: array, c_from_b: array) -> dict:
+def suspects(a: Loaded, b: Loaded, c: Loaded, a_in_b: array[int],
+             b_in_c: array[int], c_from_b: array[int]) -> dict[Any, Any]:
     """What was made between a and b and is still there at c, what kept
     growing through both intervals: the three-snapshot rule. The row maps
     between them as heap_diff finds them."""
@@ -330,7 +353,7 @@ def suspects(a: Loaded, b: Loaded, c: Loaded, a_in_b: array,
     alive = bytes(map(_FOUND, b_in_c))
     both = (int.from_bytes(born, "little")
             & int.from_bytes(alive, "little")).to_bytes(len(born), "little")
-    kept: dict[str, dict] = {}
+    kept: dict[str, dict[Any, Any]] = {}
     for j in compress(range(len(both)), both):
         k = b_in_c[j]
         name = c.group_names[c.groups[k]]
@@ -349,7 +372,7 @@ def suspects(a: Loaded, b: Loaded, c: Loaded, a_in_b: array,
                               map(MIN_GROWTH.__le__, c.memory)))
     candidates.update(compress(range(len(c.keys)),
                                map(MIN_GROWTH.__le__, c.binary)))
-    growing = []
+    growing: list[dict[str, Any]] = []
     for k in sorted(candidates):
         j = c_from_b[k]
         i = b_from_a[j] if j >= 0 else -1
@@ -376,11 +399,13 @@ def suspects(a: Loaded, b: Loaded, c: Loaded, a_in_b: array,
                                  + r["binary_bytes"][2]
                                  - r["binary_bytes"][0]))
     counts = [_counts(s) for s in (a, b, c)]
-    rising_groups = sorted(
-        ({"what": g, "counts": [counts[0].get(g, 0), counts[1].get(g, 0), n]}
-         for g, n in counts[2].items()
-         if counts[0].get(g, 0) < counts[1].get(g, 0) < n),
-        key=lambda g: (g["counts"][0] - g["counts"][2], g["what"]))[:TOP_ROWS]
+    rising_groups: list[dict[str, Any]] = [
+        {"what": g, "counts": [counts[0].get(g, 0), counts[1].get(g, 0), n]}
+        for g, n in counts[2].items()
+        if counts[0].get(g, 0) < counts[1].get(g, 0) < n]
+    rising_groups.sort(key=lambda g: (g["counts"][0] - g["counts"][2],
+                                      g["what"]))
+    del rising_groups[TOP_ROWS:]
     # Examples of the rising groups: the processes born since the second
     # snapshot first.
     born_c = compress(range(len(c.keys)), bytes(map(_FOUND, c_from_b))
@@ -417,7 +442,7 @@ def _counts(snap: Loaded) -> dict[str, int]:
     return counts
 
 
-def _tables_kept(a: Loaded, b: Loaded, c: Loaded) -> list[dict]:
+def _tables_kept(a: Loaded, b: Loaded, c: Loaded) -> list[dict[str, Any]]:
     """Tables born between a and b and alive at c, and tables that grew in
     both intervals."""
     ta = {t["id"]: t for t in a.tables}
@@ -442,4 +467,4 @@ def _tables_kept(a: Loaded, b: Loaded, c: Loaded) -> list[dict]:
     return sorted(out, key=lambda t: (-t["bytes"][2], t["name"]))
 
 
-__all__ = ["heap_diff", "load", "suspects"]
+__all__ = ["check_count", "diff_files", "heap_diff", "load", "suspects"]

@@ -76,7 +76,7 @@ class SnapshotError(UsageError):
     label = "snapshot"
 
 
-def write(path: str, header: dict, sections: list[tuple[bytes, bytes]]
+def write(path: str, header: dict[Any, Any], sections: list[tuple[bytes, bytes]]
           ) -> int:
     """Write the file (a temporary file, then a rename: a reader never sees
     half of one). Its size in bytes."""
@@ -94,7 +94,7 @@ def write(path: str, header: dict, sections: list[tuple[bytes, bytes]]
             from None
 
 
-def read(path: str) -> tuple[dict, Iterator[tuple[str, Any]]]:
+def read(path: str) -> tuple[dict[str, Any], Iterator[tuple[str, Any]]]:
     """The header, and the sections decoded one at a time (kind, term).
     Anything that is not a whole snapshot of ours is a SnapshotError
     naming what is wrong."""
@@ -215,8 +215,6 @@ def _count(value: Any, limit: int) -> bool:
 
 def _sections(path: str, f: Any, file_size: int
               ) -> Iterator[tuple[str, Any]]:
-    from beam_probe.erldist import etf
-
     with f:
         while True:
             head = f.read(5)
@@ -231,20 +229,38 @@ def _sections(path: str, f: Any, file_size: int
             payload = f.read(size)
             if len(payload) < size:
                 raise SnapshotError(f"{path} is cut short")
-            inflated = section_budget(kind, payload)
-            if inflated is None:
-                raise SnapshotError(f"{path} is damaged (a section claims "
-                                    "more than its bytes can hold)")
-            try:
-                term = etf.decode(payload, max_items=MAX_SECTION_ITEMS,
-                                  max_uncompressed=inflated)
-            except (ValueError, TypeError):
-                raise SnapshotError(f"{path} is damaged (a section does "
-                                    "not decode)") from None
-            if kind == "processes" and not _rows_fit(term, size):
-                raise SnapshotError(f"{path} is damaged (a section holds "
-                                    "more rows than its bytes can)")
-            yield kind, term
+            yield kind, decode_section(path, kind, payload)
+
+
+def decoded(path: str, sections: list[tuple[bytes, bytes]]
+            ) -> Iterator[tuple[str, Any]]:
+    """Sections as take() made them, decoded as a file's would be: a
+    snapshot just taken is compared without reading its file back."""
+    for code, payload in sections:
+        kind = KINDS.get(code)
+        if kind is None or kind == "end":
+            raise SnapshotError(f"{path}: a section of unknown kind")
+        yield kind, decode_section(path, kind, payload)
+
+
+def decode_section(path: str, kind: str, payload: bytes) -> Any:
+    """One section's term, within what its bytes can hold."""
+    from beam_probe.erldist import etf
+
+    inflated = section_budget(kind, payload)
+    if inflated is None:
+        raise SnapshotError(f"{path} is damaged (a section claims "
+                            "more than its bytes can hold)")
+    try:
+        term = etf.decode(payload, max_items=MAX_SECTION_ITEMS,
+                          max_uncompressed=inflated)
+    except (ValueError, TypeError):
+        raise SnapshotError(f"{path} is damaged (a section does "
+                            "not decode)") from None
+    if kind == "processes" and not _rows_fit(term, len(payload)):
+        raise SnapshotError(f"{path} is damaged (a section holds "
+                            "more rows than its bytes can)")
+    return term
 
 
 # What a section's bytes can hold, so that a crafted file is refused before
@@ -279,7 +295,7 @@ def section_budget(kind: str, payload: bytes) -> int | None:
     limit = MAX_CHUNK_BYTES if kind == "processes" else MAX_SECTION
     if claimed > min(limit, MAX_INFLATION * len(payload) + 65536):
         return None
-    return claimed
+    return int(claimed)
 
 
 def _rows_fit(term: Any, size: int) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
@@ -42,7 +42,7 @@ MAX_ANCESTORS = 200_000
 def take(remote: Remote, gc: str = "holders", jobs: int = 0,
          max_gc: int | None = None,
          progress: Callable[[str], None] = lambda text: None
-         ) -> tuple[dict, list[tuple[bytes, bytes]]]:
+         ) -> tuple[dict[str, Any], list[tuple[bytes, bytes]]]:
     """The header and the sections of one snapshot of the attached node.
     ``gc`` collects first as watch does (holders by default: the method
     wants each snapshot after a collection)."""
@@ -90,7 +90,7 @@ def take(remote: Remote, gc: str = "holders", jobs: int = 0,
 
 
 def snapshot(remote: Remote, path: str, gc: str, jobs: int,
-             max_gc: int | None, progress: Callable[[str], None]) -> dict:
+             max_gc: int | None, progress: Callable[[str], None]) -> dict[Any, Any]:
     """Take one snapshot and write it to ``path``; what was written."""
     header, sections = take(remote, gc, jobs, max_gc, progress)
     size = write(path, header, sections)
@@ -104,7 +104,7 @@ def snapshot(remote: Remote, path: str, gc: str, jobs: int,
 def leak_hunt(remote: Remote, count: int, interval: float, gc: str,
               save: str | None, jobs: int, max_gc: int | None,
               progress: Callable[[str], None],
-              sleep: Callable[[float], None] = time.sleep) -> dict:
+              sleep: Callable[[float], None] = time.sleep) -> dict[Any, Any]:
     """The three-snapshot method in one go: ``count`` snapshots
     ``interval`` seconds apart, each after the chosen collection, then the
     diff of the first, the second and the last.
@@ -117,12 +117,16 @@ def leak_hunt(remote: Remote, count: int, interval: float, gc: str,
     import tempfile
 
     from beam_probe.errors import EndedEarly, ProbeError
-    from beam_probe.snapshots.compare import heap_diff, load
+    from beam_probe.snapshots.columns import Loaded, load, taken
+    from beam_probe.snapshots.compare import heap_diff
 
     folder = save or tempfile.mkdtemp(prefix="beam-probe-hunt-")
     if save:
         os.makedirs(save, exist_ok=True)
     files: list[str] = []
+    # The first, the second and the latest, into columns as they are
+    # taken (while the next interval passes), never read back from disk.
+    kept: dict[int, Loaded] = {}
     interrupted = False
     failure: ProbeError | None = None
     elixir = False
@@ -140,17 +144,23 @@ def leak_hunt(remote: Remote, count: int, interval: float, gc: str,
             write(path, header, sections)
             files.append(path)
             elixir = header["elixir"]
+            if i >= 3:
+                kept.pop(i - 1, None)  # no longer the latest
+            kept[i] = taken(path, header, sections)
     except KeyboardInterrupt:
         interrupted = True
     except ProbeError as exc:
         failure = exc
     if not files and not save:
         os.rmdir(folder)  # nothing taken: no folder to name
-    chosen = files if len(files) <= 3 else [files[0], files[1], files[-1]]
+    chosen = [0, 1, len(files) - 1] if len(files) > 3 else \
+        list(range(len(files)))
     diff = None
     if len(chosen) >= 2:
         progress("comparing")
-        diff = heap_diff([load(path) for path in chosen])
+        # One cut short by Ctrl-C as it was read in is read from its file.
+        diff = heap_diff([kept[i] if i in kept else load(files[i])
+                          for i in chosen])
     result = {"node": remote.node, "interval": interval, "gc": gc,
               "taken": len(files), "files": files,
               "saved": folder if files or save else None,

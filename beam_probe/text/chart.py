@@ -10,7 +10,7 @@ of text out; nothing to import (plotext would cost ~130 ms at start-up).
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 BRAILLE = 0x2800
 # The dot bit of each position in a cell: DOTS[column][row].
@@ -69,7 +69,7 @@ def _thin(points: Points, x_low: float, x_high: float, dots: int
     if len(points) <= dots or x_high <= x_low:
         return points
     scale = (dots - 1) / (x_high - x_low)
-    kept: dict = {}
+    kept: dict[Any, Any] = {}
     for point in points:
         column = int((point[0] - x_low) * scale)
         if point[1] is None:

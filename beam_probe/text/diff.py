@@ -3,6 +3,8 @@ the three-snapshot suspects first."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from beam_probe.text.syntax import Syntax
 from beam_probe.text.tables import human_bytes, table
 
@@ -11,7 +13,7 @@ SHOWN = 20
 EXAMPLES_SHOWN = 3
 
 
-def _examples(entry: dict) -> str:
+def _examples(entry: dict[Any, Any]) -> str:
     return " ".join(entry.get("examples", [])[:EXAMPLES_SHOWN])
 
 
@@ -19,14 +21,14 @@ def _signed_bytes(n: int) -> str:
     return ("+" if n >= 0 else "") + human_bytes(n)
 
 
-def snapshot_text(result: dict, syntax: Syntax) -> str:
+def snapshot_text(result: dict[Any, Any], syntax: Syntax) -> str:
     return (f"{result['node']}: {result['processes']} processes, "
             f"{result['ets_tables']} ETS tables, {result['ports']} ports "
             f"(after --gc {result['gc']}) written to {result['file']} "
             f"({human_bytes(result['bytes'])})")
 
 
-def diff_text(result: dict, syntax: Syntax, look: bool = True) -> str:
+def diff_text(result: dict[Any, Any], syntax: Syntax, look: bool = True) -> str:
     before, after = result["before"], result["after"]
     parts = [f"{after['node']}: {before['time']} -> "
              + (f"{result['middle']['time']} -> " if "middle" in result
@@ -83,7 +85,7 @@ def diff_text(result: dict, syntax: Syntax, look: bool = True) -> str:
     return "\n\n".join(parts)
 
 
-def _suspects(s: dict, node: str, look: bool, syntax: Syntax) -> str:
+def _suspects(s: dict[Any, Any], node: str, look: bool, syntax: Syntax) -> str:
     lines = ["SUSPECTS (three-snapshot rule)"]
     found = False
     if s["born_and_kept"]:
@@ -156,7 +158,7 @@ def _suspects(s: dict, node: str, look: bool, syntax: Syntax) -> str:
     return "\n".join(lines)
 
 
-def leak_hunt_text(result: dict, syntax: Syntax) -> str:
+def leak_hunt_text(result: dict[Any, Any], syntax: Syntax) -> str:
     head = (f"{result['node']}: {result['taken']} snapshots, "
             f"{result['interval']:g} s apart, after --gc {result['gc']}"
             + (" (interrupted)" if result.get("interrupted") else "")

@@ -5,7 +5,7 @@ Syntax to show names, functions and pids in.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from beam_probe.text.syntax import Syntax
 from beam_probe.text.tables import human_bytes, table
@@ -30,8 +30,8 @@ def memory_text(result: MemoryResult, syntax: Syntax) -> str:
         ("type", "bytes", "size"), rows, "lrr")
 
 
-def process_rows(processes: list[ProcessRow], key: str,
-                 syntax: Syntax) -> list[tuple]:
+def process_rows(processes: Sequence[ProcessRow], key: str,
+                 syntax: Syntax) -> list[tuple[str, ...]]:
     """Table rows: pid, the number, name, current function, initial call;
     a process that exited before it could be described says so."""
     return [(p["pid"], p[key],
@@ -245,7 +245,7 @@ class EveryProcess:
 
     align = "lrlll"
 
-    def __init__(self, head: dict, syntax: Syntax) -> None:
+    def __init__(self, head: dict[Any, Any], syntax: Syntax) -> None:
         self.head, self.syntax = head, syntax
         self.headers = ("pid", head["attribute"], "name", "current function",
                         "initial call")
@@ -254,10 +254,10 @@ class EveryProcess:
         return (f"{self.head['node']}: every process by "
                 f"{self.head['attribute']}, largest first")
 
-    def rows(self, chunk: list[ProcessRow]) -> list[tuple]:
+    def rows(self, chunk: list[ProcessRow]) -> list[tuple[str, ...]]:
         return process_rows(chunk, "value", self.syntax)
 
-    def footer(self, summary: dict) -> str:
+    def footer(self, summary: dict[Any, Any]) -> str:
         return f"{summary['sent']} of {summary['scanned']} processes"
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
-from typing import Sequence
+from typing import Any, Sequence
 
 from beam_probe.errors import UsageError
 from beam_probe.probes.trend import BYTE_CATEGORIES
@@ -21,7 +21,7 @@ def bytes_only(names: tuple[str, ...] | list[str]) -> bool:
     return all(name in BYTE_CATEGORIES for name in names)
 
 
-def title_period(data: dict) -> str:
+def title_period(data: dict[Any, Any]) -> str:
     """'app@db1: 2026-11-23 16:57:02 to 16:57:16': seconds under an hour's
     span (a 14 s window read '16:57 to 16:57'), the date once when the
     period is within a day."""
@@ -33,7 +33,7 @@ def title_period(data: dict) -> str:
     return f"{data['node']}: {first.strftime(f'%Y-%m-%d {clock}')} to {end}"
 
 
-def write_image(data: dict, path: str) -> None:
+def write_image(data: dict[Any, Any], path: str) -> None:
     """A PNG or SVG chart through matplotlib (the 'plot' extra)."""
     try:
         import matplotlib
@@ -100,14 +100,14 @@ def check_output(path: str | None) -> None:
                          "'beam-probe[plot]'")
 
 
-def chart_text(title: str, series: Sequence[tuple[str, list]], width: int,
+def chart_text(title: str, series: Sequence[tuple[str, list[Any]]], width: int,
                height: int, byte_values: bool, colour: bool = False) -> str:
     label = human_bytes if byte_values else "{:,.0f}".format
     return "\n".join([title] + line_chart(series, width, height - 1, label,
                                            colour))
 
 
-def plot_text(data: dict, syntax: Syntax, width: int = 100, height: int = 24,
+def plot_text(data: dict[Any, Any], syntax: Syntax, width: int = 100, height: int = 24,
               colour: bool = False) -> str:
     """The chart of ``data`` (history.series.load) in ``width`` x
     ``height``; when it went to a file, one line saying so."""

@@ -3,6 +3,8 @@ Node's --trace-gc prints one), and a summary per process."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from beam_probe.probes.trace_gc import skipped_why
 from beam_probe.text.syntax import Syntax
 from beam_probe.text.tables import cell_text, human_bytes, table
@@ -16,7 +18,7 @@ _COLUMNS = ("time s", "pid", "process", "kind", "heap before -> after",
 _WIDTHS = (10, 16, 28, 5, 24, 22, 11, 11, 9)
 
 
-def _row(cells: tuple, syntax: Syntax) -> str:
+def _row(cells: tuple[Any, ...], syntax: Syntax) -> str:
     # Each cell as printed (an Elixir pid is longer) before it is padded.
     return "  ".join(cell_text(cell, syntax).rjust(width) if i in (0, 6, 7, 8)
                      else cell_text(cell, syntax).ljust(width)
@@ -24,11 +26,11 @@ def _row(cells: tuple, syntax: Syntax) -> str:
                      ).rstrip()
 
 
-def _who(item: dict, syntax: Syntax) -> str:
+def _who(item: dict[Any, Any], syntax: Syntax) -> str:
     return syntax.name(item["name"]) or syntax.code(item["group"])
 
 
-def line(sample: dict, syntax: Syntax) -> str:
+def line(sample: dict[Any, Any], syntax: Syntax) -> str:
     """The header sample, or one collection."""
     if "tracing" in sample:
         traced = ", ".join(f"{syntax.code(w['pid'])} {_who(w, syntax)}"
@@ -57,7 +59,7 @@ def line(sample: dict, syntax: Syntax) -> str:
         f"{sample['duration_us']:g} us"), syntax)
 
 
-def summary_text(summary: dict, syntax: Syntax) -> str:
+def summary_text(summary: dict[Any, Any], syntax: Syntax) -> str:
     # A blank line first: the summary follows the lines of the trace.
     head = (f"\n{summary['collections']} collections traced on "
             f"{summary['node']} (ended by {summary['ended_by']})")

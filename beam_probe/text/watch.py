@@ -7,7 +7,7 @@ figures first, the chart takes what height is left, the verdict last.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from beam_probe.text.chart import clock, line_chart
 from beam_probe.text.syntax import ERLANG, Syntax
@@ -40,7 +40,7 @@ def amount(category: str, value: float | None, signed: bool = False) -> str:
     return f"{value:+,.0f}" if signed else f"{value:,.0f}"
 
 
-def leak_line(rise: dict) -> str:
+def leak_line(rise: Mapping[str, Any]) -> str:
     """'binary +48.2 MiB over 5 rises (25 s), +1.4 GiB/h'."""
     category = rise["category"]
     text = (f"{LABELS.get(category, category)} "
@@ -115,8 +115,9 @@ def verdict_lines(watch: Any) -> list[str]:
                         watch.gc, watch.rule.rises)
 
 
-def verdict_text(leaks: list[dict], judged: bool, to_judge: int,
-                 unconfirmed: list[dict], gc: str,
+def verdict_text(leaks: Sequence[Mapping[str, Any]], judged: bool,
+                 to_judge: int, unconfirmed: Sequence[Mapping[str, Any]],
+                 gc: str,
                  rises: int | None = None) -> list[str]:
     """What the rule says: the leaks it suspected; else, until it could
     judge, that it has not, and what only rose meanwhile; else no leak."""
@@ -132,7 +133,7 @@ def verdict_text(leaks: list[dict], judged: bool, to_judge: int,
                                    if rises is not None else "")]
 
 
-def rising_line(rise: dict) -> str:
+def rising_line(rise: Mapping[str, Any]) -> str:
     """'binary +18.0 MiB over 9 samples (4 s)' (the raw values)."""
     category = rise["category"]
     return (f"{LABELS.get(category, category)} "
@@ -140,7 +141,7 @@ def rising_line(rise: dict) -> str:
             f"{rise['rises'] + 1} samples ({duration(rise['seconds'])})")
 
 
-def summary_text(summary: dict, syntax: Syntax = ERLANG) -> str:
+def summary_text(summary: dict[Any, Any], syntax: Syntax = ERLANG) -> str:
     rows = []
     for category, stats in summary["categories"].items():
         rows.append((LABELS[category], amount(category, stats["first"]),
@@ -161,7 +162,7 @@ def summary_text(summary: dict, syntax: Syntax = ERLANG) -> str:
     return text
 
 
-def sample_line(sample: dict, syntax: Syntax = ERLANG) -> str:
+def sample_line(sample: dict[Any, Any], syntax: Syntax = ERLANG) -> str:
     """One sample as a line of text (watch --format table, piped):
     '23:40:01  total 21.3 MiB  processes 3.9 MiB  binary 6.5 MiB ...'."""
     if sample.get("down"):
@@ -174,7 +175,7 @@ def sample_line(sample: dict, syntax: Syntax = ERLANG) -> str:
     return f"{when}  {figures}{leaks}"
 
 
-def down_line(sample: dict) -> str:
+def down_line(sample: dict[Any, Any]) -> str:
     return (f"{time.strftime('%H:%M:%S', time.localtime(sample['epoch']))} "
             f"{sample['node']} down: {sample['error']}")
 
