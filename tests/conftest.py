@@ -232,21 +232,88 @@ def remote(target) -> Remote:
         yield r
 
 
-def run_cli(*args: str, env: dict | None = None, node: LocalNode | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run the real command line in a child process."""
-    full_env = dict(os.environ)
-    for var in ("BEAM_PROBE_NODE", "RELEASE_NODE", "BEAM_PROBE_COOKIE",
-                "RELEASE_COOKIE", "RELEASE_DISTRIBUTION", "BEAM_PROBE_TLS",
-                "BEAM_PROBE_CERTFILE", "BEAM_PROBE_KEYFILE",
-                "BEAM_PROBE_CACERTFILE", "BEAM_PROBE_SSL_DIST_OPTFILE"):
-        full_env.pop(var, None)
+# Variables of the developer's shell that would steer a run's target.
+STEERING = ("BEAM_PROBE_NODE", "RELEASE_NODE", "BEAM_PROBE_COOKIE",
+            "RELEASE_COOKIE", "RELEASE_DISTRIBUTION", "BEAM_PROBE_TLS",
+            "BEAM_PROBE_CERTFILE", "BEAM_PROBE_KEYFILE",
+            "BEAM_PROBE_CACERTFILE", "BEAM_PROBE_SSL_DIST_OPTFILE")
+
+
+def _run_env(env: dict | None, node: LocalNode | None) -> dict[str, str]:
+    full_env = {k: v for k, v in os.environ.items() if k not in STEERING}
     if node is not None:
         full_env["HOME"] = node.home
     full_env.update(env or {})
+    return full_env
+
+
+def run_cli(*args: str, env: dict | None = None, node: LocalNode | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the real command line in a child process: for what only a
+    process shows (signals, exit by os._exit, the installed script)."""
+    full_env = _run_env(env, node)
     return subprocess.run([sys.executable, "-m", "beam_probe", *args],
                           env=full_env, capture_output=True, text=True,
                           timeout=timeout)
+
+
+class FakeClock:
+    """Time that passes only when slept: a watch of 60 samples at 5 s
+    intervals takes as long as its 60 round trips."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)
+
+
+class RunTooLong(BaseException):
+    """A run in this process past its limit (a BaseException: the CLI's
+    one-line handler of Exception must not turn it into an answer)."""
+
+
+def _within(seconds: float, run: Callable[[], int]) -> int:
+    """run(), failed with RunTooLong after ``seconds``: what run_cli's
+    subprocess timeout is to a child, for a run in this process."""
+    import signal
+
+    def expired(signum, frame):
+        raise RunTooLong(f"the run took more than {seconds:g} s")
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return run()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_here(*args: str, env: dict | None = None,
+             node: LocalNode | None = None, tty: bool = False,
+             size: tuple[int, int] | None = None,
+             clock: FakeClock | None = None, timeout: float = 120
+             ) -> subprocess.CompletedProcess:
+    """The command line run in this process (beam_probe.cli.invoke) with
+    an environment of its own: its output captured, its variables, its
+    terminal (``tty``, of ``size``) and its clock. The same result as
+    run_cli, in a fraction of the time (no interpreter to start)."""
+    import io
+
+    from beam_probe.cli import invoke
+    from beam_probe.cli.environment import Environment
+
+    out, err = io.StringIO(), io.StringIO()
+    environment = Environment(
+        stdout=out, stderr=err, stdout_isatty=tty, stderr_isatty=False,
+        env=_run_env(env, node), terminal_size=size,
+        clock=clock, sleep=clock.sleep if clock is not None else None)
+    code = _within(timeout, lambda: invoke(list(args), environment))
+    return subprocess.CompletedProcess(["beam-probe", *args], code,
+                                       out.getvalue(), err.getvalue())
 
 
 def hold_every_pool_name(node: LocalNode) -> None:

@@ -12,13 +12,13 @@ import pytest
 from beam_probe.erldist.terms import Atom
 from beam_probe.probes.alloc import FRAGMENTED_MIN
 from beam_probe.node.remote import attach
-from conftest import run_cli
+from conftest import run_here
 
 MB = 1024 * 1024
 
 
 def _json(node, command, *args):
-    r = run_cli(command, node.node, *args, "--format", "json", node=node)
+    r = run_here(command, node.node, *args, "--format", "json", node=node)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -59,11 +59,11 @@ def test_a_fragmented_binary_allocator_is_named(nodes, otp):
     evidence = report["verdict"]["evidence"]
     assert evidence["blocks_per_carrier"] <= 8  # a few pin each carrier
     assert evidence["used"] == binary["used"]
-    text = run_cli("alloc", node.node, node=node).stdout
+    text = run_here("alloc", node.node, node=node).stdout
     first = text.splitlines()[0].split(": ", 1)[1]
     assert first.startswith("fragmentation: binary_alloc: ")
     assert "live blocks a carrier" in first and "blocks over" in first
-    check = run_cli("check", node.node, "--warn", "alloc_usage_min=50%",
+    check = run_here("check", node.node, "--warn", "alloc_usage_min=50%",
                     "--format", "json", node=node)
     assert check.returncode == 1, check.stdout
     # The same figure a moment later (our own calls move it a little).
@@ -86,7 +86,7 @@ def test_a_burst_partly_freed_is_a_peak_not_fragmentation(nodes, otp):
     evidence = verdict["evidence"]
     assert evidence["blocks_per_carrier"] > 8
     assert evidence["used_max"] >= 2 * evidence["used"]
-    text = run_cli("alloc", node.node, node=node).stdout
+    text = run_here("alloc", node.node, node=node).stdout
     assert text.splitlines()[0].split(": ", 1)[1].startswith(
         "after a peak: binary_alloc: ")
     assert "beam-probe watch" in text.splitlines()[0]
@@ -97,7 +97,7 @@ def test_peak_used_is_never_below_used(target):
     for t in report["types"]:
         assert t["used_max"] >= t["used"], t
         assert t["allocated_max"] >= t["allocated"], t
-    header = run_cli("alloc", target.node, node=target).stdout.splitlines()
+    header = run_here("alloc", target.node, node=target).stdout.splitlines()
     assert any(line.startswith("allocator") and "peak used" in line
                for line in header)
 
@@ -108,7 +108,7 @@ def test_an_idle_node_with_a_large_process_table_is_healthy(nodes, otp):
     node = nodes.start(otp, args=("+P", "2000000"))
     report = _json(node, "alloc")
     assert report["verdict"]["case"] == "in_use", report["verdict"]
-    check = run_cli("check", node.node, "--format", "json", node=node)
+    check = run_here("check", node.node, "--format", "json", node=node)
     value = json.loads(check.stdout)["nodes"][0]["values"]["alloc_usage_min"]
     assert value > 75, value
 
@@ -141,7 +141,7 @@ def test_ets_lists_a_planted_table_first_exactly(nodes, otp):
     assert by_size[0]["name"] == "bp_big"
     check = _json(node, "check")
     assert check["nodes"][0]["values"]["top_ets_memory"] == words * wordsize
-    text = run_cli("ets", node.node, "2", node=node).stdout
+    text = run_here("ets", node.node, "2", node=node).stdout
     assert text.splitlines()[3].startswith("bp_big ")  # title, head, rule
 
 
@@ -152,7 +152,7 @@ def test_ets_lists_a_planted_table_first_exactly(nodes, otp):
     (["alloc", "extra"], "unexpected argument"),
 ])
 def test_bad_input_is_one_line(target, args, message):
-    r = run_cli(args[0], target.node, *args[1:], node=target)
+    r = run_here(args[0], target.node, *args[1:], node=target)
     assert r.returncode == 2, r.stderr
     # One line of ours; click's own option errors end with theirs, under
     # its usage line.
@@ -173,6 +173,6 @@ def test_raw_writes_the_full_data_for_offline_study(target, tmp_path):
     # The folded reply is a few hundred bytes per type; the raw data, even
     # compressed, far more.
     assert len(data) > 2000
-    bad = run_cli("alloc", target.node, "--raw", str(tmp_path / "no" / "x"),
+    bad = run_here("alloc", target.node, "--raw", str(tmp_path / "no" / "x"),
                   node=target)
     assert bad.returncode == 11 and "cannot write" in bad.stderr

@@ -17,7 +17,7 @@ from beam_probe.checks import report
 from beam_probe.checks import thresholds
 from beam_probe.erldist.terms import Atom
 from beam_probe.node.remote import attach
-from conftest import REPO, run_cli
+from conftest import REPO, run_here
 
 # --- thresholds, pure -------------------------------------------------------
 
@@ -202,7 +202,7 @@ def test_textfile_written_atomically(tmp_path, monkeypatch):
 
 
 def check(node, *args, **kw):
-    return run_cli("check", node.node, *args, env={"HOME": node.home}, **kw)
+    return run_here("check", node.node, *args, env={"HOME": node.home}, **kw)
 
 
 def test_exit_codes(target):
@@ -244,7 +244,7 @@ def test_warning_above_critical_is_refused():
 
 def test_unreachable_is_critical(target):
     name = target.node.replace("@", "_nobody@")
-    r = run_cli("check", name, env={"HOME": target.home})
+    r = run_here("check", name, env={"HOME": target.home})
     assert r.returncode == 2 and r.stdout.startswith("BEAM CRITICAL")
     assert "node not found" in r.stdout
 
@@ -341,20 +341,20 @@ def test_cluster_two_nodes_and_a_silent_one(nodes, otp):
     with attach(a.node, cookie.encode(), timeout=20) as remote:
         assert remote.call("net_kernel", "connect_node", [Atom(b.node)]) \
             is True
-    r = run_cli("check", a.node, "--cluster", "--format", "json",
+    r = run_here("check", a.node, "--cluster", "--format", "json",
                 env={"HOME": a.home})
     assert r.returncode == 0, r.stdout + r.stderr
     j = json.loads(r.stdout)
     assert [row["node"] for row in j["nodes"]] == [a.node, b.node]
     assert all(row["status"] == "OK" for row in j["nodes"])
-    r = run_cli("check", a.node, "--cluster", "--crit", "process_count=1",
+    r = run_here("check", a.node, "--cluster", "--crit", "process_count=1",
                 env={"HOME": a.home})
     assert r.returncode == 2
     assert f"'{b.node} binary'=" in r.stdout and b.node in r.stdout
     # A node that stops answering: reported as such, and CRITICAL.
     os.kill(b.pid, signal.SIGSTOP)
     try:
-        r = run_cli("check", a.node, "--cluster", "--timeout", "2",
+        r = run_here("check", a.node, "--cluster", "--timeout", "2",
                     "--format", "json", env={"HOME": a.home})
     finally:
         os.kill(b.pid, signal.SIGCONT)

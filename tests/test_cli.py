@@ -6,24 +6,24 @@ import json
 import os
 import socket
 
-from conftest import run_cli
+from conftest import run_here
 
 
 def test_ping(target, otp):
-    r = run_cli("ping", target.node, node=target)
+    r = run_here("ping", target.node, node=target)
     assert r.returncode == 0, r.stderr
     assert f"OTP {otp}" in r.stdout and "round trip" in r.stdout
-    j = json.loads(run_cli("ping", target.node, "--format", "json",
+    j = json.loads(run_here("ping", target.node, "--format", "json",
                            node=target).stdout)
     assert j["node"] == target.node and j["otp_release"] == otp
     assert j["rtt_ms"] > 0
 
 
 def test_memory_table_and_json(target):
-    r = run_cli("memory", target.node, node=target)
+    r = run_here("memory", target.node, node=target)
     assert r.returncode == 0, r.stderr
     assert "total" in r.stdout and "MiB" in r.stdout
-    j = json.loads(run_cli("memory", target.node, "--format", "json",
+    j = json.loads(run_here("memory", target.node, "--format", "json",
                            node=target).stdout)
     assert j["node"] == target.node
     assert j["memory"]["total"] >= j["memory"]["processes"] > 0
@@ -34,13 +34,13 @@ def test_memory_table_and_json(target):
 def test_node_and_cookie_from_release_env(target):
     env = {"RELEASE_NODE": target.name, "RELEASE_COOKIE": target.cookie,
            "HOME": "/nonexistent"}
-    r = run_cli("memory", "--format", "json", env=env)
+    r = run_here("memory", "--format", "json", env=env)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["node"] == target.node
 
 
 def test_cookie_file_option(target):
-    r = run_cli("ping", "--node", target.node, "--cookie-file",
+    r = run_here("ping", "--node", target.node, "--cookie-file",
                 target.cookie_file, env={"HOME": "/nonexistent"})
     assert r.returncode == 0, r.stderr
 
@@ -56,19 +56,19 @@ def one_line_error(r, code, *words):
 
 
 def test_wrong_cookie_is_one_line_exit_3(target):
-    r = run_cli("memory", target.node, env={"BEAM_PROBE_COOKIE": "wrong123"})
+    r = run_here("memory", target.node, env={"BEAM_PROBE_COOKIE": "wrong123"})
     line = one_line_error(r, 3, "cookie")
     assert "wrong123" not in line and target.cookie not in line
 
 
 def test_unknown_node_exit_4(target):
     host = target.node.split("@")[1]
-    r = run_cli("memory", f"nobody@{host}", node=target)
+    r = run_here("memory", f"nobody@{host}", node=target)
     one_line_error(r, 4, "nobody", target.name)
 
 
 def test_unknown_host_exit_4(target):
-    r = run_cli("ping", "a@no-such-host.invalid", node=target)
+    r = run_here("ping", "a@no-such-host.invalid", node=target)
     one_line_error(r, 4, "unknown")
 
 
@@ -76,7 +76,7 @@ def test_connection_refused_exit_5(target):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    r = run_cli("ping", "a@127.0.0.1", "--dist-port", str(port), node=target)
+    r = run_here("ping", "a@127.0.0.1", "--dist-port", str(port), node=target)
     one_line_error(r, 5, "refused")
 
 
@@ -85,7 +85,7 @@ def test_timeout_exit_6(target):
     server.bind(("127.0.0.1", 0))
     server.listen()
     try:
-        r = run_cli("ping", "a@127.0.0.1", "--dist-port",
+        r = run_here("ping", "a@127.0.0.1", "--dist-port",
                     str(server.getsockname()[1]), "--connect-timeout", "0.5",
                     node=target)
         one_line_error(r, 6, "0.5 s")
@@ -97,5 +97,5 @@ def test_unsafe_cookie_file_refused(target, tmp_path):
     path = tmp_path / "cookie"
     path.write_text(target.cookie)
     os.chmod(path, 0o644)
-    r = run_cli("ping", target.node, "--cookie-file", str(path))
+    r = run_here("ping", target.node, "--cookie-file", str(path))
     one_line_error(r, 3, "chmod 400")

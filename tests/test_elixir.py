@@ -18,7 +18,7 @@ import pytest
 
 from beam_probe.erldist.terms import Atom
 from beam_probe.node.remote import attach
-from conftest import run_cli
+from conftest import run_here
 
 ELIXIR_CODE = """
 defmodule MyApp.Cache do
@@ -82,17 +82,17 @@ def elixir_node(request, session_nodes):
 
 def test_text_follows_the_node_and_json_keeps_erlang(elixir_node):
     node = elixir_node
-    text = run_cli("proc-info", node.node, "MyApp.Cache", node=node)
+    text = run_here("proc-info", node.node, "MyApp.Cache", node=node)
     assert text.returncode == 0, text.stderr
     assert re.search(r": #PID<0\.\d+\.\d+> ", text.stdout.splitlines()[0])
     assert re.search(r"registered_name +MyApp\.Cache$", text.stdout, re.M)
     assert "MyApp.Cache.loop/1" in text.stdout
     assert ":erlang.apply/2" in text.stdout  # its initial call
     assert "Elixir." not in text.stdout
-    erlang = run_cli("proc-info", node.node, "MyApp.Cache", "--syntax",
+    erlang = run_here("proc-info", node.node, "MyApp.Cache", "--syntax",
                      "erlang", node=node).stdout
     assert "'Elixir.MyApp.Cache':loop/1" in erlang and "#PID" not in erlang
-    as_json = json.loads(run_cli("proc-info", node.node, "MyApp.Cache",
+    as_json = json.loads(run_here("proc-info", node.node, "MyApp.Cache",
                                  "--format", "json", node=node).stdout)
     assert as_json["meta"]["registered_name"] == "Elixir.MyApp.Cache"
     assert as_json["pid"].startswith("<0.")
@@ -102,16 +102,16 @@ def test_text_follows_the_node_and_json_keeps_erlang(elixir_node):
 
 def test_every_form_names_the_process(elixir_node):
     node = elixir_node
-    pid = json.loads(run_cli("proc-info", node.node, "MyApp.Cache",
+    pid = json.loads(run_here("proc-info", node.node, "MyApp.Cache",
                              "--format", "json", node=node).stdout)["pid"]
     for form in ("MyApp.Cache", "Elixir.MyApp.Cache", ":'Elixir.MyApp.Cache'",
                  ":\"Elixir.MyApp.Cache\"", "'Elixir.MyApp.Cache'", pid,
                  "#PID" + pid, pid.strip("<>")):
-        r = run_cli("proc-info", node.node, form, "--format", "json",
+        r = run_here("proc-info", node.node, form, "--format", "json",
                     node=node)
         assert r.returncode == 0, (form, r.stderr)
         assert json.loads(r.stdout)["pid"] == pid, form
-    r = run_cli("proc-info", node.node, ":logger", "--format", "json",
+    r = run_here("proc-info", node.node, ":logger", "--format", "json",
                 node=node)
     assert r.returncode == 0 and \
         json.loads(r.stdout)["meta"]["registered_name"] == "logger"
@@ -119,19 +119,19 @@ def test_every_form_names_the_process(elixir_node):
 
 def test_tables_and_traces_read_as_elixir(elixir_node):
     node = elixir_node
-    table = run_cli("proc-count", node.node, "memory", "200", node=node)
+    table = run_here("proc-count", node.node, "memory", "200", node=node)
     assert table.returncode == 0, table.stderr
     line = next(l for l in table.stdout.splitlines() if "MyApp.Cache" in l)
     assert "#PID<" in line and "MyApp.Cache.loop/1" in line
     assert ":code_server" in table.stdout
-    trace = run_cli("trace-gc", node.node, "MyApp.Cache", "--duration",
+    trace = run_here("trace-gc", node.node, "MyApp.Cache", "--duration",
                     "0.3", node=node)
     assert trace.returncode == 0, trace.stderr
     assert re.search(r"#PID<0\.\d+\.\d+> MyApp\.Cache", trace.stdout)
 
 
 def test_an_erlang_node_stays_in_erlang_syntax(target):
-    plain = run_cli("proc-count", target.node, "memory", "50", node=target)
+    plain = run_here("proc-count", target.node, "memory", "50", node=target)
     assert "code_server" in plain.stdout and ":code_server" not in \
         plain.stdout and "#PID" not in plain.stdout
 
@@ -141,19 +141,19 @@ def test_diff_of_an_elixir_nodes_snapshots_reads_as_elixir(elixir_node,
     node = elixir_node
     files = [str(tmp_path / f"{i}.snapshot") for i in (1, 2)]
     for path in files:
-        r = run_cli("snapshot", node.node, "-o", path, node=node)
+        r = run_here("snapshot", node.node, "-o", path, node=node)
         assert r.returncode == 0, r.stderr
         # Between the two, the cache takes 1 MB: its group leads the diff.
         with attach(node.node, node.cookie.encode()) as remote:
             remote.call("erlang", "send", [
                 Atom("Elixir.MyApp.Cache"),
                 (Atom("put"), bytes(1_000_000))])
-    text = run_cli("diff", *files).stdout
+    text = run_here("diff", *files).stdout
     assert re.search(r"^MyApp\.Cache\s", text, re.M), text
     assert "Elixir.MyApp.Cache" not in text
-    erlang = run_cli("diff", *files, "--syntax", "erlang").stdout
+    erlang = run_here("diff", *files, "--syntax", "erlang").stdout
     assert re.search(r"^Elixir\.MyApp\.Cache\s", erlang, re.M)
-    assert json.loads(run_cli("diff", *files, "--format", "json").stdout)[
+    assert json.loads(run_here("diff", *files, "--format", "json").stdout)[
         "elixir"] is True
 
 
@@ -194,7 +194,7 @@ def test_every_table_lines_up_in_elixir(elixir_node, tmp_path):
     node = elixir_node
     files = [str(tmp_path / f"{i}.snapshot") for i in (1, 2, 3)]
     for path in files:
-        assert run_cli("snapshot", node.node, "-o", path,
+        assert run_here("snapshot", node.node, "-o", path,
                        node=node).returncode == 0
     commands = [("proc-count", "memory", "30"), ("bin-leak", "30"),
                 ("proc-window", "memory", "20", "300"), ("ets",),
@@ -203,10 +203,10 @@ def test_every_table_lines_up_in_elixir(elixir_node, tmp_path):
                  "0.3")]
     texts = []
     for command in commands:
-        r = run_cli(command[0], node.node, *command[1:], node=node)
+        r = run_here(command[0], node.node, *command[1:], node=node)
         assert r.returncode == 0, (command, r.stderr)
         texts.append((command[0], r.stdout))
-    r = run_cli("diff", *files)
+    r = run_here("diff", *files)
     assert r.returncode == 0, r.stderr
     texts.append(("diff", r.stdout))
     assert any("#PID<" in text for _name, text in texts)

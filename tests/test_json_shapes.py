@@ -10,7 +10,7 @@ import json
 import pytest
 
 from beam_probe.probes import results as r
-from conftest import run_cli
+from conftest import run_here
 from shapes import conforms_to
 
 COMMANDS = {
@@ -30,7 +30,7 @@ COMMANDS = {
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_json_is_its_result_type(target, name):
     args, tp = COMMANDS[name]
-    out = run_cli(args[0], target.node, *args[1:], "--format", "json",
+    out = run_here(args[0], target.node, *args[1:], "--format", "json",
                   node=target)
     assert out.returncode == 0, out.stderr
     value = json.loads(out.stdout)
@@ -47,7 +47,7 @@ def test_json_is_its_result_type(target, name):
 
 @pytest.mark.parametrize("gc", ["none", "holders"])
 def test_watch_lines(target, gc):
-    out = run_cli("watch", target.node, "--count", "2", "--interval", "0.2",
+    out = run_here("watch", target.node, "--count", "2", "--interval", "0.2",
                   "--gc", gc, "--format", "json", node=target)
     assert out.returncode == 0, out.stderr
     *samples, summary = [json.loads(line) for line in out.stdout.splitlines()]
@@ -61,10 +61,10 @@ def test_watch_lines(target, gc):
 
 def test_plot_json(target, tmp_path):
     path = tmp_path / "w.jsonl"
-    out = run_cli("watch", target.node, "--count", "2", "--interval", "0.2",
+    out = run_here("watch", target.node, "--count", "2", "--interval", "0.2",
                   "-o", str(path), "--format", "json", node=target)
     assert out.returncode == 0, out.stderr
-    out = run_cli("plot", str(path), "--format", "json", "--metric",
+    out = run_here("plot", str(path), "--format", "json", "--metric",
                   "total,rss")
     assert out.returncode == 0, out.stderr
     value = json.loads(out.stdout)
@@ -73,11 +73,11 @@ def test_plot_json(target, tmp_path):
 
 
 def test_snapshot_and_leak_hunt_json(target, tmp_path):
-    out = run_cli("snapshot", target.node, "-o", str(tmp_path / "a"),
+    out = run_here("snapshot", target.node, "-o", str(tmp_path / "a"),
                   "--format", "json", node=target)
     assert out.returncode == 0, out.stderr
     conforms_to(json.loads(out.stdout), r.SnapshotTaken)
-    out = run_cli("leak-hunt", target.node, "--interval", "0", "--format",
+    out = run_here("leak-hunt", target.node, "--interval", "0", "--format",
                   "json", node=target)
     assert out.returncode == 0, out.stderr
     hunt = json.loads(out.stdout)
@@ -86,7 +86,7 @@ def test_snapshot_and_leak_hunt_json(target, tmp_path):
 
 
 def test_trace_gc_json(target):
-    out = run_cli("trace-gc", target.node, "code_server", "<0.9999.0>",
+    out = run_here("trace-gc", target.node, "code_server", "<0.9999.0>",
                   "--duration", "0.5", "--format", "json", node=target)
     assert out.returncode == 0, out.stderr
     header, *collections, summary = [json.loads(line)

@@ -12,7 +12,7 @@ from beam_probe.errors import RemoteError
 from beam_probe.probes import info
 from beam_probe.probes import processes
 from beam_probe.node.remote import attach
-from conftest import hold_every_pool_name, run_cli
+from conftest import hold_every_pool_name, run_here
 
 LEAKERS, KEEPERS, IDLE = 12, 8, 2000
 
@@ -76,7 +76,7 @@ def test_nothing_is_loaded_on_the_target(leaky):
     for args in (["ping"], ["memory"], ["bin-leak", "3"],
                  ["proc-count", "memory", "3"],
                  ["proc-count", "binary_memory", "3"]):
-        r = run_cli(args[0], node.node, *args[1:], env=env)
+        r = run_here(args[0], node.node, *args[1:], env=env)
         assert r.returncode == 0, r.stderr
     after = loaded_modules(remote)
     assert after - before == set()
@@ -86,7 +86,7 @@ def test_nothing_is_loaded_on_the_target(leaky):
 def test_cli_bin_leak_json_shape(leaky):
     node, remote, (leakers, _k, _i) = leaky
     remote.call("beam_probe_workload", "refill", [leakers])
-    r = run_cli("bin-leak", node.node, "3", "--format", "json",
+    r = run_here("bin-leak", node.node, "3", "--format", "json",
                 env={"HOME": node.home})
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -103,12 +103,12 @@ def test_cli_bin_leak_json_shape(leaky):
 
 def test_cli_proc_count_node_from_env(leaky):
     node, _remote, _pids = leaky
-    r = run_cli("proc-count", "binary_memory", "3", "--format", "json",
+    r = run_here("proc-count", "binary_memory", "3", "--format", "json",
                 env={"HOME": node.home, "BEAM_PROBE_NODE": node.node})
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert j["attribute"] == "binary_memory" and len(j["processes"]) == 3
-    text = run_cli("proc-count", node.node, "binary_memory", "3",
+    text = run_here("proc-count", node.node, "binary_memory", "3",
                    env={"HOME": node.home})
     assert "binary_memory" in text.stdout and "beam_probe_workload" in \
         text.stdout
@@ -164,7 +164,7 @@ def test_bin_leak_dry_run_collects_nothing(leaky):
     # The leak is still there for a real run to find.
     real = processes.bin_leak(remote, 1)
     assert real["processes"][0]["delta"] == -(100 + 7 * LEAKERS)
-    r = run_cli("bin-leak", node.node, "3", "--dry-run",
+    r = run_here("bin-leak", node.node, "3", "--dry-run",
                 env={"HOME": node.home})
     assert r.returncode == 0, r.stderr
     assert "dry run" in r.stdout and "garbage-collect" in r.stdout
@@ -214,17 +214,17 @@ def test_proc_window_marks_born_and_dead(nodes, otp):
 
 def test_cli_proc_window(leaky):
     node, _remote, _pids = leaky
-    r = run_cli("proc-window", node.node, "reductions", "3", "200",
+    r = run_here("proc-window", node.node, "reductions", "3", "200",
                 "--format", "json", env={"HOME": node.home})
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert j["attribute"] == "reductions" and j["window_ms"] == 200
     assert len(j["processes"]) == 3 and {"born", "dead", "born_count",
                                          "dead_count"} <= set(j)
-    text = run_cli("proc-window", node.node, "reductions", "3", "100",
+    text = run_here("proc-window", node.node, "reductions", "3", "100",
                    env={"HOME": node.home})
     assert text.returncode == 0 and "increase" in text.stdout
-    bad = run_cli("proc-window", node.node, "reductions", "3", "soon",
+    bad = run_here("proc-window", node.node, "reductions", "3", "soon",
                   env={"HOME": node.home})
     assert bad.returncode == 2 and "MILLISECONDS" in bad.stderr
 
@@ -256,7 +256,7 @@ def test_proc_info_groups_like_recon(leaky):
 
 def test_proc_info_shows_where_a_hibernating_process_is(target, remote):
     remote.call("beam_probe_workload", "sleeper", [])
-    r = run_cli("proc-info", target.node, "bp_sleeper", node=target)
+    r = run_here("proc-info", target.node, "bp_sleeper", node=target)
     assert r.returncode == 0, r.stderr
     assert re.search(r"^  current_function +erlang:hibernate/3$", r.stdout,
                      re.M), r.stdout
@@ -277,7 +277,7 @@ def test_cli_proc_info_errors_are_one_line(leaky):
         # The first round may load stock modules erl_eval uses (their atoms
         # come with them); the second must add none.
         for args, code, words in cases:
-            r = run_cli("proc-info", node.node, *args, env=env)
+            r = run_here("proc-info", node.node, *args, env=env)
             assert r.returncode == code, (args, r.stderr)
             assert words in r.stderr and \
                 len(r.stderr.strip().splitlines()) == 1
@@ -287,7 +287,7 @@ def test_cli_proc_info_errors_are_one_line(leaky):
     for name in ("no_such_registered_name_here", "not a pid!"):
         with pytest.raises(RemoteError, match="badarg"):
             remote.call("erlang", "list_to_existing_atom", [name])
-    r = run_cli("proc-info", node.node, "init", "--format", "json", env=env)
+    r = run_here("proc-info", node.node, "init", "--format", "json", env=env)
     assert r.returncode == 0 and json.loads(r.stdout)["pid"] == "<0.0.0>"
 
 

@@ -16,7 +16,7 @@ import os
 import pytest
 
 from beam_probe.node.remote import attach
-from conftest import interrupt_cli, run_cli
+from conftest import interrupt_cli, run_here
 
 WORKERS, ATOMS, NOISE = 7, 25, 11
 PREFIX = "bp_leak_atom_"
@@ -24,7 +24,7 @@ MB = 1024 * 1024
 
 
 def _snapshot(node, path, *args):
-    r = run_cli("snapshot", node.node, "--cookie", node.cookie, "-o",
+    r = run_here("snapshot", node.node, "--cookie", node.cookie, "-o",
                 str(path), *args)
     assert r.returncode == 0, r.stderr
     return r
@@ -110,14 +110,14 @@ def test_groups_name_the_nearest_named_ancestor(tree):
             for pid in entry["examples"]:
                 assert r.call("erlang", "is_process_alive", [
                     r.call("erlang", "list_to_pid", [pid])]) is True
-    text = run_cli("diff", *map(str, paths)).stdout
+    text = run_here("diff", *map(str, paths)).stdout
     first = next(iter(sorted(kept)))
     line = next(l for l in text.splitlines() if l.startswith(first))
     assert kept[first]["examples"][0] in line
 
 
 def _diff(*paths, args=()):
-    r = run_cli("diff", *map(str, paths), "--format", "json", *args)
+    r = run_here("diff", *map(str, paths), "--format", "json", *args)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -166,7 +166,7 @@ def test_two_snapshots_are_a_heap_diff(scene):
 
 def test_text_lists_the_suspects_first(scene):
     _node, _otp, paths = scene
-    r = run_cli("diff", *map(str, paths))
+    r = run_here("diff", *map(str, paths))
     assert r.returncode == 0, r.stderr
     assert r.stdout.index("SUSPECTS") < r.stdout.index("by group")
     assert "bp_bin_hoarder" in r.stdout and "proc-info" in r.stdout
@@ -175,7 +175,7 @@ def test_text_lists_the_suspects_first(scene):
 
 def test_leak_hunt_takes_and_compares_the_snapshots(target, tmp_path):
     save = tmp_path / "hunt"
-    r = run_cli("leak-hunt", target.node, "--interval", "0.2", "--save",
+    r = run_here("leak-hunt", target.node, "--interval", "0.2", "--save",
                 str(save), "--format", "json", node=target)
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)
@@ -200,7 +200,7 @@ def test_bad_files_get_one_line(scene, tmp_path):
              ((str(paths[1]), str(paths[0])), "oldest first"),
              ((str(tmp_path / "none"), str(paths[0])), "cannot read")]
     for files, message in cases:
-        r = run_cli("diff", *files)
+        r = run_here("diff", *files)
         assert r.returncode == 2, (files, r.stderr)
         assert message in r.stderr and len(r.stderr.splitlines()) == 1, \
             r.stderr
@@ -212,7 +212,7 @@ def test_snapshots_of_two_nodes_are_refused_unless_forced(nodes, target,
     a, b = tmp_path / "a.snapshot", tmp_path / "b.snapshot"
     _snapshot(target, a)
     _snapshot(other, b)
-    r = run_cli("diff", str(a), str(b))
+    r = run_here("diff", str(a), str(b))
     assert r.returncode == 2 and "--force" in r.stderr
     assert _diff(a, b, args=("--force",))["after"]["node"] == other.node
 
@@ -380,7 +380,7 @@ def test_proc_count_memory_does_not_rank_our_traffic(nodes, otp, tmp_path):
     """rex carries our calls (the helper forms parsed on a first contact
     among them): it is collected before the ranking."""
     node = nodes.start(otp)
-    r = run_cli("proc-count", node.node, "memory", "5", "--format", "json",
+    r = run_here("proc-count", node.node, "memory", "5", "--format", "json",
                 node=node, env={"BEAM_PROBE_CACHE": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["processes"]

@@ -23,7 +23,7 @@ from beam_probe.erldist.tls import TlsSettings
 from beam_probe.errors import TlsError
 from beam_probe.node.local import short_host
 from beam_probe.node.remote import attach
-from conftest import run_cli
+from conftest import run_here
 
 SUBJECT_ALT_NAMES = f"DNS:{short_host()},DNS:localhost,IP:127.0.0.1"
 
@@ -122,7 +122,7 @@ def _one_line(result) -> str:
 
 
 def test_mutual_tls_with_certificate_options(tls_node, pki):
-    result = run_cli("memory", tls_node.node, *_mutual(pki), "--format",
+    result = run_here("memory", tls_node.node, *_mutual(pki), "--format",
                      "json", node=tls_node)
     assert result.returncode == 0, result.stderr
     memory = json.loads(result.stdout)["memory"]
@@ -132,7 +132,7 @@ def test_mutual_tls_with_certificate_options(tls_node, pki):
 def test_the_nodes_own_optfile_is_enough(tls_node, pki):
     # The node's file holds its own certificate in the client part, as a
     # node uses it to reach its peers: beam-probe connects the same way.
-    result = run_cli("bin-leak", tls_node.node, "3", "--ssl-dist-optfile",
+    result = run_here("bin-leak", tls_node.node, "3", "--ssl-dist-optfile",
                      pki["node.conf"], "--format", "json", node=tls_node)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -141,14 +141,14 @@ def test_the_nodes_own_optfile_is_enough(tls_node, pki):
 
 
 def test_environment_variables_carry_the_settings(tls_node, pki):
-    result = run_cli("ping", tls_node.node, node=tls_node, env={
+    result = run_here("ping", tls_node.node, node=tls_node, env={
         "BEAM_PROBE_SSL_DIST_OPTFILE": pki["node.conf"]})
     assert result.returncode == 0, result.stderr
     assert "is up" in result.stdout
 
 
 def test_an_encrypted_key_with_its_password_in_the_optfile(tls_node, pki):
-    result = run_cli("ping", tls_node.node, "--ssl-dist-optfile",
+    result = run_here("ping", tls_node.node, "--ssl-dist-optfile",
                      pki["encrypted.conf"], node=tls_node)
     assert result.returncode == 0, result.stderr
 
@@ -156,7 +156,7 @@ def test_an_encrypted_key_with_its_password_in_the_optfile(tls_node, pki):
 def test_an_encrypted_key_without_a_password_is_refused_not_prompted(
         tls_node, pki):
     # OpenSSL would otherwise ask on the terminal, and a cron job would hang.
-    result = run_cli("ping", tls_node.node, "--tls", "--certfile",
+    result = run_here("ping", tls_node.node, "--tls", "--certfile",
                      pki["client.pem"], "--keyfile", pki["client_enc.key"],
                      "--cacertfile", pki["ca.pem"], node=tls_node, timeout=20)
     assert result.returncode == 2
@@ -164,7 +164,7 @@ def test_an_encrypted_key_without_a_password_is_refused_not_prompted(
 
 
 def test_a_tls_node_without_tls_gets_one_clear_line(tls_node):
-    result = run_cli("ping", tls_node.node, node=tls_node)
+    result = run_here("ping", tls_node.node, node=tls_node)
     assert result.returncode == 5
     line = _one_line(result)
     assert "-proto_dist inet_tls" in line and "--tls" in line
@@ -192,7 +192,7 @@ def test_a_tls_node_without_tls_gets_one_clear_line(tls_node):
 ])
 def test_tls_failures_name_their_cause(tls_node, pki, case, args, expected):
     args = tuple(pki.get(a, a) for a in args)
-    result = run_cli("ping", tls_node.node, *args, node=tls_node)
+    result = run_here("ping", tls_node.node, *args, node=tls_node)
     assert result.returncode == 5, (case, result.stderr)
     line = _one_line(result)
     assert line.startswith("beam-probe: TLS: ") and expected in line, line
@@ -210,14 +210,14 @@ def test_tls_failures_name_their_cause(tls_node, pki, case, args, expected):
 def test_unusable_tls_settings_are_usage_errors(tls_node, pki, args,
                                                 expected):
     args = tuple(pki.get(a, a) for a in args)
-    result = run_cli("ping", tls_node.node, *args, node=tls_node)
+    result = run_here("ping", tls_node.node, *args, node=tls_node)
     assert result.returncode == 2, result.stderr
     assert expected in _one_line(result)
 
 
 def test_tls_against_a_plain_node_is_named(nodes, pki):
     plain = nodes.start("25")
-    result = run_cli("ping", plain.node, *_mutual(pki), "--connect-timeout", "2",
+    result = run_here("ping", plain.node, *_mutual(pki), "--connect-timeout", "2",
                      node=plain)
     assert result.returncode == 6
     assert "-proto_dist inet_tls" in _one_line(result)
@@ -249,12 +249,12 @@ def test_library_refusal_is_a_tls_error(tls_node, pki):
 
 
 def test_check_over_tls_and_its_plugin_codes(tls_node, pki):
-    ok = run_cli("check", tls_node.node, "--ssl-dist-optfile",
+    ok = run_here("check", tls_node.node, "--ssl-dist-optfile",
                  pki["node.conf"], "--warn", "binary=1TB", node=tls_node)
     assert ok.returncode == 0 and ok.stdout.startswith("BEAM OK"), ok
-    plain = run_cli("check", tls_node.node, node=tls_node)
+    plain = run_here("check", tls_node.node, node=tls_node)
     assert plain.returncode == 2 and "inet_tls" in plain.stdout, plain
-    unusable = run_cli("check", tls_node.node, "--ssl-dist-optfile",
+    unusable = run_here("check", tls_node.node, "--ssl-dist-optfile",
                        pki["ca.pem"], node=tls_node)
     assert unusable.returncode == 3, unusable
     assert unusable.stdout.startswith("BEAM UNKNOWN"), unusable
@@ -315,7 +315,7 @@ def test_a_record_dripped_over_tls_cannot_stretch_the_deadline(pki):
     peer = _DrippingTlsNode(pki)
     started = time.monotonic()
     try:
-        result = run_cli("ping", "x@127.0.0.1", "--dist-port", str(peer.port),
+        result = run_here("ping", "x@127.0.0.1", "--dist-port", str(peer.port),
                          "--tls", "--cacertfile", pki["ca.pem"],
                          "--tls-server-name", "localhost",
                          "--connect-timeout", "2",

@@ -17,7 +17,7 @@ import pytest
 
 from beam_probe.erldist.terms import Atom
 from beam_probe.node.remote import attach
-from conftest import interrupt_cli, run_cli
+from conftest import interrupt_cli, run_here
 
 
 def _lines(r):
@@ -36,7 +36,7 @@ def churn(nodes, otp):
 
 def test_collections_are_shown_with_plausible_sizes(churn, otp):
     node, r, pid = churn
-    lines = _lines(run_cli("trace-gc", node.node, "bp_churn",
+    lines = _lines(run_here("trace-gc", node.node, "bp_churn",
                            "--max-events", "50", "--format", "json",
                            node=node))
     head, events, summary = lines[0], lines[1:-1], lines[-1]["summary"]
@@ -65,7 +65,7 @@ def test_collections_are_shown_with_plausible_sizes(churn, otp):
 def test_the_duration_limit_holds(churn):
     node, _r, _pid = churn
     started = time.monotonic()
-    r = run_cli("trace-gc", node.node, "code_server", "--duration", "1.5",
+    r = run_here("trace-gc", node.node, "code_server", "--duration", "1.5",
                 node=node)
     elapsed = time.monotonic() - started
     assert r.returncode == 0, r.stderr
@@ -87,7 +87,7 @@ def test_kill_9_mid_trace_leaves_nothing_behind(churn, otp):
     # A whole short run first: the node has finished booting (an OTP 28
     # node starts its logger and user processes after it answers) and
     # anything a run leaves for good would be counted.
-    assert run_cli("trace-gc", node.node, "bp_churn", "--max-events", "1",
+    assert run_here("trace-gc", node.node, "bp_churn", "--max-events", "1",
                    node=node).returncode == 0
     before = r.call("erlang", "system_info", [Atom("process_count")])
     env = dict(os.environ, HOME=node.home)
@@ -126,7 +126,7 @@ def test_another_tracer_is_left_alone(churn, otp):
     r.call("erlang", "trace", [pid, True, [Atom("garbage_collection"),
                                            (Atom("tracer"), other)]])
     try:
-        result = run_cli("trace-gc", node.node, "bp_churn", "code_server",
+        result = run_here("trace-gc", node.node, "bp_churn", "code_server",
                          "--duration", "1", "--max-events", "5",
                          "--format", "json", node=node)
         head = _lines(result)[0]
@@ -138,12 +138,12 @@ def test_another_tracer_is_left_alone(churn, otp):
         assert skipped["why"] == "held"  # JSON gives the code; text, words
         if otp == "25":
             assert skipped["held_by"] == [str(other)]
-        text = run_cli("trace-gc", node.node, "bp_churn", "code_server",
+        text = run_here("trace-gc", node.node, "bp_churn", "code_server",
                        "--duration", "1", "--max-events", "5", node=node)
         assert (f"traced by {other}" if otp == "25" else "11624") in \
             text.stdout
         assert [t["name"] for t in head["tracing"]] == ["code_server"]
-        alone = run_cli("trace-gc", node.node, "bp_churn", node=node)
+        alone = run_here("trace-gc", node.node, "bp_churn", node=node)
         assert alone.returncode == 10, alone.stderr
         assert alone.stderr.startswith("beam-probe: nothing to trace: ")
         assert "traced by" in alone.stderr and \
@@ -182,7 +182,7 @@ def test_two_at_once_never_trace_one_process_twice(churn):
 
 def test_a_process_named_twice_is_traced_once(churn):
     node, _r, pid = churn
-    head = _lines(run_cli("trace-gc", node.node, "bp_churn", str(pid),
+    head = _lines(run_here("trace-gc", node.node, "bp_churn", str(pid),
                           "--max-events", "3", "--format", "json",
                           node=node))[0]
     assert [t["pid"] for t in head["tracing"]] == [str(pid)]
@@ -223,7 +223,7 @@ def test_ctrl_c_ends_with_a_summary(churn, otp):
 
 def test_top_traces_the_largest(churn):
     node, _r, pid = churn
-    head = _lines(run_cli("trace-gc", node.node, "--top", "1", "memory",
+    head = _lines(run_here("trace-gc", node.node, "--top", "1", "memory",
                           "--max-events", "3", "--format", "json",
                           node=node))[0]
     assert len(head["tracing"]) == 1
@@ -240,7 +240,7 @@ def test_top_traces_the_largest(churn):
     ([f"<0.{i}.0>" for i in range(1001)], 2, "at most 1000 processes"),
 ])
 def test_bad_input_is_one_line(target, args, code, message):
-    r = run_cli("trace-gc", target.node, *args, node=target)
+    r = run_here("trace-gc", target.node, *args, node=target)
     assert r.returncode == code, (r.stdout, r.stderr)
     last = r.stderr.strip().splitlines()[-1]
     assert message in last and "Traceback" not in r.stderr, r.stderr

@@ -18,14 +18,38 @@ from beam_probe.erldist.terms import Atom
 from beam_probe.probes.trend import (NOISE_BYTES, Floor, LeakRule, Point, Series,
                               rising)
 from beam_probe.text.chart import line_chart
-from conftest import interrupt_cli, run_cli
+from conftest import FakeClock, interrupt_cli, run_here
 
 MB = 1024 * 1024
 
 
-def _watch(node, *args, timeout=120):
-    return run_cli("watch", node.node, "--cookie", node.cookie, *args,
-                   timeout=timeout)
+def _watch(node, *args, timeout=120, clock=None):
+    return run_here("watch", node.node, "--cookie", node.cookie, *args,
+                    timeout=timeout, clock=clock)
+
+
+class Stepping(FakeClock):
+    """A fake clock whose every sleep moves the node's memory as the
+    workload would have in that time: the watch runs as fast as its round
+    trips, and what it sees is exact."""
+
+    def __init__(self, remote, moves):
+        super().__init__()
+        self.stepper = remote.call("beam_probe_workload", "stepper", [])
+        self.remote, self.moves, self.sleeps = remote, moves, 0
+
+    def sleep(self, seconds):
+        super().sleep(seconds)
+        move = self.moves(self.sleeps, seconds)
+        self.sleeps += 1
+        held = self.remote.call("beam_probe_workload", "step",
+                                [self.stepper, move])
+        assert isinstance(held, int), held
+
+
+def growing(rate):
+    """rate bytes a second, in whole 64 KiB binaries."""
+    return lambda i, seconds: int(rate * seconds) // 65536 * 65536
 
 
 def _lines(stdout):
@@ -99,9 +123,9 @@ def test_a_steady_leak_is_reported_with_its_rate(nodes, otp, gc):
     from beam_probe.node.remote import attach
 
     with attach(node.node, node.cookie.encode()) as r:
-        r.call("beam_probe_workload", "grow", [rate])
         result = _watch(node, "--interval", "0.5", "--count", "9",
-                        "--gc", gc, "--fail-on-leak", *with_floor)
+                        "--gc", gc, "--fail-on-leak", *with_floor,
+                        clock=Stepping(r, growing(rate)))
     assert result.returncode == 12, result.stderr  # --fail-on-leak
     samples, summary = _lines(result.stdout)
     assert len(samples) == 9
@@ -126,11 +150,10 @@ def test_a_short_run_without_gc_is_not_judged(nodes, otp):
     from beam_probe.node.remote import attach
 
     with attach(node.node, node.cookie.encode()) as r:
-        r.call("beam_probe_workload", "grow", [4 * MB])
         result = _watch(node, "--interval", "0.5", "--count", "10",
-                        "--fail-on-leak")
+                        "--fail-on-leak", clock=Stepping(r, growing(4 * MB)))
         text = _watch(node, "--interval", "0.5", "--count", "8",
-                      "--format", "table")
+                      "--format", "table", clock=Stepping(r, growing(4 * MB)))
     assert result.returncode == 13, result.stderr
     _samples, summary = _lines(result.stdout)
     assert summary["leaks"] == [] and summary["judged"] is False
@@ -151,10 +174,13 @@ def test_a_sawtooth_is_not_a_leak(nodes, otp):
     node = nodes.start(otp)
     from beam_probe.node.remote import attach
 
+    # Three steps up of 2 MiB, then all dropped and collected, over and
+    # over: the floor over 6 samples stays where it was.
     with attach(node.node, node.cookie.encode()) as r:
-        r.call("beam_probe_workload", "sawtooth", [8 * MB, 1000])
+        saw = Stepping(r, lambda i, _s: Atom("drop") if i % 4 == 3
+                       else 2 * MB)
         result = _watch(node, "--interval", "0.25", "--count", "20",
-                        "--floor", "6")
+                        "--floor", "6", clock=saw)
     assert result.returncode == 0, result.stderr
     samples, summary = _lines(result.stdout)
     binary = [s["binary"] for s in samples]
@@ -257,7 +283,7 @@ def test_ctrl_c_is_a_normal_end_with_a_summary(target):
 def test_samples_carry_check_history_fields_with_the_same_types(target,
                                                                tmp_path):
     history = tmp_path / "h.jsonl"
-    check = run_cli("check", target.node, "--cookie", target.cookie,
+    check = run_here("check", target.node, "--cookie", target.cookie,
                     "--history", str(history))
     assert check.returncode == 0, check.stdout + check.stderr
     record = json.loads(history.read_text().splitlines()[0])
@@ -280,7 +306,7 @@ def test_samples_carry_check_history_fields_with_the_same_types(target,
     # Both plot alike, mixed in one run.
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text(history.read_text() + watch_file.read_text())
-    drawn = run_cli("plot", str(mixed), "--format", "json")
+    drawn = run_here("plot", str(mixed), "--format", "json")
     assert drawn.returncode == 0, drawn.stderr
     assert json.loads(drawn.stdout)["samples"] == 3
 
@@ -354,17 +380,17 @@ def test_plot_draws_a_history_file_in_the_terminal_and_a_png(tmp_path):
     lines.insert(20, '{"node": "app@db1", "torn')
     path = tmp_path / "h.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    text = run_cli("plot", str(path), "--metric", "binary,ets")
+    text = run_here("plot", str(path), "--metric", "binary,ets")
     assert text.returncode == 0, text.stderr
     assert "app@db1: 50 samples" in text.stdout
     assert "2 lines skipped" in text.stdout
     assert any(0x2800 < ord(c) <= 0x28FF for c in text.stdout)
-    as_json = json.loads(run_cli("plot", str(path), "--format", "json",
+    as_json = json.loads(run_here("plot", str(path), "--format", "json",
                                  "--since", "1795001200").stdout)
     assert as_json["samples"] == 30 and as_json["skipped_lines"] == 2
     pytest.importorskip("matplotlib")
     png = tmp_path / "chart.png"
-    drawn = run_cli("plot", str(path), "-o", str(png))
+    drawn = run_here("plot", str(path), "-o", str(png))
     assert drawn.returncode == 0, drawn.stderr
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
@@ -406,10 +432,10 @@ def test_plot_refuses_a_mixed_cluster_file_without_node(tmp_path):
     path.write_text("".join(json.dumps({
         "time": "t", "epoch": 1795000000 + i, "node": f"n{i % 2}@h",
         "total": i}) + "\n" for i in range(6)))
-    result = run_cli("plot", str(path), "--metric", "total")
+    result = run_here("plot", str(path), "--metric", "total")
     assert result.returncode == 2
     assert "--node" in result.stderr
-    picked = run_cli("plot", str(path), "--metric", "total", "--node",
+    picked = run_here("plot", str(path), "--metric", "total", "--node",
                      "n1@h", "--format", "json")
     assert json.loads(picked.stdout)["samples"] == 3
 

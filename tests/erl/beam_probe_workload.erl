@@ -12,7 +12,7 @@
 -module(beam_probe_workload).
 
 -export([start/3, refill/1, stop/1, probes_running/1, named/1,
-         fill/1, linked_to/1, grow/1, sawtooth/2]).
+         fill/1, linked_to/1, grow/1, sawtooth/2, stepper/0, step/2]).
 %% The three-snapshot scenario (test_snapshot.py).
 -export([scene/0, plant/3, tick/2, noise/1, stop_noise/1]).
 %% alloc, ets and trace-gc (test_alloc_ets.py, test_trace_gc.py).
@@ -160,6 +160,46 @@ grow(Rate, Start, Held, Binaries) ->
                || _ <- lists:seq(1, (Due - Held) div 65536)],
         grow(Rate, Start, Held + 65536 * erlang:length(New), New ++ Binaries)
     end.
+
+%% Memory that moves only when told: step(Pid, Bytes) adds Bytes of live
+%% refc binaries (64 KB each), step(Pid, drop) drops them all and collects.
+%% A watch under a fake clock (test_watch.py) steps it at each of its
+%% sleeps, so a leak's rate is exact and no test waits for real.
+stepper() ->
+    spawn(fun() -> stepper_loop([]) end).
+
+step(Pid, What) ->
+    Ref = erlang:monitor(process, Pid),
+    Pid ! {step, self(), Ref, What},
+    receive
+        {Ref, Held} ->
+            erlang:demonitor(Ref, [flush]),
+            Held;
+        {'DOWN', Ref, process, Pid, Reason} ->
+            {error, Reason}
+    end.
+
+stepper_loop(Binaries) ->
+    receive
+        {step, From, Ref, drop} ->
+            stepper_dropped(From, Ref);
+        {step, From, Ref, Bytes} when is_integer(Bytes), Bytes >= 0 ->
+            New = [binary:copy(<<0>>, 65536)
+                   || _ <- lists:seq(1, Bytes div 65536)],
+            All = New ++ Binaries,
+            From ! {Ref, 65536 * erlang:length(All)},
+            stepper_loop(All);
+        {step, From, Ref, _} ->
+            From ! {Ref, {error, badarg}},
+            stepper_loop(Binaries)
+    end.
+
+%% Apart from stepper_loop/1, so that nothing here still refers to the
+%% dropped binaries when the collection runs.
+stepper_dropped(From, Ref) ->
+    erlang:garbage_collect(),
+    From ! {Ref, 0},
+    stepper_loop([]).
 
 %% No leak: a process that takes Bytes in ten steps over PeriodMs, then
 %% drops them all and collects, again and again.
