@@ -6,7 +6,7 @@ import json
 import os
 import socket
 
-from conftest import run_here
+from conftest import one_line, run_here
 
 
 def test_ping(target, otp):
@@ -45,31 +45,23 @@ def test_cookie_file_option(target):
     assert r.returncode == 0, r.stderr
 
 
-def one_line_error(r, code, *words):
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
-    assert "Traceback" not in r.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
 
 
 def test_wrong_cookie_is_one_line_exit_3(target):
     r = run_here("memory", target.node, env={"BEAM_PROBE_COOKIE": "wrong123"})
-    line = one_line_error(r, 3, "cookie")
+    line = one_line(r, 3, "cookie")
     assert "wrong123" not in line and target.cookie not in line
 
 
 def test_unknown_node_exit_4(target):
     host = target.node.split("@")[1]
     r = run_here("memory", f"nobody@{host}", node=target)
-    one_line_error(r, 4, "nobody", target.name)
+    one_line(r, 4, "nobody", target.name)
 
 
 def test_unknown_host_exit_4(target):
     r = run_here("ping", "a@no-such-host.invalid", node=target)
-    one_line_error(r, 4, "unknown")
+    one_line(r, 4, "unknown")
 
 
 def test_connection_refused_exit_5(target):
@@ -77,7 +69,7 @@ def test_connection_refused_exit_5(target):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     r = run_here("ping", "a@127.0.0.1", "--dist-port", str(port), node=target)
-    one_line_error(r, 5, "refused")
+    one_line(r, 5, "refused")
 
 
 def test_timeout_exit_6(target):
@@ -88,7 +80,7 @@ def test_timeout_exit_6(target):
         r = run_here("ping", "a@127.0.0.1", "--dist-port",
                     str(server.getsockname()[1]), "--connect-timeout", "0.5",
                     node=target)
-        one_line_error(r, 6, "0.5 s")
+        one_line(r, 6, "0.5 s")
     finally:
         server.close()
 
@@ -98,4 +90,4 @@ def test_unsafe_cookie_file_refused(target, tmp_path):
     path.write_text(target.cookie)
     os.chmod(path, 0o644)
     r = run_here("ping", target.node, "--cookie-file", str(path))
-    one_line_error(r, 3, "chmod 400")
+    one_line(r, 3, "chmod 400")

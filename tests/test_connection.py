@@ -73,6 +73,7 @@ def test_per_call_timeout(remote):
     assert remote.call("erlang", "node")  # the connection is still good
 
 
+@pytest.mark.slow
 def test_idle_connection_outlives_net_ticktime(nodes, otp):
     # net_ticktime 4 s: the node ticks every second and drops a silent
     # peer after ~4 s. We stay idle for three ticktimes.

@@ -7,6 +7,8 @@ import glob
 import json
 import os
 
+import pytest
+
 from beam_probe.erldist.terms import Atom
 from conftest import REPO, hold_every_pool_name, run_cli
 
@@ -28,6 +30,7 @@ def _run_all(node):
         assert r.returncode == 0, (args, r.stderr)
 
 
+@pytest.mark.slow
 def test_atom_count_stays_where_the_first_run_left_it(target, remote):
     hold_every_pool_name(target)
     _run_all(target)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -9,7 +10,7 @@ import shlex
 import pytest
 
 from beam_probe.errors import EXIT_CODES
-from conftest import run_cli
+from conftest import run_here
 
 README = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "README.md")
@@ -44,6 +45,80 @@ def demo_node(session_nodes, tmp_path_factory):
                                eval_expr="beam_probe_demo:start()")
 
 
+def _samples(r) -> list[dict]:
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    samples = [line for line in lines if "total" in line]
+    assert len(samples) == 3, r.stdout
+    assert all(s["gc"] == "holders" and s["binary"] > 0 for s in samples)
+    return samples
+
+
+def _rows(r) -> list[str]:
+    """The rows of the first table: from its dashes to a blank line."""
+    lines = r.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("---"))
+    rows = []
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break
+        rows.append(line)
+    return rows
+
+
+# What each step of the leak hunt must show on the demo's node, whose
+# demo_cache keeps 20 keys cut from 64 KiB requests (1.3 MiB of refc
+# binaries through 2.5 KiB of its own heap): the README's story.
+def _is_real(r) -> None:
+    _samples(r)
+
+
+def _who_holds_memory(r) -> None:
+    assert re.search(r"top 10 of \d+ processes by memory", r.stdout)
+    assert len(_rows(r)) == 10
+
+
+def _who_holds_binaries(r) -> None:
+    assert "by binary_memory" in r.stdout
+    assert "demo_cache" in _rows(r)[0], r.stdout
+
+
+def _would_a_collection_free_it(r) -> None:
+    assert re.search(r"binary memory: .* \(freed ", r.stdout), r.stdout
+    assert any("demo_cache" in row for row in _rows(r)), r.stdout
+
+
+def _made_and_kept(r) -> None:
+    assert "SUSPECTS" in r.stdout and "demo_cache" in r.stdout, r.stdout
+    assert re.search(r"snapshots kept in \S+", r.stderr), r.stderr
+
+
+def _closer(r) -> None:
+    assert re.search(r"registered_name +demo_cache", r.stdout), r.stdout
+    assert "beam_probe_demo:cache/1" in r.stdout
+
+
+def _its_collections(r) -> None:
+    assert "demo_cache" in r.stdout
+    assert re.search(r"\d+ collections? traced on", r.stdout), r.stdout
+
+
+def _largest_tables(r) -> None:
+    assert re.search(r"the 10 largest of \d+ ETS tables", r.stdout)
+    assert any("code_server" in row for row in _rows(r)), r.stdout
+
+
+def _leak_or_fragmentation(r) -> None:
+    assert "allocators hold" in r.stdout, r.stdout
+    assert any(row.startswith("binary_alloc") for row in _rows(r))
+
+
+# One check a step, in the README's order (7. confirms with watch again).
+STEPS = [_is_real, _who_holds_memory, _who_holds_binaries,
+         _would_a_collection_free_it, _made_and_kept, _closer,
+         _its_collections, _largest_tables, _leak_or_fragmentation, _is_real]
+
+
+@pytest.mark.slow
 def test_the_workflow_runs_against_the_demo_node(demo_node):
     commands = _workflow_commands()
     assert [c[1] for c in commands] == [
@@ -51,13 +126,13 @@ def test_the_workflow_runs_against_the_demo_node(demo_node):
         "proc-info", "trace-gc", "ets", "alloc", "watch"]
     # Shorter waits than a real hunt's, the commands otherwise as written.
     quick = {"--interval": "0.2", "--duration": "0.5"}
-    for command in commands:
+    for command, check in zip(commands, STEPS):
         assert command[0] == "beam-probe" and command[2] == "app@db1"
         args = [quick.get(prev, word) for prev, word in
                 zip([""] + command[2:], command[2:])]
         args[0] = demo_node.node
         if command[1] == "watch":
             args += ["--count", "3"]
-        r = run_cli(command[1], *args, node=demo_node)
+        r = run_here(command[1], *args, node=demo_node)
         assert r.returncode == 0, (command, r.stderr)
-        assert r.stdout.strip(), command
+        check(r)

@@ -24,7 +24,7 @@ from beam_probe.errors import TimedOut
 from beam_probe.node.forms import Local
 from beam_probe.probes import processes
 from beam_probe.node.remote import attach
-from conftest import run_cli
+from conftest import one_line, run_cli
 
 
 def atoms(remote):
@@ -35,12 +35,6 @@ def cli(*args, **kw):
     return [sys.executable, "-m", "beam_probe", *args]
 
 
-def one_line(r, code, *words):
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
 
 
 # --- 1. Many probes at once never fail for lack of a name -------------------
@@ -98,6 +92,7 @@ def early(session_nodes, otp):
     return session_nodes.start(otp, prefix="app")
 
 
+@pytest.mark.slow
 def test_many_probes_at_once_all_succeed(early, otp):
     env = dict(os.environ, HOME=early.home)
     with attach(early.node, early.cookie.encode()) as remote:
@@ -120,6 +115,7 @@ def test_many_probes_at_once_all_succeed(early, otp):
         assert atoms(remote) - before <= len(NAME_POOL)
 
 
+@pytest.mark.slow
 def test_thirty_checks_with_one_history_all_write(early, tmp_path):
     history = tmp_path / "h.jsonl"
     env = dict(os.environ, HOME=early.home)
@@ -276,6 +272,7 @@ def test_a_frozen_node_does_not_call_us_back(big):
     assert remote.call("beam_probe_workload", "connects", [tracer]) == []
 
 
+@pytest.mark.slow
 def test_a_call_we_gave_up_on_is_stopped_by_its_deadline(target, remote):
     """A library caller that times out but keeps the connection: the node
     stops the work at the guard's deadline, a little after ours."""
@@ -422,6 +419,7 @@ def _timed(args, env=None):
     return r, time.monotonic() - started
 
 
+@pytest.mark.slow
 def test_a_dripping_epmd_cannot_stretch_the_deadline():
     reply = bytes([119, 0]) + struct.pack(">HBBHHH", 1, 77, 0, 6, 6, 1) \
         + b"x\x00\x00"
@@ -436,6 +434,7 @@ def test_a_dripping_epmd_cannot_stretch_the_deadline():
     assert elapsed < 4
 
 
+@pytest.mark.slow
 def test_a_dripping_node_cannot_stretch_the_deadline():
     node = Dripper(b"\x00\x03sok" + b"\x00" * 40)
     try:
@@ -478,6 +477,7 @@ class Silent(FakeServer):
 
 
 @pytest.mark.parametrize("where", ["node", "epmd"])
+@pytest.mark.slow
 def test_check_timeout_bounds_the_whole_run(where):
     """NRPE kills a plugin at its -t: --timeout bounds connecting too."""
     silent = Silent()
@@ -497,6 +497,7 @@ def test_check_timeout_bounds_the_whole_run(where):
     assert elapsed < 2 + 1.5, elapsed  # the interpreter's start included
 
 
+@pytest.mark.slow
 def test_connecting_waits_at_most_timeout_unless_told():
     silent = Silent()
     try:

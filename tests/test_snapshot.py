@@ -217,6 +217,7 @@ def test_snapshots_of_two_nodes_are_refused_unless_forced(nodes, target,
     assert _diff(a, b, args=("--force",))["after"]["node"] == other.node
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_leak_hunt_diffs_what_was_taken(target, tmp_path):
     # Two taken, and waiting 3 s for the third when Ctrl-C comes.
     save = tmp_path / "hunt"
@@ -232,6 +233,7 @@ def test_ctrl_c_in_a_leak_hunt_diffs_what_was_taken(target, tmp_path):
     assert "suspects" not in result["diff"]
 
 
+@pytest.mark.slow
 def test_a_leak_hunt_keeps_and_diffs_what_it_took_when_the_node_goes(
         nodes, otp, tmp_path):
     """Without --save: the snapshots stay in a folder named on stderr, the

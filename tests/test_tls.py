@@ -23,7 +23,7 @@ from beam_probe.erldist.tls import TlsSettings
 from beam_probe.errors import TlsError
 from beam_probe.node.local import short_host
 from beam_probe.node.remote import attach
-from conftest import run_here
+from conftest import one_line, run_here
 
 SUBJECT_ALT_NAMES = f"DNS:{short_host()},DNS:localhost,IP:127.0.0.1"
 
@@ -114,11 +114,6 @@ def _mutual(pki) -> tuple[str, ...]:
             pki["client.key"], "--cacertfile", pki["ca.pem"])
 
 
-def _one_line(result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    return lines[0]
 
 
 def test_mutual_tls_with_certificate_options(tls_node, pki):
@@ -160,13 +155,13 @@ def test_an_encrypted_key_without_a_password_is_refused_not_prompted(
                      pki["client.pem"], "--keyfile", pki["client_enc.key"],
                      "--cacertfile", pki["ca.pem"], node=tls_node, timeout=20)
     assert result.returncode == 2
-    assert "encrypted" in _one_line(result)
+    assert "encrypted" in one_line(result)
 
 
 def test_a_tls_node_without_tls_gets_one_clear_line(tls_node):
     result = run_here("ping", tls_node.node, node=tls_node)
     assert result.returncode == 5
-    line = _one_line(result)
+    line = one_line(result)
     assert "-proto_dist inet_tls" in line and "--tls" in line
 
 
@@ -194,7 +189,7 @@ def test_tls_failures_name_their_cause(tls_node, pki, case, args, expected):
     args = tuple(pki.get(a, a) for a in args)
     result = run_here("ping", tls_node.node, *args, node=tls_node)
     assert result.returncode == 5, (case, result.stderr)
-    line = _one_line(result)
+    line = one_line(result)
     assert line.startswith("beam-probe: TLS: ") and expected in line, line
 
 
@@ -212,15 +207,16 @@ def test_unusable_tls_settings_are_usage_errors(tls_node, pki, args,
     args = tuple(pki.get(a, a) for a in args)
     result = run_here("ping", tls_node.node, *args, node=tls_node)
     assert result.returncode == 2, result.stderr
-    assert expected in _one_line(result)
+    assert expected in one_line(result)
 
 
+@pytest.mark.slow
 def test_tls_against_a_plain_node_is_named(nodes, pki):
     plain = nodes.start("25")
     result = run_here("ping", plain.node, *_mutual(pki), "--connect-timeout", "2",
                      node=plain)
     assert result.returncode == 6
-    assert "-proto_dist inet_tls" in _one_line(result)
+    assert "-proto_dist inet_tls" in one_line(result)
 
 
 def test_library_calls_in_flight_together_over_tls(tls_node, pki):
@@ -309,6 +305,7 @@ class _DrippingTlsNode:
         self.server.close()
 
 
+@pytest.mark.slow
 def test_a_record_dripped_over_tls_cannot_stretch_the_deadline(pki):
     import time
 

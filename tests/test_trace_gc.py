@@ -118,6 +118,7 @@ def test_kill_9_mid_trace_leaves_nothing_behind(churn, otp):
         <= before
 
 
+@pytest.mark.slow
 def test_another_tracer_is_left_alone(churn, otp):
     node, r, pid = churn
     # Someone else's tracer (a process that never reads its mailbox) on
@@ -246,6 +247,7 @@ def test_bad_input_is_one_line(target, args, code, message):
     assert message in last and "Traceback" not in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_a_reader_that_stops_reading_costs_the_node_a_bounded_batch(churn):
     """Output not read for two seconds (a pager, a paused terminal): the
     tracer holds at most a batch, drops and counts the rest, and the run

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from beam_probe.cli import invoke
+from conftest import one_line
 
 NOWHERE = "a@nowhere.invalid"
 
@@ -25,13 +26,6 @@ def cli(capsys, monkeypatch):
     return run
 
 
-def one_line(result, code, *words):
-    got, out, err = result
-    assert got == code, (got, out, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for word in words:
-        assert word in lines[0], lines[0]
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -97,10 +91,86 @@ def test_check_says_unknown_on_stdout(cli, argv):
     assert len(out.strip().splitlines()) == 1
 
 
-def test_help_has_examples(cli):
+def _examples(help_text: str) -> list[list[str]]:
+    """The command lines under a help's "Examples:"."""
+    import shlex
+
+    block = help_text.split("Examples:", 1)[1]
+    lines, pending = [], ""
+    for line in block.splitlines()[1:]:
+        if not line.startswith("  ") or not line.strip():
+            break
+        if line.rstrip().endswith("\\"):  # continued on the next line
+            pending += line.rstrip()[:-1] + " "
+            continue
+        words = shlex.split(pending + line)
+        pending = ""
+        # VAR=value words before the command, as in a shell.
+        while words and "=" in words[0] and words[0] != "beam-probe":
+            words.pop(0)
+        # What the shell does with the output is the shell's.
+        for i, word in enumerate(words):
+            if word in (">", ">>", "|"):
+                del words[i:]
+                break
+        lines.append(words)
+    return lines
+
+
+def test_every_help_has_examples_that_parse(cli):
+    """Each command's help shows examples, and each example is a command
+    line that beam-probe accepts: its options exist, its arguments read
+    and pass the probe's checks (all of it short of connecting)."""
+    from beam_probe.cli.app import main
+    from beam_probe.cli.commands import DECLARED
+    from beam_probe.cli.declare import Declaration
+
+    declared = {d.name: d for d in DECLARED}
+    names = sorted(main.commands)
+    assert {"watch", "leak-hunt", "check", "demo", "help"} <= set(names)
+    for name in names:
+        code, out, _err = cli(name, "--help")
+        assert code == 0 and out.startswith(f"Usage: beam-probe {name}"), \
+            name
+        examples = _examples(out) if "Examples:" in out else []
+        if name == "demo":  # no arguments to show
+            continue
+        assert examples, f"{name}'s help has no examples"
+        for words in examples:
+            assert words[:2] == ["beam-probe", name], (name, words)
+            command = main.commands[name]
+            with command.make_context(name, words[2:]) as ctx:
+                found = declared.get(name)
+                if isinstance(found, Declaration):
+                    from types import SimpleNamespace
+
+                    _node, values = found.parse(ctx.params["args"])
+                    if found.check is not None and found.kind != "offline":
+                        found.check(SimpleNamespace(**ctx.params, **values))
+
+
+def test_the_examples_checker_refuses_a_bad_example(cli):
+    """The check above can fail: an example with an option no command
+    has, or a count out of range, is caught."""
+    import click
+
+    from beam_probe.cli.app import main
+    from beam_probe.cli.commands import DECLARED
+    from beam_probe.errors import UsageError
+
+    with pytest.raises(click.UsageError):
+        main.commands["memory"].make_context("memory",
+                                             ["app@db1", "--nosuch"])
+    bin_leak = next(d for d in DECLARED if d.name == "bin-leak")
+    with main.commands["bin-leak"].make_context(
+            "bin-leak", ["app@db1", "0"]) as ctx:
+        from types import SimpleNamespace
+
+        _node, values = bin_leak.parse(ctx.params["args"])
+        with pytest.raises(UsageError):
+            bin_leak.check(SimpleNamespace(**ctx.params, **values))
+
+
+def test_the_cookie_help_names_the_environment(cli):
     code, out, _err = cli("memory", "--help")
     assert code == 0 and "Examples" in out and "RELEASE_COOKIE" in out
-    for command in ("ping", "memory", "bin-leak", "proc-count",
-                    "proc-window", "proc-info", "check", "demo"):
-        code, out, _err = cli(command, "--help")
-        assert code == 0 and out.startswith("Usage: "), command

@@ -207,6 +207,7 @@ def test_gc_holders_brings_an_idle_binary_leak_to_its_floor(nodes, otp):
     assert samples[0]["binary"] < before - 0.9 * planted
 
 
+@pytest.mark.slow
 def test_node_gone_and_back_is_a_gap_then_a_reconnect(nodes):
     node = nodes.start("25")
     import subprocess
@@ -271,6 +272,7 @@ def test_an_outage_is_one_down_sample_per_interval():
     assert watch.summary()["down_samples"] == 8
 
 
+@pytest.mark.slow
 def test_ctrl_c_is_a_normal_end_with_a_summary(target):
     code, out, err = interrupt_cli("watch", target.node, "--interval", "0.2",
                                    after=2.5, cookie=target.cookie)
@@ -311,6 +313,7 @@ def test_samples_carry_check_history_fields_with_the_same_types(target,
     assert json.loads(drawn.stdout)["samples"] == 3
 
 
+@pytest.mark.slow
 def test_the_live_view_on_a_terminal_has_the_chart_and_the_verdict(target):
     import pty
     import select
