@@ -10,7 +10,7 @@ import os
 import shutil
 import sys
 
-from benchlib import report, start_node, time_command
+from benchlib import report, start_node, time_commands
 
 
 def main(runs: int = 21) -> int:
@@ -19,11 +19,12 @@ def main(runs: int = 21) -> int:
         script = shutil.which("beam-probe")
     with start_node() as node:
         env = dict(os.environ, HOME=node.home)
-        ours = time_command([script, "memory", node.node], env, runs)
         expr = (f"io:format(\"~p~n\", [rpc:call('{node.node}', erlang, "
                 "memory, [])]), halt().")
-        base = time_command(["erl", "-sname", f"bpb{os.getpid()}", "-hidden",
-                             "-noshell", "-eval", expr], env, runs)
+        ours, base = time_commands(
+            [script, "memory", node.node],
+            ["erl", "-sname", f"bpb{os.getpid()}", "-hidden", "-noshell",
+             "-eval", expr], env, runs)
     ok = report("memory, whole process (median of %d)" % runs, ours, base,
                 0.35)
     return 0 if ok else 1

@@ -32,11 +32,20 @@ def median_seconds(fn, runs: int) -> float:
     return statistics.median(times)
 
 
-def time_command(cmd: list[str], env: dict, runs: int) -> float:
-    def once():
+def time_commands(ours: list[str], base: list[str], env: dict,
+                  runs: int) -> tuple[float, float]:
+    """Median wall times of two commands run in turn, run by run: the
+    machine's noise of a moment falls on both, not on one's whole series."""
+    def once(cmd: list[str]) -> float:
+        started = time.perf_counter()
         subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True)
-    once()  # warm the page cache and EPMD
-    return median_seconds(once, runs)
+        return time.perf_counter() - started
+    once(ours), once(base)  # warm the page cache and EPMD
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(runs):
+        times[0].append(once(ours))
+        times[1].append(once(base))
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def helper_beams() -> str:

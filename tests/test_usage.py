@@ -126,7 +126,8 @@ def test_every_help_has_examples_that_parse(cli):
     from beam_probe.cli.declare import Declaration
 
     declared = {d.name: d for d in DECLARED}
-    names = sorted(main.commands)
+    with main.make_context("beam-probe", []) as top:
+        names = main.list_commands(top)
     assert {"watch", "leak-hunt", "check", "demo", "help"} <= set(names)
     for name in names:
         code, out, _err = cli(name, "--help")
@@ -138,7 +139,8 @@ def test_every_help_has_examples_that_parse(cli):
         assert examples, f"{name}'s help has no examples"
         for words in examples:
             assert words[:2] == ["beam-probe", name], (name, words)
-            command = main.commands[name]
+            command = main.get_command(top, name)
+            assert command is not None
             with command.make_context(name, words[2:]) as ctx:
                 found = declared.get(name)
                 if isinstance(found, Declaration):
@@ -158,11 +160,14 @@ def test_the_examples_checker_refuses_a_bad_example(cli):
     from beam_probe.cli.commands import DECLARED
     from beam_probe.errors import UsageError
 
+    with main.make_context("beam-probe", []) as top:
+        memory, declared = (main.get_command(top, "memory"),
+                            main.get_command(top, "bin-leak"))
+    assert memory is not None and declared is not None
     with pytest.raises(click.UsageError):
-        main.commands["memory"].make_context("memory",
-                                             ["app@db1", "--nosuch"])
+        memory.make_context("memory", ["app@db1", "--nosuch"])
     bin_leak = next(d for d in DECLARED if d.name == "bin-leak")
-    with main.commands["bin-leak"].make_context(
+    with declared.make_context(
             "bin-leak", ["app@db1", "0"]) as ctx:
         from types import SimpleNamespace
 

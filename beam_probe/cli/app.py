@@ -9,10 +9,11 @@ ends the process with ``os._exit`` once output is flushed.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import click
 
@@ -36,6 +37,20 @@ class Main(click.Group):
         except click.UsageError as exc:
             _usage_line(exc)
             sys.exit(exc.exit_code)
+
+    # The declared commands are made into click commands when named, not
+    # at import: building all of them cost ~3 ms of every run's start-up
+    # (python -X importtime), where a run uses one.
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(_declared()))
+
+    def get_command(self, ctx: click.Context,
+                    cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is None and cmd_name in _declared():
+            found = _declared()[cmd_name]()
+            self.add_command(found, cmd_name)
+        return found
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -151,16 +166,22 @@ def help_command(ctx: click.Context, command: str | None) -> None:
         click.echo(found.get_help(sub), file=current().stdout)
 
 
-def _register() -> None:
-    from beam_probe.cli import check
+@functools.cache
+def _declared() -> dict[str, Callable[[], click.Command]]:
+    """Each declared command's name and how to make its click command."""
     from beam_probe.cli import commands
 
-    for declared in commands.DECLARED:
-        main.add_command(declared.click_command())
-    main.add_command(check.click_command())
+    makers: dict[str, Callable[[], click.Command]] = {
+        declared.name: declared.click_command
+        for declared in commands.DECLARED}
+    makers["check"] = _check_command
+    return makers
 
 
-_register()
+def _check_command() -> click.Command:
+    from beam_probe.cli import check  # its thresholds and history: its own
+
+    return check.click_command()
 
 
 def _terminate(signum: int, frame: Any) -> None:

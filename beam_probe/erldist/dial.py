@@ -235,7 +235,8 @@ def _our_host(address: NodeAddress, sock: socket.socket) -> str:
 
 def _open_socket(host: str, port: int, timeout: float) -> socket.socket:
     try:
-        sock = socket.create_connection((host, port), timeout=timeout)
+        sock = socket.create_connection((epmd.lookup_name(host), port),  # type: ignore[arg-type]
+                                        timeout=timeout)
     except socket.gaierror:
         raise ConnectFailed(f"host {host!r} is unknown (DNS lookup failed)") \
             from None

@@ -27,14 +27,16 @@ loaded code; their low usage is a reserve, not a problem.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from beam_probe.erldist.terms import Atom, integers
 from beam_probe.errors import OutputFailed
 from beam_probe.node.forms import Local
 from beam_probe.node.replies import Reply
 from beam_probe.node.remote import Remote
-from beam_probe.probes.results import AllocReport, AllocType, Carriers, Verdict
+
+if TYPE_CHECKING:
+    from beam_probe.probes.results import AllocReport, AllocType, Carriers, Verdict
 
 HELPER = "beam_probe_alloc"
 # An allocator smaller than this is never called fragmented: a fresh node's

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from beam_probe.erldist.terms import Atom
 from beam_probe.node.remote import Remote
-from beam_probe.probes.results import MemoryResult, Ping
+
+if TYPE_CHECKING:
+    from beam_probe.probes.results import MemoryResult, Ping
 
 
 def _text(value: Any) -> str:

@@ -8,13 +8,15 @@ gives words).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from beam_probe.erldist.terms import Atom, Pid, format_term, mfa
 from beam_probe.errors import UsageError
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply
-from beam_probe.probes.results import EtsReport, EtsTable
+
+if TYPE_CHECKING:
+    from beam_probe.probes.results import EtsReport, EtsTable
 
 HELPER = "beam_probe_ets"
 MAX_N = 10_000  # as proc-count: the reply stays a few MB at most

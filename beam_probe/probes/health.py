@@ -11,15 +11,17 @@ whole cluster.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from beam_probe.erldist.terms import Atom, format_term
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply
 from beam_probe.probes.alloc import FRAGMENTED_MIN, LONG_LIVED, allocator_types, rss_bytes
-from beam_probe.probes.results import AllocType, CheckValues, NodeHealth
 from beam_probe.probes.processes import HELPER
+
+if TYPE_CHECKING:
+    from beam_probe.probes.results import AllocType, CheckValues, NodeHealth
 
 LOCALS = (Local("pmap", LIB), Local("values", LIB), Local("others", LIB),
           Local("types", "beam_probe_alloc"), Local("rss", "beam_probe_alloc"),

@@ -11,7 +11,7 @@ binaries never crosses the wire.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any, Callable, TYPE_CHECKING
 
 from beam_probe.erldist.terms import Atom, Pid, format_term, mfa
 from beam_probe.errors import (NoSuchProcess, ProtocolError, RemoteError,
@@ -19,8 +19,10 @@ from beam_probe.errors import (NoSuchProcess, ProtocolError, RemoteError,
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply
-from beam_probe.probes.results import ProcInfo
 from beam_probe.probes.processes import HELPER
+
+if TYPE_CHECKING:
+    from beam_probe.probes.results import ProcInfo
 
 # recon:info/1's groups and their process_info items, in recon's order.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -8,16 +8,19 @@ few processes, so one round trip answers. Python orders and renders.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generator, Literal, Sequence, overload
+from typing import Any, Callable, Generator, Literal, Sequence, TYPE_CHECKING, overload
 
 from beam_probe.erldist.terms import Atom, integers, mfa
 from beam_probe.errors import ProtocolError, UsageError
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply
-from beam_probe.probes.results import (BinLeak, DeltaRow, ProcCount,
-                                       ProcCountAllSummary, ProcWindow,
-                                       ValueRow)
+
+
+if TYPE_CHECKING:
+    from beam_probe.probes.results import (BinLeak, DeltaRow, ProcCount,
+                                           ProcCountAllSummary, ProcWindow,
+                                           ValueRow)
 
 HELPER = "beam_probe_scan"
 

@@ -13,7 +13,7 @@ however long it runs.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TYPE_CHECKING
 
 from beam_probe.errors import EXIT_LEAK, EXIT_NOT_JUDGED, ProbeError, UsageError
 from beam_probe.node.forms import LIB, Local
@@ -22,7 +22,9 @@ from beam_probe.node.replies import Reply
 from beam_probe.probes.trend import (DEFAULT_FLOOR, DEFAULT_RISES, LEAK_CATEGORIES, Floor,
                      LeakRule, Point, Series, Stats)
 from beam_probe.probes.alloc import rss_bytes
-from beam_probe.probes.results import RiseJson, Sample
+
+if TYPE_CHECKING:
+    from beam_probe.probes.results import RiseJson, Sample
 
 HELPER = "beam_probe_watch"
 GC_MODES = ("none", "holders", "all")

@@ -17,13 +17,16 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+# Patterns, compiled by re (and cached there) when first used: a run on an
+# Erlang node uses two of them (shows_code), and compiling all five at
+# import was ~1 ms of every run's start-up.
 _ATOM = r"(?:'(?:[^'\\]|\\.)+'|[a-z][A-Za-z0-9_@]*)"
 # m:f/a as terms.mfa writes it, not inside a longer word or a path.
-_MFA = re.compile(rf"(?<![\w'/.#]){_ATOM}:{_ATOM}/\d+")
-_PID = re.compile(r"(?<![#\w])<(\d+\.\d+\.\d+)>")
-_ELIXIR_MODULE = re.compile(r"(?<![\w'.])'?Elixir\.([A-Z][\w.]*)'?")
-_PLAIN = re.compile(r"[a-z_][A-Za-z0-9_@]*[?!]?")
-_QUOTED_MFA = re.compile(rf"({_ATOM}):({_ATOM})$")
+_MFA = rf"(?<![\w'/.#]){_ATOM}:{_ATOM}/\d+"
+_PID = r"(?<![#\w])<(\d+\.\d+\.\d+)>"
+_ELIXIR_MODULE = r"(?<![\w'.])'?Elixir\.([A-Z][\w.]*)'?"
+_PLAIN = r"[a-z_][A-Za-z0-9_@]*[?!]?"
+_QUOTED_MFA = rf"({_ATOM}):({_ATOM})$"
 
 
 class Syntax:
@@ -49,9 +52,9 @@ class Syntax:
         (a cell, a group's name, a stack frame)."""
         if not self.elixir:
             return text
-        text = _MFA.sub(_mfa, text)
-        text = _PID.sub(r"#PID<\1>", text)
-        return _ELIXIR_MODULE.sub(r"\1", text)
+        text = re.sub(_MFA, _mfa, text)
+        text = re.sub(_PID, r"#PID<\1>", text)
+        return re.sub(_ELIXIR_MODULE, r"\1", text)
 
 
 ERLANG = Syntax(False)
@@ -72,7 +75,7 @@ def choose(asked: str, detect: Callable[[], bool]) -> Syntax:
 def shows_code(rendered: str) -> bool:
     """Whether text holds a pid or a function, which Elixir writes apart:
     only then is the node asked whether it runs Elixir (a round trip)."""
-    return bool(_PID.search(rendered) or _MFA.search(rendered))
+    return bool(re.search(_PID, rendered) or re.search(_MFA, rendered))
 
 
 def _unquote(atom: str) -> str:
@@ -85,18 +88,18 @@ def _module(atom: str) -> str:
     name = _unquote(atom)
     if name.startswith("Elixir."):
         return name[len("Elixir."):]
-    return ":" + (name if _PLAIN.fullmatch(name) else f'"{name}"')
+    return ":" + (name if re.fullmatch(_PLAIN, name) else f'"{name}"')
 
 
 def _mfa(match: re.Match[str]) -> str:
     text = match.group(0)
     arity_at = text.rindex("/")
     head, arity = text[:arity_at], text[arity_at:]
-    quoted = _QUOTED_MFA.match(head)
+    quoted = re.match(_QUOTED_MFA, head)
     if quoted is None:
         return text
     module, function = quoted.group(1), _unquote(quoted.group(2))
-    if not _PLAIN.fullmatch(function):
+    if not re.fullmatch(_PLAIN, function):
         function = f'"{function}"'
     return f"{_module(module)}.{function}{arity}"
 
