@@ -49,6 +49,14 @@ EXIT_LEAK = 12         # watch --fail-on-leak: a leak was suspected
 EXIT_NOT_JUDGED = 13   # watch --fail-on-leak: too few samples to judge
 EXIT_OVERLOAD = 14     # trace-gc ended early by overload
 
+class ClusterIncomplete(ProbeError):
+    """--cluster: some chosen nodes did not answer. Their rows say why; the
+    others' answers are written first."""
+
+    exit_code = 15
+    label = "cluster"
+
+
 EXIT_CODES = [
     (0, "success"),
     (1, "unexpected error (a bug: please report it)"),
@@ -78,6 +86,11 @@ EXIT_CODES = [
                     "traced processes collected faster than the node's "
                     "tracer could forward (overload); what was traced is "
                     "shown"),
+    (ClusterIncomplete.exit_code, "`--cluster`: one or more nodes did not "
+                                  "answer (down, slow, unreachable from "
+                                  "the entry node, or failing); each is "
+                                  "named in its row, and the others' "
+                                  "answers are shown"),
     (130, "interrupted (Ctrl-C, SIGINT); `watch` ends on Ctrl-C as a "
           "normal stop, exit 0"),
     (141, "standard output is a pipe whose reader closed it (as `head` "
@@ -90,10 +103,11 @@ class EndedEarly(Exception):
     """A probe whose node failed it after part of the answer was in hand
     (leak-hunt's snapshots before the node went): ``result`` is written as
     any result is, then ``error`` ends the run with its line and code.
-    ``elixir`` says how to show names, the node being gone to ask."""
+    ``elixir`` says how to show names, the node being gone to ask (None:
+    the node is still there to ask)."""
 
     def __init__(self, result: Any, error: ProbeError,
-                 elixir: bool = False) -> None:
+                 elixir: bool | None = False) -> None:
         super().__init__(str(error))
         self.result, self.error, self.elixir = result, error, elixir
 

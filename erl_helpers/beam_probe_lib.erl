@@ -31,7 +31,7 @@
 -export([guard/3, others/0, pmap/3, values/3, top/2, describe/1, settled/1,
          snapshots/6, resolve/1, fan_out/4]).
 
--type watch() :: {node, node()} | {process, pid()}.
+-type watch() :: {node, node()} | {process, pid(), [pid() | port()]}.
 -type pairs() :: [{integer(), pid()}].
 -type memory() :: [{atom(), non_neg_integer()}].
 %% Columns rather than a map per row: building a map per row would take an
@@ -44,7 +44,8 @@
 %% Run Work() in a process of its own while this one, the call's own
 %% process, watches beam-probe: the connection of Watch = {node, Node}
 %% (gone on Ctrl-C, kill -9, a network failure), or the process Watch =
-%% {process, Pid} (the call on the attached node that fanned this one out).
+%% {process, Pid, Fanning} (the call on the attached node that fanned this
+%% one out; Fanning are our processes there, not the node's to report).
 %% When it goes, the work is killed, and with it, through their links, the
 %% workers pmap/3 started; past TimeoutMs (a little more than the caller
 %% waits) too. Nothing is left behind either way.
@@ -78,12 +79,14 @@ guard(Watch, TimeoutMs, Work) ->
                 Controllers = proplists:get_all_values(
                                 Prober, erlang:system_info(dist_ctrl)),
                 Owner ++ Controllers;
-            {process, _} ->
-                []
+            {process, _, Fanning} ->
+                %% Under a fan-out: the processes of ours that run it (on
+                %% the entry node they are among the node's own).
+                Fanning
         end,
     Watched = case Watch of
                   {node, _} -> lists:filter(fun erlang:is_pid/1, Connection);
-                  {process, Caller} -> [Caller]
+                  {process, Caller, _} -> [Caller]
               end,
     lists:foreach(fun(Pid) -> erlang:monitor(process, Pid) end, Watched),
     %% Whether beam-probe can still be answered: a reply to a node that is
@@ -95,7 +98,7 @@ guard(Watch, TimeoutMs, Work) ->
                            Watched =/= [] andalso
                                lists:all(fun erlang:is_process_alive/1,
                                          Watched);
-                       {process, _} ->
+                       {process, _, _} ->
                            true
                    end
            end,
@@ -411,13 +414,19 @@ resolve({names, Names}) ->
     end.
 
 %% Run the guarded expression Form on every node of Nodes at once
-%% (erpc:multicall), with BeamProbeWatch bound to {process, self()}: each
-%% node's guard watches this call, which the attached node's own guard
-%% ends when beam-probe goes. Replies as erpc:multicall gives them.
+%% (erpc:multicall), with BeamProbeWatch bound to {process, self(), Ours}:
+%% each node's guard watches this call, which the attached node's own
+%% guard ends when beam-probe goes, and leaves Ours (this call's processes
+%% and our connection's) out of what it reports: on the attached node they
+%% are among the node's processes. Replies as erpc:multicall gives them.
 -spec fan_out([node()], erl_parse:abstract_expr(), [{atom(), term()}],
               timeout()) -> [{ok, term()} | {atom(), term()}].
 fan_out(Nodes, Form, Bindings, TimeoutMs) ->
-    Watching = orddict:store('BeamProbeWatch', {process, erlang:self()},
-                             Bindings),
+    Ours = case erlang:get('$beam_probe_ours') of
+               undefined -> [erlang:self()];
+               List -> List
+           end,
+    Watching = orddict:store('BeamProbeWatch',
+                             {process, erlang:self(), Ours}, Bindings),
     erpc:multicall(Nodes, erl_eval, expr,
                    [Form, Watching, none, none, value], TimeoutMs).

@@ -52,8 +52,15 @@ def _scan_check(request: SimpleNamespace) -> None:
                   getattr(request, "millis", None), request.jobs)
 
 
+def _bin_leak_check(request: SimpleNamespace) -> None:
+    if request.cluster and request.dry_run:
+        raise UsageError("--dry-run asks one node: leave out --cluster")
+    _scan_check(request)
+
+
 @command("bin-leak", "[NODE] N", timeout=SCAN_TIMEOUT, jobs=True,
-         render="node.bin_leak_text", check=_scan_check, example="app@db1 5", options=(
+         render="node.bin_leak_text", cluster="cluster.bin_leak_text",
+         check=_bin_leak_check, example="app@db1 5", options=(
              click.option("--max-gc", type=click.IntRange(min=0),
                           metavar="COUNT",
                           help="Collect at most COUNT processes (largest "
@@ -81,9 +88,14 @@ def bin_leak(remote: Any, request: SimpleNamespace,
       beam-probe bin-leak app@db1 5
       beam-probe bin-leak app@db1 5 --dry-run
       beam-probe bin-leak app@db1 10 --max-gc 1000 --jobs 2 --format json
+      beam-probe bin-leak app@db1 10 --cluster
     """
     from beam_probe.probes import processes
 
+    if request.cluster:
+        return processes.bin_leak_cluster(
+            remote, request.n, request.max_gc, request.cluster_nodes,
+            request.include_hidden, progress, request.jobs)
     return processes.bin_leak(remote, request.n, request.max_gc, progress,
                               request.jobs, request.dry_run)
 
@@ -93,11 +105,15 @@ def _n_or_all(request: SimpleNamespace) -> None:
         raise UsageError("expected [NODE] ATTRIBUTE N, or [NODE] ATTRIBUTE "
                          "--all, e.g. beam-probe proc-count app@db1 "
                          "binary_memory 3")
+    if request.every and request.cluster:
+        raise UsageError("--all streams one node's processes: leave out "
+                         "--cluster, or give N")
     _scan_check(request)
 
 
 @command("proc-count", "[NODE] ATTRIBUTE [N]", timeout=SCAN_TIMEOUT,
-         jobs=True, render="node.proc_count_text", check=_n_or_all,
+         jobs=True, render="node.proc_count_text",
+         cluster="cluster.proc_count_text", check=_n_or_all,
          example="app@db1 binary_memory 3",
          metavar="[NODE] ATTRIBUTE (N | --all)", options=(
              click.option("--all", "every", is_flag=True,
@@ -119,9 +135,14 @@ def proc_count(remote: Any, request: SimpleNamespace,
       beam-probe proc-count app@db1 binary_memory 3
       BEAM_PROBE_NODE=app@db1 beam-probe proc-count memory 10
       beam-probe proc-count app@db1 memory --all --format json > all.json
+      beam-probe proc-count app@db1 binary_memory 10 --cluster
     """
     from beam_probe.probes import processes
 
+    if request.cluster:
+        return processes.proc_count_cluster(
+            remote, request.attribute, request.n, request.cluster_nodes,
+            request.include_hidden, progress, request.jobs)
     if not request.every:
         return processes.proc_count(remote, request.attribute, request.n,
                                     progress, request.jobs)
@@ -135,7 +156,7 @@ def proc_count(remote: Any, request: SimpleNamespace,
 
 @command("proc-window", "[NODE] ATTRIBUTE N MILLISECONDS",
          timeout=SCAN_TIMEOUT, jobs=True, render="node.proc_window_text",
-         check=_scan_check,
+         cluster="cluster.proc_window_text", check=_scan_check,
          example="app@db1 reductions 5 1000")
 def proc_window(remote: Any, request: SimpleNamespace,
                 progress: Progress) -> Any:
@@ -151,9 +172,15 @@ def proc_window(remote: Any, request: SimpleNamespace,
     Examples:
       beam-probe proc-window app@db1 reductions 5 1000
       beam-probe proc-window app@db1 binary_memory 10 60000 --format json
+      beam-probe proc-window app@db1 reductions 5 1000 --nodes a@h1,b@h2
     """
     from beam_probe.probes import processes
 
+    if request.cluster:
+        return processes.proc_window_cluster(
+            remote, request.attribute, request.n, request.millis,
+            request.cluster_nodes, request.include_hidden, progress,
+            request.jobs)
     return processes.proc_window(remote, request.attribute, request.n,
                                  request.millis, progress, request.jobs)
 
@@ -467,7 +494,13 @@ __all__ = ["DECLARED", "bin_leak", "diff", "leak_hunt", "memory", "ping",
            "watch"]
 
 
-@command("alloc", "[NODE]", render="node.alloc_text", options=(
+def _alloc_check(request: SimpleNamespace) -> None:
+    if request.cluster and request.raw:
+        raise UsageError("--raw writes one node's data: leave out --cluster")
+
+
+@command("alloc", "[NODE]", render="node.alloc_text",
+         cluster="cluster.alloc_text", check=_alloc_check, options=(
     click.option("--raw", metavar="FILE",
                  help="Also write every allocator's full "
                       "system_info({allocator, Type}) to FILE, as the "
@@ -495,9 +528,13 @@ def alloc(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
       beam-probe alloc app@db1
       beam-probe alloc app@db1 --format json
       beam-probe alloc app@db1 --raw app-alloc.etf
+      beam-probe alloc app@db1 --cluster
     """
     from beam_probe.probes import alloc as allocators
 
+    if request.cluster:
+        return allocators.alloc_cluster(remote, request.cluster_nodes,
+                                        request.include_hidden)
     return allocators.alloc(remote, request.raw)
 
 
@@ -509,6 +546,7 @@ def _ets_check(request: SimpleNamespace) -> None:
 
 
 @command("ets", "[NODE] [N]", render="node.ets_text", example="app@db1 10",
+         cluster="cluster.ets_text",
          check=_ets_check,
          options=(click.option("--sort", type=click.Choice(("memory",
                                                               "size")),
@@ -529,9 +567,14 @@ def ets(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
       beam-probe ets app@db1
       beam-probe ets app@db1 5 --sort size
       beam-probe ets app@db1 20 --format json
+      beam-probe ets app@db1 10 --cluster
     """
     from beam_probe.probes import ets as tables
 
+    if request.cluster:
+        return tables.largest_cluster(remote, request.n or 10, request.sort,
+                                      request.cluster_nodes,
+                                      request.include_hidden)
     return tables.largest(remote, request.n or 10, request.sort)
 
 

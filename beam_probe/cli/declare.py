@@ -103,9 +103,13 @@ class Declaration:
                  example: str, metavar: str | None,
                  check: Callable[[SimpleNamespace], None] | None,
                  kind: str = "call", summary: Render | None = None,
-                 line: Render | None = None) -> None:
+                 line: Render | None = None,
+                 cluster: Render | None = None) -> None:
         self.name, self.args, self.probe, self.render = name, args, probe, \
             render
+        # The renderer of the --cluster answer; a command that has one
+        # takes --cluster, --nodes and --include-hidden.
+        self.cluster = cluster
         self.check, self.kind, self.summary = check, kind, summary
         self.line = line
         self.timeout, self.jobs, self.options = timeout, jobs, options
@@ -166,13 +170,17 @@ class Declaration:
         def callback(args: tuple[str, ...], **given: Any) -> None:
             node, values = self.parse(args)
             request = SimpleNamespace(**given, **values)
+            if self.cluster is not None:
+                opt.cluster_request(request)
             if self.check is not None:
                 self.check(request)
             {"call": run, "live": run_live,
              "offline": run_offline}[self.kind](self, node, request, given)
 
         params = list(self.options) + ([opt.JOBS_OPTION] if self.jobs
-                                       else []) + [opt.SYNTAX_OPTION]
+                                       else []) + list(
+            opt.CLUSTER_OPTIONS if self.cluster is not None else ()) + [
+            opt.SYNTAX_OPTION]
         if self.kind == "offline":
             params.append(opt.format_option())
         else:
@@ -194,7 +202,8 @@ def command(name: str, args: str, *, render: Render,
             metavar: str | None = None,
             check: Callable[[SimpleNamespace], None] | None = None,
             kind: str = "call", summary: Render | None = None,
-            line: Render | None = None) -> Callable[[Probe], Probe]:
+            line: Render | None = None,
+            cluster: Render | None = None) -> Callable[[Probe], Probe]:
     """Declare a command; its function is the probe it calls, and its
     docstring the command's help. ``check`` looks at the whole request
     (arguments and options together) before anything connects. A ``live``
@@ -202,11 +211,14 @@ def command(name: str, args: str, *, render: Render,
     a Live; ``render`` then draws a frame of it, (live, width, height) ->
     lines, ``line`` one sample as a line of text (for --format table when
     the output is not a terminal), and ``summary`` its summary. An
-    ``offline`` command's probe gets no node."""
+    ``offline`` command's probe gets no node. ``cluster`` names the
+    renderer of the --cluster answer: a command that has one takes
+    --cluster, --nodes and --include-hidden (the probe reads
+    request.cluster and request.cluster_nodes)."""
     def declare(probe: Probe) -> Probe:
         DECLARED.append(Declaration(name, args, probe, render, timeout,
                                     jobs, options, example, metavar, check,
-                                    kind, summary, line))
+                                    kind, summary, line, cluster))
         return probe
     return declare
 
@@ -238,12 +250,14 @@ def run(declared: Declaration, node: str | None, request: SimpleNamespace,
             # Whether the node runs Elixir is asked only when the text
             # shows a pid or a function (not for ping or memory: a round
             # trip less); then the text is drawn again in its syntax.
-            draw = renderer(declared.render)
+            draw = renderer(declared.cluster if getattr(
+                request, "cluster", False) else declared.render)
             text = draw(result, ERLANG)
             if given["syntax"] != "auto" or shows_code(text):
                 syntax = choose(given["syntax"], (
-                    lambda: runs_elixir(remote)) if failure is None
-                    else (lambda: failure.elixir))
+                    lambda: runs_elixir(remote))
+                    if failure is None or failure.elixir is None
+                    else (lambda: bool(failure.elixir)))
                 if syntax is not ERLANG:
                     text = draw(result, syntax)
             text = printable(text)

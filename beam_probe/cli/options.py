@@ -157,6 +157,36 @@ JOBS_OPTION = click.option(
          "most four per online scheduler.")
 
 
+CLUSTER_OPTIONS = (
+    click.option("--cluster", is_flag=True,
+                 help="Ask every node connected to NODE too, fanned out by "
+                      "NODE itself over distribution (one connection, one "
+                      "cookie): visible nodes, as erlang:nodes() lists "
+                      "them. Each row names its node; a node that does not "
+                      "answer gets a row saying why, and exit code 15."),
+    click.option("--nodes", "cluster_nodes", metavar="NAME@HOST,...",
+                 help="With --cluster (implied): exactly these nodes, "
+                      "through NODE (which connects to any it is not "
+                      "connected to, as an rpc would)."),
+    click.option("--include-hidden", is_flag=True,
+                 help="With --cluster (implied): hidden nodes connected to "
+                      "NODE too (remote shells, other tools; never "
+                      "beam-probe's own)."),
+)
+
+
+def cluster_request(request: Any) -> None:
+    """--nodes and --include-hidden imply --cluster; --nodes read into a
+    list of names, checked before anything connects."""
+    from beam_probe.probes.cluster import parse_names
+
+    names = getattr(request, "cluster_nodes", None)
+    request.cluster_nodes = parse_names(names) if names is not None else None
+    request.cluster = bool(getattr(request, "cluster", False)
+                           or names is not None
+                           or getattr(request, "include_hidden", False))
+
+
 def apply(options: list[Any], f: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         f = option(f)

@@ -27,16 +27,18 @@ loaded code; their low usage is a reserve, not a problem.
 
 from __future__ import annotations
 
-from typing import Any, TYPE_CHECKING
+from typing import Any, Sequence, TYPE_CHECKING
 
 from beam_probe.erldist.terms import Atom, integers
 from beam_probe.errors import OutputFailed
 from beam_probe.node.forms import Local
 from beam_probe.node.replies import Reply
 from beam_probe.node.remote import Remote
+from beam_probe.probes import cluster
 
 if TYPE_CHECKING:
-    from beam_probe.probes.results import AllocReport, AllocType, Carriers, Verdict
+    from beam_probe.probes.results import (AllocReport, AllocType, Carriers,
+                                           ClusterAlloc, Verdict)
 
 HELPER = "beam_probe_alloc"
 # An allocator smaller than this is never called fragmented: a fresh node's
@@ -163,13 +165,24 @@ def alloc(remote: Remote, raw_path: str | None = None) -> AllocReport:
     full data too, written there as the node's compressed external term."""
     reply = remote.ask(HELPER, "alloc", raw_path is not None,
                        Local("types"), Local("rss"))
+    report = read_alloc(remote.node, reply)
+    if raw_path is not None:
+        raw = reply["raw"]
+        if isinstance(raw, Atom) or len(raw) > MAX_RAW:
+            raise OutputFailed("the node sent no raw allocator data")
+        _write(raw_path, bytes(raw))
+        report["raw"] = raw_path
+    return report
+
+
+def read_alloc(node: str, reply: Reply) -> AllocReport:
     types = allocator_types(reply.list("types"))
     allocated = sum(t["allocated"] for t in types)
     used = sum(t["used"] for t in types)
     rss = rss_bytes(reply["rss"])
     hits, calls = reply.int("mseg_hits"), reply.int("mseg_calls")
     report: AllocReport = {
-        "node": remote.node,
+        "node": node,
         "used": used, "allocated": allocated,
         "usage": round(used / allocated, 4) if allocated else 1.0,
         "memory_total": reply.int("memory_total"), "rss": rss,
@@ -179,12 +192,6 @@ def alloc(remote: Remote, raw_path: str | None = None) -> AllocReport:
         "verdict": verdict(types, allocated, rss),
         "types": sorted(types, key=lambda t: -t["allocated"]),
         "raw": None}
-    if raw_path is not None:
-        raw = reply["raw"]
-        if isinstance(raw, Atom) or len(raw) > MAX_RAW:
-            raise OutputFailed("the node sent no raw allocator data")
-        _write(raw_path, bytes(raw))
-        report["raw"] = raw_path
     return report
 
 
@@ -198,5 +205,17 @@ def _write(path: str, data: bytes) -> None:
             from None
 
 
-__all__ = ["LONG_LIVED", "alloc", "allocator_types", "low_usage",
-           "rss_bytes", "verdict"]
+def alloc_cluster(remote: Remote, nodes: Sequence[str] | None = None,
+                  include_hidden: bool = False) -> ClusterAlloc:
+    """The allocator report of every node of the entry's cluster: each
+    node's verdict is its own (probes/cluster.py)."""
+    chosen, connected = cluster.members(remote, nodes, include_hidden)
+    answers = cluster.fan(remote, chosen, HELPER, "alloc",
+                          (False, Local("types"), Local("rss")), read_alloc,
+                          remote.timeout, connected)
+    result: ClusterAlloc = {"entry": remote.node, "nodes": list(answers)}
+    return cluster.complete(result, answers)
+
+
+__all__ = ["LONG_LIVED", "alloc", "alloc_cluster", "allocator_types",
+           "low_usage", "read_alloc", "rss_bytes", "verdict"]

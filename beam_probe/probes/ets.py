@@ -8,15 +8,16 @@ gives words).
 
 from __future__ import annotations
 
-from typing import Any, TYPE_CHECKING
+from typing import Any, Sequence, TYPE_CHECKING
 
 from beam_probe.erldist.terms import Atom, Pid, format_term, mfa
 from beam_probe.errors import UsageError
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply
+from beam_probe.probes import cluster
 
 if TYPE_CHECKING:
-    from beam_probe.probes.results import EtsReport, EtsTable
+    from beam_probe.probes.results import ClusterEts, EtsReport, EtsTable
 
 HELPER = "beam_probe_ets"
 MAX_N = 10_000  # as proc-count: the reply stays a few MB at most
@@ -79,15 +80,47 @@ def check_n(n: int) -> None:
 def largest(remote: Remote, n: int = 10, sort: str = "memory") -> EtsReport:
     """The ``n`` largest tables of the attached node by ``sort``."""
     check_n(n)
+    check_sort(sort)
+    return read_largest(remote.node, sort,
+                        remote.ask(HELPER, "largest", n, Atom(sort)))
+
+
+def check_sort(sort: str) -> None:
     if sort not in SORTS:
         raise UsageError(f"--sort is memory or size, not {sort!r}")
-    reply = remote.ask(HELPER, "largest", n, Atom(sort))
+
+
+def read_largest(node: str, sort: str, reply: Reply) -> EtsReport:
     wordsize = reply.int("wordsize")
-    return {"node": remote.node, "sort": sort,
+    return {"node": node, "sort": sort,
             "tables": reply.int("tables"),
             "total_memory": reply.int("total_words") * wordsize,
             "largest": [_table(entry, wordsize)
                         for entry in reply.list("largest")]}
 
 
-__all__ = ["check_n", "largest", "owner_group"]
+def largest_cluster(remote: Remote, n: int = 10, sort: str = "memory",
+                    nodes: Sequence[str] | None = None,
+                    include_hidden: bool = False) -> ClusterEts:
+    """The ``n`` largest tables of every node of the entry's cluster, each
+    with its node (probes/cluster.py)."""
+    check_n(n)
+    check_sort(sort)
+    chosen, connected = cluster.members(remote, nodes, include_hidden)
+    answers = cluster.fan(
+        remote, chosen, HELPER, "largest", (n, Atom(sort)),
+        lambda node, reply: read_largest(node, sort, reply),
+        remote.timeout, connected)
+    result: ClusterEts = {
+        "entry": remote.node, "sort": sort,
+        "nodes": cluster.per_node(answers, lambda a: {
+            "node": a["node"], "tables": a["tables"],
+            "total_memory": a["total_memory"]}),
+        "largest": cluster.top(cluster.merged(
+            answers, lambda a: a["largest"]),
+            "memory" if sort == "memory" else "size", n)}
+    return cluster.complete(result, answers)
+
+
+__all__ = ["check_n", "check_sort", "largest", "largest_cluster",
+           "owner_group"]

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import Any, TYPE_CHECKING
 
-from beam_probe.erldist.terms import Atom, format_term
+from beam_probe.erldist.terms import Atom
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply
+from beam_probe.probes.cluster import describe_failure
 from beam_probe.probes.alloc import FRAGMENTED_MIN, LONG_LIVED, allocator_types, rss_bytes
 from beam_probe.probes.processes import HELPER
 
@@ -104,19 +105,5 @@ def measure_cluster(remote: Remote, timeout: float, jobs: int = 0,
                 f"{HELPER}:health on {node}", reply[1])))
         else:
             results.append({"node": str(node),
-                            "error": _describe_failure(reply, timeout)})
+                            "error": describe_failure(reply, timeout)})
     return results
-
-
-def _describe_failure(reply: Any, timeout: float) -> str:
-    # erpc:multicall's {Class, Reason}: {error, {erpc, timeout}},
-    # {error, {erpc, noconnection}}, or an exception from the node.
-    reason = reply[1] if len(reply) > 1 else reply
-    if isinstance(reason, tuple) and reason[:1] == (Atom("erpc"),):
-        what = str(reason[1])
-        if what == "timeout":
-            return f"no answer within {timeout:g} s"
-        if what == "noconnection":
-            return "connection to it lost"
-        return f"erpc {what}"
-    return f"failed: {format_term(reply)}"[:200]

@@ -15,12 +15,15 @@ from beam_probe.errors import ProtocolError, UsageError
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply
+from beam_probe.probes import cluster
 
 
 if TYPE_CHECKING:
-    from beam_probe.probes.results import (BinLeak, DeltaRow, ProcCount,
-                                           ProcCountAllSummary, ProcWindow,
-                                           ValueRow)
+    from beam_probe.probes.results import (BinLeak, ClusterBinLeak,
+                                           ClusterProcCount,
+                                           ClusterProcWindow, DeltaRow,
+                                           ProcCount, ProcCountAllSummary,
+                                           ProcWindow, ValueRow)
 
 HELPER = "beam_probe_scan"
 
@@ -133,13 +136,22 @@ def bin_leak(remote: Remote, n: int, max_gc: int | None = None,
     progress("counting every process's refc binaries" if dry_run else
              "counting every process's refc binaries, then collecting "
              "the holders")
-    reply = remote.ask(HELPER, "bin_leak", n,
-                       NO_GC_LIMIT if max_gc is None else max_gc, dry_run,
-                       jobs, Local("pmap", LIB), Local("top", LIB),
-                       Local("describe", LIB), Local("others", LIB),
-                       Local("settled", LIB))
+    return read_bin_leak(remote.node, remote.ask(
+        HELPER, "bin_leak", *_bin_leak_args(n, max_gc, dry_run, jobs)),
+        dry_run)
+
+
+def _bin_leak_args(n: int, max_gc: int | None, dry_run: bool,
+                   jobs: int) -> tuple[Any, ...]:
+    return (n, NO_GC_LIMIT if max_gc is None else max_gc, dry_run, jobs,
+            Local("pmap", LIB), Local("top", LIB), Local("describe", LIB),
+            Local("others", LIB), Local("settled", LIB))
+
+
+def read_bin_leak(node: str, reply: Reply, dry_run: bool = False
+                  ) -> BinLeak:
     result: BinLeak = {
-        "node": remote.node, "scanned": reply.int("scanned"),
+        "node": node, "scanned": reply.int("scanned"),
         "holders": reply.int("holders"), "collected": reply.int("collected"),
         "memory_before": reply.pairs("memory_before"),
         "memory_after": reply.pairs("memory_after"),
@@ -160,9 +172,12 @@ def proc_count(remote: Remote, attribute: str, n: int,
     """
     check_request(attribute, n, jobs=jobs)
     progress(f"reading {attribute} of every process")
-    reply = remote.ask(HELPER, "proc_count", Atom(attribute), n, jobs,
-                       *LOCALS)
-    return {"node": remote.node, "attribute": attribute,
+    return read_proc_count(remote.node, attribute, remote.ask(
+        HELPER, "proc_count", Atom(attribute), n, jobs, *LOCALS))
+
+
+def read_proc_count(node: str, attribute: str, reply: Reply) -> ProcCount:
+    return {"node": node, "attribute": attribute,
             "scanned": reply.int("scanned"),
             "processes": rows(reply["rows"], "value", order=True)}
 
@@ -215,16 +230,26 @@ def proc_window(remote: Remote, attribute: str, n: int, millis: int,
     check_request(attribute, n, millis, jobs)
     progress(f"reading {attribute} of every process, twice, "
              f"{millis} ms apart")
-    reply = remote.ask(HELPER, "proc_window", Atom(attribute), n, millis,
-                       jobs, *LOCALS, Local("snapshots", LIB),
-                       timeout=remote.timeout + millis / 1000)
+    return read_proc_window(remote.node, attribute, millis, remote.ask(
+        HELPER, "proc_window", *_window_args(attribute, n, millis, jobs),
+        timeout=remote.timeout + millis / 1000))
+
+
+def _window_args(attribute: str, n: int, millis: int,
+                 jobs: int) -> tuple[Any, ...]:
+    return (Atom(attribute), n, millis, jobs, *LOCALS,
+            Local("snapshots", LIB))
+
+
+def read_proc_window(node: str, attribute: str, millis: int,
+                     reply: Reply) -> ProcWindow:
     dead = reply.map("dead")
     values, pids = integers(dead["values"]), dead.list("pids")
     if len(values) != len(pids):
         raise ProtocolError(f"{HELPER}:proc_window's dead columns are of "
                             "different lengths")
     order = sorted(range(len(values)), key=lambda i: (-values[i], -i))
-    return {"node": remote.node, "attribute": attribute, "window_ms": millis,
+    return {"node": node, "attribute": attribute, "window_ms": millis,
             "scanned_first": reply.int("scanned_first"),
             "scanned_last": reply.int("scanned_last"),
             "processes": rows(reply["rows"], "delta", order=True),
@@ -233,3 +258,90 @@ def proc_window(remote: Remote, attribute: str, n: int, millis: int,
             "dead_count": reply.int("dead_count"),
             "dead": [{"pid": str(pids[i]), "value": values[i]}
                      for i in order]}
+
+
+# -- the same questions of every node of a cluster, through one --------------
+# (probes/cluster.py: each node's reply read by the reader above, failures
+# as rows, the rows merged; exit 15 after the answer when a node failed.)
+
+def proc_count_cluster(remote: Remote, attribute: str, n: int,
+                       nodes: Sequence[str] | None = None,
+                       include_hidden: bool = False,
+                       progress: Progress = _quiet,
+                       jobs: int = 0) -> ClusterProcCount:
+    """proc_count on every node of the entry's cluster at once: the N
+    largest processes of them all, each with its node."""
+    check_request(attribute, n, jobs=jobs)
+    chosen, connected = cluster.members(remote, nodes, include_hidden)
+    progress(f"reading {attribute} of every process on {len(chosen)} nodes")
+    answers = cluster.fan(
+        remote, chosen, HELPER, "proc_count",
+        (Atom(attribute), n, jobs, *LOCALS),
+        lambda node, reply: read_proc_count(node, attribute, reply),
+        remote.timeout, connected)
+    result: ClusterProcCount = {
+        "entry": remote.node, "attribute": attribute,
+        "nodes": cluster.per_node(answers, lambda a: {
+            "node": a["node"], "scanned": a["scanned"]}),
+        "processes": cluster.top(cluster.merged(
+            answers, lambda a: a["processes"]), "value", n)}
+    return cluster.complete(result, answers)
+
+
+def bin_leak_cluster(remote: Remote, n: int, max_gc: int | None = None,
+                     nodes: Sequence[str] | None = None,
+                     include_hidden: bool = False,
+                     progress: Progress = _quiet,
+                     jobs: int = 0) -> ClusterBinLeak:
+    """bin_leak on every node at once: the N processes of them all that
+    dropped most refc binary references when collected."""
+    check_request(n=n, jobs=jobs)
+    chosen, connected = cluster.members(remote, nodes, include_hidden)
+    progress(f"counting every process's refc binaries on {len(chosen)} "
+             "nodes, then collecting the holders")
+    answers = cluster.fan(
+        remote, chosen, HELPER, "bin_leak",
+        _bin_leak_args(n, max_gc, False, jobs), read_bin_leak,
+        remote.timeout, connected)
+    result: ClusterBinLeak = {
+        "entry": remote.node,
+        "nodes": cluster.per_node(answers, lambda a: {
+            "node": a["node"], "scanned": a["scanned"],
+            "holders": a["holders"], "collected": a["collected"],
+            "memory_before": a["memory_before"],
+            "memory_after": a["memory_after"]}),
+        "processes": cluster.top(cluster.merged(
+            answers, lambda a: a["processes"]), "delta", n,
+            descending=False)}
+    return cluster.complete(result, answers)
+
+
+def proc_window_cluster(remote: Remote, attribute: str, n: int, millis: int,
+                        nodes: Sequence[str] | None = None,
+                        include_hidden: bool = False,
+                        progress: Progress = _quiet,
+                        jobs: int = 0) -> ClusterProcWindow:
+    """proc_window on every node at once, over the same window: the N
+    largest increases of them all."""
+    check_request(attribute, n, millis, jobs)
+    chosen, connected = cluster.members(remote, nodes, include_hidden)
+    progress(f"reading {attribute} of every process on {len(chosen)} "
+             f"nodes, twice, {millis} ms apart")
+    answers = cluster.fan(
+        remote, chosen, HELPER, "proc_window",
+        _window_args(attribute, n, millis, jobs),
+        lambda node, reply: read_proc_window(node, attribute, millis, reply),
+        remote.timeout + millis / 1000, connected)
+    result: ClusterProcWindow = {
+        "entry": remote.node, "attribute": attribute, "window_ms": millis,
+        "nodes": cluster.per_node(answers, lambda a: {
+            "node": a["node"], "scanned_first": a["scanned_first"],
+            "scanned_last": a["scanned_last"],
+            "born_count": a["born_count"], "dead_count": a["dead_count"]}),
+        "processes": cluster.top(cluster.merged(
+            answers, lambda a: a["processes"]), "delta", n),
+        "born": cluster.top(cluster.merged(
+            answers, lambda a: a["born"]), "value", n),
+        "dead": cluster.top(cluster.merged(
+            answers, lambda a: a["dead"]), "value", n)}
+    return cluster.complete(result, answers)

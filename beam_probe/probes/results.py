@@ -11,7 +11,7 @@ order (tests/test_json_shapes.py holds it).
 from __future__ import annotations
 
 from typing import (TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple,
-                    TypedDict)
+                    TypedDict, Union)
 
 if TYPE_CHECKING:
     from typing_extensions import NotRequired
@@ -269,6 +269,119 @@ class EtsReport(TypedDict):
     tables: int
     total_memory: int
     largest: List[EtsTable]
+
+
+# -- the cluster through one node (--cluster) ---------------------------------
+
+class NodeFailure(TypedDict):
+    """A node that did not answer, and why, in one line."""
+
+    node: str
+    error: str
+
+
+class NodeScan(TypedDict):
+    node: str
+    scanned: int
+
+
+class NodeValueRow(TypedDict):
+    """A ValueRow of one of the cluster's nodes."""
+
+    node: str
+    pid: str
+    value: int
+    name: Optional[str]
+    current_function: Optional[str]
+    initial_call: Optional[str]
+    exited: bool
+
+
+class NodeDeltaRow(TypedDict):
+    node: str
+    pid: str
+    delta: int
+    name: Optional[str]
+    current_function: Optional[str]
+    initial_call: Optional[str]
+    exited: bool
+
+
+class NodeDeadRow(TypedDict):
+    node: str
+    pid: str
+    value: int
+
+
+class ClusterProcCount(TypedDict):
+    entry: str
+    attribute: str
+    nodes: List[Union[NodeScan, NodeFailure]]
+    processes: List[NodeValueRow]
+
+
+class NodeBinLeak(TypedDict):
+    node: str
+    scanned: int
+    holders: int
+    collected: int
+    memory_before: Memory
+    memory_after: Memory
+
+
+class ClusterBinLeak(TypedDict):
+    entry: str
+    nodes: List[Union[NodeBinLeak, NodeFailure]]
+    processes: List[NodeDeltaRow]
+
+
+class NodeWindow(TypedDict):
+    node: str
+    scanned_first: int
+    scanned_last: int
+    born_count: int
+    dead_count: int
+
+
+class ClusterProcWindow(TypedDict):
+    entry: str
+    attribute: str
+    window_ms: int
+    nodes: List[Union[NodeWindow, NodeFailure]]
+    processes: List[NodeDeltaRow]
+    born: List[NodeValueRow]
+    dead: List[NodeDeadRow]
+
+
+class NodeEtsTable(TypedDict):
+    node: str
+    id: str
+    name: str
+    owner: str
+    owner_name: Optional[str]
+    owner_group: str
+    size: int
+    memory: int
+    type: str
+    protection: str
+
+
+class NodeEts(TypedDict):
+    node: str
+    tables: int
+    total_memory: int
+
+
+class ClusterEts(TypedDict):
+    entry: str
+    sort: str
+    nodes: List[Union[NodeEts, NodeFailure]]
+    largest: List[NodeEtsTable]
+
+
+class ClusterAlloc(TypedDict):
+    entry: str
+    nodes: List[Union[AllocReport, NodeFailure]]
 
 
 # -- watch --------------------------------------------------------------------

@@ -1,0 +1,194 @@
+"""The whole cluster through one node: which nodes, and each one's answer.
+
+beam-probe connects to one node, the entry. The entry runs the same helper
+on every chosen node at once (Remote.fan_out: erpc:multicall of
+erl_eval:expr/5, stock OTP only), each under a guard that watches the
+entry's call, which our connection's guard watches in turn: one
+connection and one cookie for the whole cluster, nothing loaded anywhere,
+and when we go the work stops on every node. A bastion that reaches one
+node reaches them all.
+
+Each node's reply is read by the one-node probe's own reader, so a node's
+answer means what it means alone; a node that fails (down, slow,
+partitioned, refusing, or a malformed reply) becomes a row that says why,
+and the others go on. The compositions for each command live with the
+commands' probes; this module is the mechanics: the members, the fan-out,
+the failures, the merge.
+
+Cost to the entry node: one process running the fan-out, and every node's
+reply passing through it (a ranking of N rows per node: N x nodes rows,
+bounded by MAX_N and MAX_NODES).
+"""
+
+from __future__ import annotations
+
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator,
+                    Sequence, TypeVar, cast)
+
+from beam_probe.erldist.terms import Atom, format_term
+from beam_probe.errors import (ClusterIncomplete, EndedEarly, ProtocolError,
+                               UsageError)
+from beam_probe.node.replies import Reply
+
+if TYPE_CHECKING:
+    from beam_probe.node.remote import Remote
+    from beam_probe.probes.results import NodeFailure
+
+T = TypeVar("T")
+S = TypeVar("S")
+
+# A --nodes list is the user's to write; each name is an atom on the entry
+# node, so the list has a bound. Clusters of a few hundred nodes exist;
+# erlang:nodes() itself is not bounded by us (the cluster is what it is).
+MAX_NODES = 1000
+MAX_NAME = 255  # an atom's length in characters
+
+# The names beam-probe itself connects as (erldist.dial.NAME_POOL): other
+# probes attached to the same node are hidden nodes of ours, not members.
+OUR_PREFIX = "beam_probe_"
+
+
+def check_names(names: Sequence[str]) -> None:
+    """A --nodes list, checked before anything connects."""
+    if not names:
+        raise UsageError("--nodes needs at least one name@host")
+    if len(names) > MAX_NODES:
+        raise UsageError(f"--nodes names at most {MAX_NODES} nodes, not "
+                         f"{len(names)}")
+    for name in names:
+        if (name.count("@") != 1 or name.startswith("@")
+                or name.endswith("@") or len(name) > MAX_NAME
+                or not name.isprintable() or " " in name):
+            raise UsageError(f"--nodes: {name[:60]!r} is not a node name "
+                             "(name@host)")
+
+
+def parse_names(text: str) -> list[str]:
+    """``a@h,b@h`` as a list, each checked; duplicates once, in order."""
+    names = list(dict.fromkeys(n.strip() for n in text.split(",")
+                               if n.strip()))
+    check_names(names)
+    return names
+
+
+def _ours(name: str) -> bool:
+    head = name.split("@", 1)[0]
+    return head.startswith(OUR_PREFIX) and head[len(OUR_PREFIX):].isdigit()
+
+
+def members(remote: Remote, chosen: Sequence[str] | None = None,
+            include_hidden: bool = False) -> tuple[list[str], set[str]]:
+    """The nodes to ask, the entry first, and those the entry is connected
+    to now. ``chosen``: exactly those (the entry dials any it is not
+    connected to, as an rpc would). Otherwise the entry and
+    erlang:nodes(): visible nodes, hidden ones too with
+    ``include_hidden`` (never beam-probe's own)."""
+    kinds = [Atom("visible"), Atom("hidden")] if include_hidden \
+        else [Atom("visible")]
+    connected = {str(n) for n in remote.call("erlang", "nodes", [kinds])}
+    connected.add(remote.node)
+    if chosen:
+        return list(chosen), connected
+    others = sorted(n for n in connected - {remote.node} if not _ours(n))
+    return [remote.node, *others], connected
+
+
+def fan(remote: Remote, nodes: Sequence[str], helper: str, function: str,
+        args: Iterable[Any], read: Callable[[str, Reply], T],
+        timeout: float, connected: set[str] | None = None
+        ) -> list[T | NodeFailure]:
+    """``helper:function(args...)`` on every node at once, through the
+    entry; each reply read by ``read(node, reply)``, in ``nodes``' order.
+    ``timeout`` bounds each node; the whole waits a little longer, so a
+    slow node is its row ("no answer within"), not the end of the run."""
+    replies = remote.fan_out([Atom(n) for n in nodes], helper, function,
+                             *args, timeout=timeout)
+    if not isinstance(replies, list) or len(replies) != len(nodes):
+        raise ProtocolError("the entry node's fan-out answered "
+                            f"{format_term(replies)[:80]}, not one reply "
+                            "a node")
+    out: list[T | NodeFailure] = []
+    for node, reply in zip(nodes, replies):
+        if isinstance(reply, tuple) and len(reply) == 2 \
+                and reply[0] == Atom("ok"):
+            try:
+                out.append(read(node, Reply(f"{helper}:{function} on {node}",
+                                            reply[1])))
+            except ProtocolError as exc:
+                out.append({"node": node, "error": str(exc)})
+        else:
+            out.append({"node": node, "error": describe_failure(
+                reply, timeout, connected is None or node in connected)})
+    return out
+
+
+def describe_failure(reply: Any, timeout: float, was_connected: bool = True
+                     ) -> str:
+    """erpc:multicall's {Class, Reason} for one node, as one line."""
+    reason = reply[1] if isinstance(reply, tuple) and len(reply) > 1 \
+        else reply
+    if isinstance(reason, tuple) and reason[:1] == (Atom("erpc"),) \
+            and len(reason) > 1:
+        what = str(reason[1])
+        if what == "timeout":
+            return f"no answer within {timeout:g} s"
+        if what == "noconnection":
+            return ("connection to it lost" if was_connected else
+                    "the entry node cannot reach it (down, another cookie, "
+                    "or no such node)")
+        return f"erpc {what}"
+    return f"failed: {format_term(reply)}"[:200]
+
+
+def failed(answer: Any) -> bool:
+    return "error" in answer
+
+
+def answered(answers: Sequence[T | NodeFailure]) -> list[T]:
+    """The answers of the nodes that answered."""
+    return [cast(T, a) for a in answers if not failed(a)]
+
+
+def per_node(answers: Sequence[T | NodeFailure], summary: Callable[[T], S]
+             ) -> list[S | NodeFailure]:
+    """A row a node, in order: ``summary`` of its answer, or its failure."""
+    return [cast("NodeFailure", a) if failed(a) else summary(cast(T, a))
+            for a in answers]
+
+
+def merged(answers: Sequence[T | NodeFailure],
+           take: Callable[[T], Iterable[Any]]) -> Iterator[Any]:
+    """The rows ``take`` gives of each answer, each with its node."""
+    for answer in answered(answers):
+        node = cast(Any, answer)["node"]
+        for row in take(answer):
+            yield {"node": node, **row}
+
+
+def complete(result: T, answers: Sequence[Any]) -> T:
+    """``result`` when every node answered; otherwise EndedEarly: the
+    result is written (the failures in its rows), then exit 15 with one
+    line naming the first failure."""
+    failures = [a for a in answers if failed(a)]
+    if not failures:
+        return result
+    first = failures[0]
+    more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+    raise EndedEarly(result, ClusterIncomplete(
+        f"{len(answers) - len(failures)} of {len(answers)} nodes answered; "
+        f"{first['node']}: {first['error']}{more}"), elixir=None)
+
+
+def top(rows: Iterable[Any], key: str, n: int, descending: bool = True
+        ) -> list[Any]:
+    """The first ``n`` of every node's rows by ``key``: largest first, or
+    smallest (bin-leak's most negative) with ``descending`` false."""
+    sign = -1 if descending else 1
+    return sorted(rows, key=lambda r: sign * r[key])[:n]
+
+
+
+
+__all__ = ["MAX_NODES", "answered", "check_names",
+           "complete", "describe_failure", "failed", "fan", "members",
+           "merged", "parse_names", "per_node", "top"]

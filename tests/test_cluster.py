@@ -1,0 +1,246 @@
+"""The whole cluster through one node (--cluster): real three-node clusters
+of OTP 25 nodes, reached through one of them, with memory planted on one
+node only. Names sort before (aaa...), between (bpc..., the entry) and
+after (zzz...) beam-probe's own beam_probe_N."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from beam_probe.erldist.terms import Atom
+from beam_probe.node.remote import attach
+from conftest import REPO, _run_env, one_line, run_here
+from shapes import conforms_to
+
+HOLDER_BINARIES = 40  # 64 KiB each, on the last node only
+
+
+def _connect(entry, others) -> None:
+    with attach(entry.node, entry.cookie.encode()) as remote:
+        for other in others:
+            assert remote.call("net_kernel", "connect_node",
+                               [Atom(other.node)]) is True
+
+
+@pytest.fixture(scope="module")
+def cluster(session_nodes):
+    """(entry, before, after): three connected nodes with one cookie; the
+    one after holds binaries (bp_holder) and the one before a large table
+    (bp_big_owner)."""
+    tag = uuid.uuid4().hex[:6]
+    cookie = f"cl{tag}"
+    entry = session_nodes.start("25", prefix=f"bpc{tag}", cookie=cookie)
+    before = session_nodes.start("25", prefix=f"aaa{tag}", cookie=cookie)
+    after = session_nodes.start("25", prefix=f"zzz{tag}", cookie=cookie)
+    _connect(entry, [before, after])
+    with attach(after.node, cookie.encode()) as remote:
+        remote.call("beam_probe_workload", "hold_binaries", [HOLDER_BINARIES])
+    with attach(before.node, cookie.encode()) as remote:
+        remote.call("beam_probe_workload", "big_table",
+                    [Atom("bp_cluster_table"), 20_000])
+    return entry, before, after
+
+
+def _json(entry, *args: str) -> tuple[int, dict, str]:
+    r = run_here(*args, "--format", "json", node=entry)
+    return r.returncode, json.loads(r.stdout) if r.stdout else {}, r.stderr
+
+
+def _type(name: str):
+    from beam_probe.probes import results
+
+    return getattr(results, name)
+
+
+def test_proc_count_ranks_every_node_and_names_each(cluster):
+    entry, before, after = cluster
+    code, result, err = _json(entry, "proc-count", entry.node,
+                              "binary_memory", "5", "--cluster")
+    assert code == 0, err
+    conforms_to(result, _type("ClusterProcCount"))
+    assert result["entry"] == entry.node
+    # The entry first, then the others as erlang:nodes() sorts them.
+    assert [n["node"] for n in result["nodes"]] == [
+        entry.node, before.node, after.node]
+    top = result["processes"][0]
+    assert (top["node"], top["name"]) == (after.node, "bp_holder")
+    assert top["value"] >= HOLDER_BINARIES * 65536
+    values = [p["value"] for p in result["processes"]]
+    assert values == sorted(values, reverse=True)
+
+
+def test_our_own_processes_are_not_the_entry_nodes(cluster):
+    """On the entry node the fan-out's own processes run beside the
+    node's: they are left out, as one node's probe leaves ours out, so
+    each node counts what its own proc-count counts."""
+    entry, before, after = cluster
+    code, result, err = _json(entry, "proc-count", entry.node, "memory",
+                              "50", "--cluster")
+    assert code == 0, err
+    functions = {p["current_function"] for p in result["processes"]}
+    assert not functions & {"erpc:mcall_receive_replies/5",
+                            "prim_eval:receive/2"}, functions
+    # A node just connected runs global's resolvers for a moment (seen:
+    # two, gone within a second): counts are compared once they agree
+    # twice in a row, which a constant difference never does.
+    for _ in range(10):
+        counts = {n["node"]: n["scanned"] for n in _json(
+            entry, "proc-count", entry.node, "memory", "1",
+            "--cluster")[1]["nodes"]}
+        alone = {node.node: _json(node, "proc-count", node.node, "memory",
+                                  "1")[1]["scanned"] for node in cluster}
+        if counts == alone:
+            break
+        time.sleep(0.3)
+    assert counts == alone
+
+
+def test_every_ranking_takes_the_cluster(cluster):
+    entry, before, after = cluster
+    names = [entry.node, before.node, after.node]
+    for args, kind, rows in (
+            (("bin-leak", entry.node, "3"), "ClusterBinLeak", "processes"),
+            (("proc-window", entry.node, "reductions", "3", "200"),
+             "ClusterProcWindow", "processes"),
+            (("ets", entry.node, "3"), "ClusterEts", "largest"),
+            (("alloc", entry.node), "ClusterAlloc", None)):
+        code, result, err = _json(entry, *args, "--cluster")
+        assert code == 0, (args, err)
+        conforms_to(result, _type(kind))
+        assert [n["node"] for n in result["nodes"]] == names, args
+        if rows:
+            assert {r["node"] for r in result[rows]} <= set(names)
+    code, result, _ = _json(entry, "ets", entry.node, "1", "--cluster")
+    assert [(t["node"], t["name"]) for t in result["largest"]] == [
+        (before.node, "bp_cluster_table")]
+
+
+def test_the_text_names_each_node(cluster):
+    entry, before, after = cluster
+    r = run_here("proc-count", entry.node, "binary_memory", "3",
+                 "--cluster", node=entry)
+    assert r.returncode == 0, r.stderr
+    assert f"cluster through {entry.node}:" in r.stdout
+    assert "3 nodes, all 3 answered" in r.stdout
+    holder = next(line for line in r.stdout.splitlines()
+                  if "bp_holder" in line)
+    assert holder.startswith(after.node)
+
+
+def test_nodes_chooses_and_a_node_out_of_reach_is_its_row(cluster):
+    entry, before, after = cluster
+    code, result, err = _json(entry, "proc-count", entry.node, "memory", "3",
+                              "--nodes", f"{after.node},nosuch@nohost")
+    assert code == 15
+    one_line((code, "", err), 15, "cluster", "1 of 2 nodes answered",
+             "nosuch@nohost", "cannot reach it")
+    assert [n["node"] for n in result["nodes"]] == [after.node,
+                                                    "nosuch@nohost"]
+    assert "error" in result["nodes"][1]
+    assert {p["node"] for p in result["processes"]} == {after.node}
+
+
+def test_a_node_of_another_cookie_is_its_row(cluster, nodes):
+    entry, _before, _after = cluster
+    stranger = nodes.start("25", prefix="zzx")  # its own cookie
+    code, result, err = _json(entry, "alloc", entry.node, "--nodes",
+                              f"{entry.node},{stranger.node}")
+    assert code == 15, err
+    assert result["nodes"][0]["node"] == entry.node
+    assert "verdict" in result["nodes"][0]
+    assert result["nodes"][1] == {
+        "node": stranger.node, "error": "the entry node cannot reach it "
+        "(down, another cookie, or no such node)"}
+
+
+@pytest.mark.parametrize("args,words", [
+    (("proc-count", "x@h", "memory", "3", "--nodes", "nohost"),
+     ["--nodes", "'nohost'", "not a node name"]),
+    (("proc-count", "x@h", "memory", "--all", "--cluster"),
+     ["--all", "--cluster"]),
+    (("alloc", "x@h", "--raw", "f", "--cluster"), ["--raw", "--cluster"]),
+    (("bin-leak", "x@h", "3", "--dry-run", "--include-hidden"),
+     ["--dry-run", "--cluster"]),
+    (("ets", "x@h", "--nodes", ","), ["--nodes", "at least one"]),
+])
+def test_bad_cluster_arguments_are_one_line(args, words):
+    r = run_here(*args)
+    one_line(r, 2, *words)
+
+
+@pytest.mark.slow
+def test_a_frozen_node_times_out_in_its_row(cluster, nodes):
+    """A node stopped with SIGSTOP: its row says it did not answer within
+    --timeout, the others answer, and the run ends by then."""
+    entry, before, after = cluster
+    frozen = nodes.start("25", prefix="zzy", cookie=entry.cookie)
+    _connect(entry, [frozen])
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        code, result, err = _json(entry, "proc-count", entry.node, "memory",
+                                  "3", "--cluster", "--timeout", "2")
+        elapsed = time.monotonic() - started
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    assert code == 15, err
+    rows = {n["node"]: n for n in result["nodes"]}
+    assert rows[frozen.node] == {"node": frozen.node,
+                                 "error": "no answer within 2 s"}
+    assert all("scanned" in rows[n.node] for n in cluster)
+    assert elapsed < 2 + 2 + 3, elapsed  # the guard's margin, and slack
+
+
+@pytest.mark.slow
+def test_killing_beam_probe_stops_the_work_on_every_node(cluster):
+    """kill -9 in the middle of a fan-out (a 20 s proc-window on every
+    node): within a second nothing of ours runs on any node."""
+    entry, before, after = cluster
+    # What earlier calls of this test's own left running (bp_holder, started
+    # through a connection of the fixture's), per node.
+    left_before = {}
+    for node in cluster:
+        with attach(node.node, node.cookie.encode()) as remote:
+            left_before[node.node] = set(_running(remote, everyone=True))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "beam_probe", "proc-window", entry.node,
+         "reductions", "3", "20000", "--cluster"], cwd=REPO,
+        env=_run_env(None, entry), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        with attach(after.node, after.cookie.encode()) as remote:
+            ours = left_before[after.node]
+            deadline = time.monotonic() + 10
+            while not set(_running(remote)) - ours:
+                assert time.monotonic() < deadline, "the work never started"
+                time.sleep(0.05)
+            proc.kill()
+            proc.wait()
+            gone = time.monotonic() + 1.0
+            while set(_running(remote)) - ours and time.monotonic() < gone:
+                time.sleep(0.05)
+            assert set(_running(remote)) - ours == set()
+        for node in (entry, before):
+            with attach(node.node, node.cookie.encode()) as remote:
+                assert set(_running(remote)) - left_before[node.node] == set()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _running(remote, everyone: bool = False) -> list:
+    """The processes beam-probe runs started on this node that still run
+    (their group leader is a beam_probe_N pid); but this call's own, unless
+    ``everyone`` (then the caller is among them too, gone a moment later)."""
+    return remote.call("beam_probe_workload", "probes_running", [
+        Atom("nobody@nowhere") if everyone
+        else Atom(str(remote.conn.our_node))])
