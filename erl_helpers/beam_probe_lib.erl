@@ -80,9 +80,11 @@ guard(Watch, TimeoutMs, Work) ->
                                 Prober, erlang:system_info(dist_ctrl)),
                 Owner ++ Controllers;
             {process, _, Fanning} ->
-                %% Under a fan-out: the processes of ours that run it (on
-                %% the entry node they are among the node's own).
-                Fanning
+                %% Under a fan-out: the processes of ours that run it, and
+                %% our connection's port, where they are this node's (on
+                %% the entry node, among the node's own).
+                [Ours || Ours <- Fanning,
+                         erlang:node(Ours) =:= erlang:node()]
         end,
     Watched = case Watch of
                   {node, _} -> lists:filter(fun erlang:is_pid/1, Connection);

@@ -244,3 +244,71 @@ def _running(remote, everyone: bool = False) -> list:
     return remote.call("beam_probe_workload", "probes_running", [
         Atom("nobody@nowhere") if everyone
         else Atom(str(remote.conn.our_node))])
+
+
+# --- watch --cluster --------------------------------------------------------
+
+def test_watch_flags_the_leaking_node_and_only_it(cluster):
+    """One node's binaries grow 4 MiB a second (a fake clock steps them at
+    each of the watch's sleeps): after collections of the binary holders,
+    the rule fires on that node alone, and --fail-on-leak exits 12."""
+    from test_watch import Stepping, _lines, growing
+
+    entry, before, after = cluster
+    with attach(after.node, after.cookie.encode()) as remote:
+        clock = Stepping(remote, growing(8 << 20))
+        r = run_here("watch", entry.node, "--cluster", "--gc", "holders",
+                     "--interval", "0.5", "--count", "8", "--fail-on-leak",
+                     node=entry, clock=clock)
+        remote.call("beam_probe_workload", "step",
+                    [clock.stepper, Atom("drop")])
+    assert r.returncode == 12, r.stderr
+    samples, summary = _lines(r.stdout)
+    assert len(samples) == 8 * 3
+    assert {s["node"] for s in samples} == {n.node for n in cluster}
+    leaking = {n["node"]: [l["category"] for l in n["leaks"]]
+               for n in summary["nodes"]}
+    assert "binary" in leaking[after.node]
+    assert leaking[entry.node] == leaking[before.node] == []
+    assert summary["entry"] == entry.node
+    assert [n["node"] for n in summary["nodes"]] == [
+        entry.node, before.node, after.node]
+
+
+def test_watch_view_draws_a_line_a_node_and_the_chart(cluster):
+    entry, before, after = cluster
+    r = run_here("watch", entry.node, "--cluster", "--interval", "0.2",
+                 "--count", "3", "--metric", "binary", node=entry, tty=True,
+                 size=(120, 40))
+    assert r.returncode == 0, r.stderr
+    assert f"cluster through {entry.node}: 3 nodes every 0.2 s" in r.stdout
+    for node in cluster:
+        assert any(line.startswith(node.node) for line in
+                   r.stdout.splitlines()), node.node
+    assert "binary per hour" in r.stdout
+
+
+@pytest.mark.slow
+def test_watch_goes_on_when_a_node_freezes(cluster, nodes):
+    """A node stopped with SIGSTOP is down in each sample (no answer
+    within four fifths of the interval); the others are sampled on time."""
+    entry, _before, _after = cluster
+    frozen = nodes.start("25", prefix="zzw", cookie=entry.cookie)
+    _connect(entry, [frozen])
+    try:
+        os.kill(frozen.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        r = run_here("watch", entry.node, "--cluster", "--interval", "1",
+                     "--count", "3", node=entry)
+        elapsed = time.monotonic() - started
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    down = [s for s in rows if s.get("node") == frozen.node]
+    assert len(down) == 3 and all(s.get("down") for s in down)
+    # Four fifths of the interval: the round must end before the next.
+    assert down[0]["error"] == "no answer within 0.8 s"
+    others = [s for s in rows if "total" in s]
+    assert len(others) == 3 * 3
+    assert elapsed < 3 * (1 + 2) + 3, elapsed

@@ -218,7 +218,8 @@ def proc_info(remote: Any, request: SimpleNamespace,
 
 
 @command("watch", "[NODE]", kind="live", jobs=True, render="watch.frame",
-         summary="watch.summary_text", line="watch.sample_line", options=(
+         summary="watch.summary_text", line="watch.sample_line",
+         cluster="watch.cluster_frame", options=(
              click.option("--interval", type=Seconds(0.2), default=5.0,
                           show_default=True, metavar="SECONDS",
                           help="Time between samples (at least 0.2)."),
@@ -250,7 +251,12 @@ def proc_info(remote: Any, request: SimpleNamespace,
                                "run ended before the rule could judge."),
              click.option("--output", "-o", metavar="FILE",
                           help="Also append each sample to FILE as a JSON "
-                               "line (plot reads it).")))
+                               "line (plot reads it)."),
+             click.option("--metric", type=click.Choice(
+                 ("total", "processes", "binary", "ets")), default="total",
+                 show_default=True,
+                 help="With --cluster: the category the view charts, a "
+                      "line a node.")))
 def watch(connect: Any, request: SimpleNamespace, progress: Progress) -> Any:
     """Is it really a leak? Sample memory over time; apply memwatch's rule.
 
@@ -271,19 +277,35 @@ def watch(connect: Any, request: SimpleNamespace, progress: Progress) -> Any:
     summary say so. Ctrl-C ends the watch with a summary (exit 0). If the
     node goes away, watch says so and reconnects when it is back.
 
+    With --cluster, every node connected to NODE is sampled each interval
+    through NODE (one connection): a sample per node (JSON lines carry
+    "node"), the rule per node, a line per node in the view and the chart
+    of --metric a series per node. A node that does not answer within four
+    fifths of the interval is down for that sample; the others go on.
+
     \b
     Examples:
       beam-probe watch app@db1
       beam-probe watch app@db1 --interval 30 --gc holders -o app.jsonl
       beam-probe watch app@db1 --interval 1 --count 60 --fail-on-leak
+      beam-probe watch app@db1 --cluster --gc holders --metric binary
     """
     from beam_probe.cli.environment import current
-    from beam_probe.probes.watch import Watch
+    from beam_probe.probes.watch import ClusterWatch, Watch
 
     if request.gc == "all":
         error_line("beam-probe: --gc all collects every process before "
                    "each sample: about 0.1-0.3 s of the node's schedulers "
                    "per 100,000 processes (measured, 2 cores)")
+    if request.cluster:
+        return ClusterWatch(
+            connect, nodes=request.cluster_nodes,
+            include_hidden=request.include_hidden, metric=request.metric,
+            interval=request.interval, count=request.count,
+            duration=request.duration, gc=request.gc, max_gc=request.max_gc,
+            jobs=request.jobs, rises=request.rises, floor=request.floor,
+            fail_on_leak=request.fail_on_leak, clock=current().clock,
+            sleep=current().sleep)
     return Watch(connect, interval=request.interval, count=request.count,
                  duration=request.duration, gc=request.gc,
                  max_gc=request.max_gc, jobs=request.jobs,

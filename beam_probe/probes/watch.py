@@ -13,14 +13,16 @@ however long it runs.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterator, TYPE_CHECKING
+from typing import Any, Callable, Iterable, Iterator, Sequence, TYPE_CHECKING
 
-from beam_probe.errors import EXIT_LEAK, EXIT_NOT_JUDGED, ProbeError, UsageError
+from beam_probe.errors import (EXIT_LEAK, EXIT_NOT_JUDGED, ProbeError,
+                               ProtocolError, UsageError)
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply
 from beam_probe.probes.trend import (DEFAULT_FLOOR, DEFAULT_RISES, LEAK_CATEGORIES, Floor,
                      LeakRule, Point, Series, Stats)
+from beam_probe.probes import cluster
 from beam_probe.probes.alloc import rss_bytes
 
 if TYPE_CHECKING:
@@ -38,6 +40,10 @@ MEMORY_KEYS = ("total", "processes", "binary", "ets", "atom", "code",
                "system")
 
 
+SAMPLE_LOCALS = (Local("pmap", LIB), Local("others", LIB), Local("top", LIB),
+                 Local("settled", LIB), Local("rss", "beam_probe_alloc"))
+
+
 def sample_node(remote: Remote, gc: str = "none",
                 max_gc: int | None = None, jobs: int = 0) -> Reply:
     """One raw sample of the attached node (the helper's map, by key)."""
@@ -45,9 +51,7 @@ def sample_node(remote: Remote, gc: str = "none",
 
     return remote.ask(HELPER, "sample", Atom(gc),
                       NO_GC_LIMIT if max_gc is None else max_gc, jobs,
-                      Local("pmap", LIB), Local("others", LIB),
-                      Local("top", LIB), Local("settled", LIB),
-                      Local("rss", "beam_probe_alloc"))
+                      *SAMPLE_LOCALS)
 
 
 def record(node: str, raw: Reply, epoch: float, gc: str,
@@ -94,31 +98,14 @@ def record(node: str, raw: Reply, epoch: float, gc: str,
     return out
 
 
-class Watch:
-    """A watch in progress: ``samples()`` yields them; the state a view or
-    a summary needs (per-category stats, chart series, the leak rule) is
-    kept here, in constant memory, and survives an interrupted generator
-    (Ctrl-C ends the watch, not the summary)."""
+class Track:
+    """What the rule and the view keep of one node's samples, in constant
+    memory: floors, the leak rule (after collections or through the
+    floors), the raw values' rule, per-category stats and chart series."""
 
-    def __init__(self, connect: Callable[[], Remote], *,
-                 interval: float = 5.0, count: int | None = None,
-                 duration: float | None = None, gc: str = "none",
-                 max_gc: int | None = None, jobs: int = 0,
-                 rises: int = DEFAULT_RISES, floor: int = DEFAULT_FLOOR,
-                 fail_on_leak: bool = False,
-                 clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        if gc not in GC_MODES:
-            raise UsageError(f"--gc must be one of {', '.join(GC_MODES)}, "
-                             f"not {gc!r}")
-        if not interval >= MIN_INTERVAL:
-            raise UsageError(f"--interval must be at least {MIN_INTERVAL} "
-                             f"s, not {interval:g}")
-        self.connect, self.interval = connect, interval
-        self.count, self.duration = count, duration
-        self.gc, self.max_gc, self.jobs = gc, max_gc, jobs
-        self.clock, self.sleep = clock, sleep
-        self.fail_on_leak = fail_on_leak
+    def __init__(self, node: str, gc: str, rises: int = DEFAULT_RISES,
+                 floor: int = DEFAULT_FLOOR) -> None:
+        self.node, self.gc = node, gc
         self.rule = LeakRule(rises)
         # The raw values under the same rule: with no forced GC, a series
         # that only rose is "rising, not yet confirmed" while its floor
@@ -139,73 +126,12 @@ class Watch:
         # points a series draw as well as any more, and cost a fifth of
         # 2,048 to redraw at each sample.
         self.series = {c: Series(1024) for c in CHARTED}
-        self.node = ""
         self.taken = self.down = 0
-        self.started: float | None = None
         self.last: Sample | None = None
-        self.remote: Remote | None = None
 
-    def open(self) -> None:
-        """The first connection: errors here are the user's to see."""
-        self.remote = self.connect()
-        self.node = self.remote.node
-
-    def close(self) -> None:
-        if self.remote is not None:
-            self.remote.close()
-            self.remote = None
-
-    def samples(self) -> Iterator[Sample]:
-        if self.remote is None:
-            self.open()
-        started = self.started = self.clock()
-        previous: tuple[float, Reply] | None = None
-        slot = 0
-        while True:
-            now = self.clock()
-            sample, raw = self._take(now, previous)
-            previous = (now, raw) if raw is not None else None
-            self._keep(sample)
-            yield sample
-            slot += 1
-            if self.count is not None and slot >= self.count:
-                return
-            # The next slot not yet begun: a slow sample skips slots. A
-            # failure that took several (a connect waiting out its
-            # timeout on an unreachable node) is a gap in each of them:
-            # one down sample per interval, as the view and files say.
-            now = self.clock()
-            due = started + slot * self.interval
-            while due < now:
-                slot += 1
-                if sample.get("down"):
-                    gap = self._down(due, sample["error"])
-                    self._keep(gap)
-                    yield gap
-                    if self.count is not None and slot >= self.count:
-                        return
-                due = started + slot * self.interval
-            if self.duration is not None and due - started > self.duration:
-                return
-            self.sleep(max(0.0, due - self.clock()))
-
-    def _take(self, now: float, previous: tuple[float, Reply] | None
-              ) -> tuple[Sample, Reply | None]:
-        try:
-            if self.remote is None:
-                self.remote = self.connect()
-            raw = sample_node(self.remote, self.gc, self.max_gc, self.jobs)
-        except ProbeError as exc:
-            # Gone (stopped, restarted, unreachable), or it answered
-            # nonsense: a gap, and a new connection at the next slot.
-            self.close()
-            return self._down(now, f"{exc.label}: {exc}"), None
-        if previous is not None and raw.int("gc_count") < previous[1].int(
-                "gc_count"):
-            previous = None  # a restart: the counters began again
-        return record(self.node, raw, now, self.gc, previous), raw
-
-    def _down(self, now: float, error: str) -> Sample:
+    def down_sample(self, now: float, error: str) -> Sample:
+        """A gap: the node did not answer at ``now``; the rule starts its
+        count again."""
         self.down += 1
         self.in_a_row = 0
         self.rule.gap()
@@ -217,7 +143,7 @@ class Watch:
                 "epoch": round(now, 3), "node": self.node, "down": True,
                 "error": error}
 
-    def _keep(self, sample: Sample) -> None:
+    def keep(self, sample: Sample) -> None:
         """Floors, the leak rule, stats and chart series: one sample's
         worth, added to the state."""
         self.taken += 1
@@ -264,24 +190,15 @@ class Watch:
                 self.raw_rule.fired.items() if category not in
                 self.rule.fired]
 
-    def exit_code(self) -> int:
-        """With --fail-on-leak: EXIT_LEAK when a leak was suspected,
-        EXIT_NOT_JUDGED when the run ended before the rule could judge."""
-        if not self.fail_on_leak:
-            return 0
-        if self.leaked:
-            return EXIT_LEAK
-        return 0 if self.judged else EXIT_NOT_JUDGED
-
-    def summary(self) -> dict[Any, Any]:
+    def judgment(self, started: float | None) -> dict[Any, Any]:
         """First, last, min, max and growth per hour per category, the
         leaks suspected at any point of the run, and whether the rule
         could judge at all."""
-        seconds = (self.last["epoch"] - self.started
-                   if self.last is not None and self.started else 0.0)
+        seconds = (self.last["epoch"] - started
+                   if self.last is not None and started else 0.0)
         return {"node": self.node, "samples": self.taken,
                 "down_samples": self.down, "seconds": round(seconds, 3),
-                "gc": self.gc, "interval": self.interval,
+                "gc": self.gc,
                 "categories": {c: s.as_json()
                                for c, s in self.stats.items()},
                 "leaks": [rise.as_json()
@@ -290,5 +207,284 @@ class Watch:
                 "unconfirmed": self.unconfirmed()}
 
 
-__all__ = ["CHARTED", "GC_MODES", "MIN_INTERVAL", "SUMMARISED", "Watch",
-           "record", "sample_node"]
+def _check(gc: str, interval: float) -> None:
+    if gc not in GC_MODES:
+        raise UsageError(f"--gc must be one of {', '.join(GC_MODES)}, "
+                         f"not {gc!r}")
+    if not interval >= MIN_INTERVAL:
+        raise UsageError(f"--interval must be at least {MIN_INTERVAL} "
+                         f"s, not {interval:g}")
+
+
+class Slots:
+    """Samples on the clock: slots at start + k * interval; a late round
+    skips slots rather than drifting, and a round that failed is a gap in
+    each slot it took (one down sample per interval, as the view and the
+    files say). Subclasses take a round (``_round``) and say what a
+    skipped slot is after it (``_gaps``)."""
+
+    interval: float
+    count: int | None
+    duration: float | None
+    clock: Callable[[], float]
+    sleep: Callable[[float], None]
+    started: float | None
+    remote: Remote | None
+
+    def open(self) -> None:
+        raise NotImplementedError
+
+    def _round(self, now: float) -> list[Sample]:
+        raise NotImplementedError
+
+    def _gaps(self, due: float, last: list[Sample]) -> list[Sample]:
+        raise NotImplementedError
+
+    def samples(self) -> Iterator[Sample]:
+        if self.remote is None:
+            self.open()
+        started = self.started = self.clock()
+        slot = 0
+        while True:
+            taken = self._round(self.clock())
+            yield from taken
+            slot += 1
+            if self.count is not None and slot >= self.count:
+                return
+            now = self.clock()
+            due = started + slot * self.interval
+            while due < now:
+                slot += 1
+                gaps = self._gaps(due, taken)
+                yield from gaps
+                if gaps and self.count is not None and slot >= self.count:
+                    return
+                due = started + slot * self.interval
+            if self.duration is not None and due - started > self.duration:
+                return
+            self.sleep(max(0.0, due - self.clock()))
+
+
+class Watch(Track, Slots):
+    """A watch in progress: ``samples()`` yields them; the state a view or
+    a summary needs is this node's Track, kept in constant memory, and
+    survives an interrupted generator (Ctrl-C ends the watch, not the
+    summary)."""
+
+    def __init__(self, connect: Callable[[], Remote], *,
+                 interval: float = 5.0, count: int | None = None,
+                 duration: float | None = None, gc: str = "none",
+                 max_gc: int | None = None, jobs: int = 0,
+                 rises: int = DEFAULT_RISES, floor: int = DEFAULT_FLOOR,
+                 fail_on_leak: bool = False,
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        _check(gc, interval)
+        Track.__init__(self, "", gc, rises, floor)
+        self.connect, self.interval = connect, interval
+        self.count, self.duration = count, duration
+        self.max_gc, self.jobs = max_gc, jobs
+        self.clock, self.sleep = clock, sleep
+        self.fail_on_leak = fail_on_leak
+        self.started = None
+        self.remote = None
+        self._previous: tuple[float, Reply] | None = None
+
+    def open(self) -> None:
+        """The first connection: errors here are the user's to see."""
+        self.remote = self.connect()
+        self.node = self.remote.node
+
+    def close(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
+            self.remote = None
+
+    def _round(self, now: float) -> list[Sample]:
+        sample, raw = self._take(now, self._previous)
+        self._previous = (now, raw) if raw is not None else None
+        self.keep(sample)
+        return [sample]
+
+    def _gaps(self, due: float, last: list[Sample]) -> list[Sample]:
+        if not last[0].get("down"):
+            return []
+        gap = self._down(due, last[0]["error"])
+        self.keep(gap)
+        return [gap]
+
+    def _take(self, now: float, previous: tuple[float, Reply] | None
+              ) -> tuple[Sample, Reply | None]:
+        try:
+            if self.remote is None:
+                self.remote = self.connect()
+            raw = sample_node(self.remote, self.gc, self.max_gc, self.jobs)
+        except ProbeError as exc:
+            # Gone (stopped, restarted, unreachable), or it answered
+            # nonsense: a gap, and a new connection at the next slot.
+            self.close()
+            return self._down(now, f"{exc.label}: {exc}"), None
+        if previous is not None and raw.int("gc_count") < previous[1].int(
+                "gc_count"):
+            previous = None  # a restart: the counters began again
+        return record(self.node, raw, now, self.gc, previous), raw
+
+    def _down(self, now: float, error: str) -> Sample:
+        return self.down_sample(now, error)
+
+    def _keep(self, sample: Sample) -> None:
+        self.keep(sample)
+
+    def exit_code(self) -> int:
+        """With --fail-on-leak: EXIT_LEAK when a leak was suspected,
+        EXIT_NOT_JUDGED when the run ended before the rule could judge."""
+        return _exit_code(self.fail_on_leak, [self])
+
+    def summary(self) -> dict[Any, Any]:
+        """This node's judgment of the run (Track.judgment), with how it
+        was sampled."""
+        out = self.judgment(self.started)
+        out["interval"] = self.interval
+        # The order JSON readers had before the track was apart.
+        return {key: out[key] for key in (
+            "node", "samples", "down_samples", "seconds", "gc", "interval",
+            "categories", "leaks", "judged", "to_judge", "unconfirmed")}
+
+
+class ClusterWatch(Slots):
+    """watch --cluster: each round, one fan-out of the sample helper from
+    the entry node to every member (probes/cluster.py), one sample per node
+    (each with its "node"), and the rule per node: a Track each. A node
+    that does not answer within four fifths of the interval (or --timeout,
+    if shorter) is down for that slot and the others go on; if the entry node goes, every
+    node is down until it is back. The members are fixed at the start."""
+
+    def __init__(self, connect: Callable[[], Remote], *,
+                 nodes: Sequence[str] | None = None,
+                 include_hidden: bool = False, metric: str = "total",
+                 interval: float = 5.0, count: int | None = None,
+                 duration: float | None = None, gc: str = "none",
+                 max_gc: int | None = None, jobs: int = 0,
+                 rises: int = DEFAULT_RISES, floor: int = DEFAULT_FLOOR,
+                 fail_on_leak: bool = False,
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        _check(gc, interval)
+        if metric not in CHARTED:
+            raise UsageError(f"--metric must be one of {', '.join(CHARTED)}"
+                             f", not {metric!r}")
+        self.connect, self.interval = connect, interval
+        self.chosen, self.include_hidden = nodes, include_hidden
+        self.metric = metric
+        self.count, self.duration = count, duration
+        self.gc, self.max_gc, self.jobs = gc, max_gc, jobs
+        self.rises, self.floor = rises, floor
+        self.clock, self.sleep = clock, sleep
+        self.fail_on_leak = fail_on_leak
+        self.started = None
+        self.remote = None
+        self.node = ""                  # the entry node
+        self.members: list[str] = []
+        self.connected: set[str] = set()
+        self.tracks: dict[str, Track] = {}
+        self.rounds = 0
+        self.last: Sample | None = None
+        self._previous: dict[str, tuple[float, Reply]] = {}
+
+    @property
+    def taken(self) -> int:
+        return sum(t.taken for t in self.tracks.values())
+
+    def open(self) -> None:
+        """The first connection and the members: errors here are the
+        user's to see."""
+        self.remote = self.connect()
+        self.node = self.remote.node
+        self.members, self.connected = cluster.members(
+            self.remote, self.chosen, self.include_hidden)
+        self.tracks = {n: Track(n, self.gc, self.rises, self.floor)
+                       for n in self.members}
+
+    def close(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
+            self.remote = None
+
+    def _round(self, now: float) -> list[Sample]:
+        from beam_probe.erldist.terms import Atom
+
+        self.rounds += 1
+        # A node that has not answered by four fifths of the interval is
+        # down for this slot: a frozen node must not hold the others'
+        # samples back, and the round must end before the next slot is due
+        # (at the whole interval every round was late, and skipped one).
+        timeout = max(0.2, round(min(0.8 * self.interval, self.remote.timeout
+                                     if self.remote else self.interval), 1))
+        try:
+            if self.remote is None:
+                self.remote = self.connect()
+            answers = cluster.fan(
+                self.remote, self.members, HELPER, "sample",
+                (Atom(self.gc), NO_GC_LIMIT if self.max_gc is None
+                 else self.max_gc, self.jobs, *SAMPLE_LOCALS),
+                lambda node, reply: reply, timeout, self.connected)
+        except ProbeError as exc:
+            self.close()
+            error = f"{self.node} (the entry node): {exc.label}: {exc}"
+            return [self._kept(self.tracks[n].down_sample(now, error))
+                    for n in self.members]
+        out = []
+        for node, answer in zip(self.members, answers):
+            out.append(self._kept(self._sample(node, answer, now)))
+        return out
+
+    def _sample(self, node: str, answer: Any, now: float) -> Sample:
+        track = self.tracks[node]
+        if not isinstance(answer, Reply):
+            self._previous.pop(node, None)
+            return track.down_sample(now, answer["error"])
+        previous = self._previous.get(node)
+        try:
+            if previous is not None and answer.int("gc_count") < \
+                    previous[1].int("gc_count"):
+                previous = None  # a restart: the counters began again
+            sample = record(node, answer, now, self.gc, previous)
+        except ProtocolError as exc:
+            self._previous.pop(node, None)
+            return track.down_sample(now, str(exc))
+        self._previous[node] = (now, answer)
+        return sample
+
+    def _kept(self, sample: Sample) -> Sample:
+        self.tracks[sample["node"]].keep(sample)
+        self.last = sample
+        return sample
+
+    def _gaps(self, due: float, last: list[Sample]) -> list[Sample]:
+        return [self._kept(self.tracks[s["node"]].down_sample(
+            due, s["error"])) for s in last if s.get("down")]
+
+    def exit_code(self) -> int:
+        """With --fail-on-leak: EXIT_LEAK when a leak was suspected on any
+        node, EXIT_NOT_JUDGED when the rule could not judge every node."""
+        return _exit_code(self.fail_on_leak, self.tracks.values())
+
+    def summary(self) -> dict[Any, Any]:
+        """Each node's judgment of the run, the entry's first."""
+        return {"entry": self.node, "interval": self.interval,
+                "gc": self.gc, "metric": self.metric,
+                "nodes": [t.judgment(self.started)
+                          for t in self.tracks.values()]}
+
+
+def _exit_code(fail_on_leak: bool, tracks: Iterable[Track]) -> int:
+    if not fail_on_leak:
+        return 0
+    tracks = list(tracks)
+    if any(t.leaked for t in tracks):
+        return EXIT_LEAK
+    return 0 if all(t.judged for t in tracks) else EXIT_NOT_JUDGED
+
+
+__all__ = ["CHARTED", "ClusterWatch", "GC_MODES", "MIN_INTERVAL",
+           "SUMMARISED", "Track", "Watch", "record", "sample_node"]

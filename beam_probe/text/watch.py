@@ -55,21 +55,24 @@ def _or_dash(value: Any) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-def _how(watch: Any) -> str:
-    if watch.gc == "none":
-        window = watch.floors["total"].values.maxlen
-        return f"no forced GC: floors over {window} samples"
-    return "after GC of " + ("every process" if watch.gc == "all"
+def _how(gc: str, floor: int) -> str:
+    if gc == "none":
+        return f"no forced GC: floors over {floor} samples"
+    return "after GC of " + ("every process" if gc == "all"
                              else "binary holders")
 
 
 def frame(watch: Any, width: int, height: int, colour: bool = False
           ) -> list[str]:
-    """The live view of a Watch, at most ``height`` lines of ``width``."""
+    """The live view of a Watch (or of a ClusterWatch: cluster_frame), at
+    most ``height`` lines of ``width``."""
+    if hasattr(watch, "tracks"):
+        return cluster_frame(watch, width, height, colour)
     last = watch.last
     elapsed = (last["epoch"] - watch.started) if last and watch.started \
         else 0.0
-    head = (f"{watch.node}: every {watch.interval:g} s, {_how(watch)}; "
+    how = _how(watch.gc, watch.floors["total"].values.maxlen)
+    head = (f"{watch.node}: every {watch.interval:g} s, {how}; "
             f"{watch.taken} samples in {duration(elapsed)}")
     lines = [head[:width]]
     if last is None:
@@ -109,6 +112,61 @@ def frame(watch: Any, width: int, height: int, colour: bool = False
     return [line[:width] if "\x1b" not in line else line for line in lines]
 
 
+def cluster_frame(watch: Any, width: int, height: int, colour: bool = False
+                  ) -> list[str]:
+    """The live view of a ClusterWatch: a line a node (its figures now and
+    what the rule says of it), the chart of --metric, a series a node,
+    and each node's suspected leaks."""
+    metric = watch.metric
+    elapsed = (watch.last["epoch"] - watch.started) \
+        if watch.last and watch.started else 0.0
+    head = (f"cluster through {watch.node}: {len(watch.tracks)} nodes every "
+            f"{watch.interval:g} s, {_how(watch.gc, watch.floor)}; "
+            f"{watch.rounds} rounds in {duration(elapsed)}")
+    lines = [head[:width]]
+    if watch.last is None:
+        return lines + ["waiting for the first samples..."]
+    rows = []
+    for node, track in watch.tracks.items():
+        last = track.last
+        if last is None:
+            continue
+        if last.get("down"):
+            rows.append((node, "down", "", "", "", "", last["error"]))
+            continue
+        stats = track.stats[metric]
+        rows.append((node, *(amount(c, last[c]) for c in CHARTED_HERE),
+                     amount(metric, stats.per_hour, True) + "/h"
+                     if stats.per_hour is not None else "-",
+                     _rule_word(track)))
+    lines += [line[:width] for line in table(
+        ("node", *(LABELS[c] for c in CHARTED_HERE),
+         f"{LABELS[metric]} per hour", "rule"), rows,
+        "lrrrrrl").split("\n")]
+    verdict = [f"{node}: leak suspected: {leak_line(rise.as_json())}"
+               for node, track in watch.tracks.items()
+               for rise in track.rule.fired.values()]
+    room = height - len(lines) - len(verdict)
+    if room >= 5:
+        series = [(node, list(track.series[metric]))
+                  for node, track in watch.tracks.items()]
+        lines += line_chart(series, width, room, human_bytes, colour)
+    lines += verdict
+    return [line[:width] if "\x1b" not in line else line for line in lines]
+
+
+# The categories a cluster view shows a column each.
+CHARTED_HERE = ("total", "processes", "binary", "ets")
+
+
+def _rule_word(track: Any) -> str:
+    if track.rule.fired:
+        return "leak suspected: " + ", ".join(track.rule.fired)
+    if not track.judged:
+        return f"not judged yet ({track.to_judge} more)"
+    return "no leak suspected"
+
+
 def verdict_lines(watch: Any) -> list[str]:
     return verdict_text([rise.as_json() for rise in watch.rule.fired.values()],
                         watch.judged, watch.to_judge, watch.unconfirmed(),
@@ -142,6 +200,12 @@ def rising_line(rise: Mapping[str, Any]) -> str:
 
 
 def summary_text(summary: dict[Any, Any], syntax: Syntax = ERLANG) -> str:
+    """A run's summary; a cluster's (--cluster) is each node's in turn."""
+    if "nodes" in summary:
+        return (f"cluster through {summary['entry']}: "
+                f"{len(summary['nodes'])} nodes\n\n"
+                + "\n\n".join(summary_text(node, syntax)
+                               for node in summary["nodes"]))
     rows = []
     for category, stats in summary["categories"].items():
         rows.append((LABELS[category], amount(category, stats["first"]),
@@ -172,7 +236,7 @@ def sample_line(sample: dict[Any, Any], syntax: Syntax = ERLANG) -> str:
                         for c in LABELS)
     leaks = "".join(f"; leak suspected: {leak_line(rise)}"
                     for rise in sample.get("leaks", []))
-    return f"{when}  {figures}{leaks}"
+    return f"{when}  {sample['node']}  {figures}{leaks}"
 
 
 def down_line(sample: dict[Any, Any]) -> str:
@@ -180,5 +244,5 @@ def down_line(sample: dict[Any, Any]) -> str:
             f"{sample['node']} down: {sample['error']}")
 
 
-__all__ = ["duration", "frame", "leak_line", "sample_line", "summary_text",
+__all__ = ["cluster_frame", "duration", "frame", "leak_line", "sample_line", "summary_text",
            "verdict_lines", "verdict_text"]
