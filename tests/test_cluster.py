@@ -312,3 +312,27 @@ def test_watch_goes_on_when_a_node_freezes(cluster, nodes):
     others = [s for s in rows if "total" in s]
     assert len(others) == 3 * 3
     assert elapsed < 3 * (1 + 2) + 3, elapsed
+
+
+def test_plot_overlays_or_picks_the_nodes_of_a_cluster_file(cluster,
+                                                              tmp_path):
+    entry, before, after = cluster
+    path = str(tmp_path / "cluster.jsonl")
+    r = run_here("watch", entry.node, "--cluster", "--interval", "0.2",
+                 "--count", "3", "-o", path, node=entry)
+    assert r.returncode == 0, r.stderr
+    one = run_here("plot", path)
+    one_line(one, 2, "more than one node", "--node")
+    picked = run_here("plot", path, "--node", after.node, "--format", "json")
+    assert picked.returncode == 0, picked.stderr
+    assert json.loads(picked.stdout)["node"] == after.node
+    overlaid = run_here("plot", path, "--node", "all", "--metric", "binary",
+                        "--format", "json")
+    assert overlaid.returncode == 0, overlaid.stderr
+    data = json.loads(overlaid.stdout)
+    assert data["metrics"] == ["binary"]
+    assert list(data["series"]) == [n.node for n in cluster]
+    assert all(len(points) == 3 for points in data["series"].values())
+    text = run_here("plot", path, "--node", "all", "--metric", "binary",
+                    size=(100, 24))
+    assert text.returncode == 0 and "3 nodes" in text.stdout

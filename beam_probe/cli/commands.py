@@ -349,7 +349,9 @@ def _plot_text(data: dict[Any, Any], syntax: Any) -> str:
                                "alloc_used, ...)."),
              click.option("--node", metavar="NODE",
                           help="The node to draw, when the files hold "
-                               "several (a cluster's check history)."),
+                               "several (watch --cluster, a cluster's check "
+                               "history); all: the first --metric of "
+                               "every node, a line each."),
              click.option("--since", metavar="TIME",
                           help="Only samples from TIME (ISO 8601, local "
                                "unless it says Z or +hh:mm; or epoch)."),
@@ -371,6 +373,7 @@ def plot(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
       beam-probe plot app.jsonl
       beam-probe plot /var/lib/beam-probe/app.jsonl --metric binary,ets
       beam-probe plot history.jsonl --node app@db2 --since 2026-11-20
+      beam-probe plot cluster.jsonl --node all --metric binary
       beam-probe plot app.jsonl -o app.png
     """
     from beam_probe.history import series

@@ -88,59 +88,61 @@ def _lines(path: str) -> Iterator[bytes]:
             yield line
 
 
+# --node all overlays the nodes of a cluster's file, a line each: a chart
+# stays readable with a few dozen, and each line is a bounded Series.
+MAX_OVERLAY = 32
+
+
 def load(files: list[str], wanted: tuple[str, ...], node: str | None,
          since: float | None, until: float | None,
          progress: Callable[[str], None] = lambda text: None) -> dict[Any, Any]:
-    """The chosen metrics of one node over time, from every file."""
+    """The chosen metrics of one node over time, from every file; with
+    ``node`` "all", the first chosen metric of every node, a series each
+    (a watch --cluster file, a cluster's check history)."""
     if len(files) > MAX_FILES:
         raise UsageError(f"at most {MAX_FILES} files at once")
+    if node == "all":
+        return _overlay(files, wanted[0], since, until, progress)
     series = {name: Series() for name in wanted}
     floors = {name: Series() for name in wanted}
     leaks: list[tuple[float, str]] = []
     nodes: dict[str, int] = {}
-    skipped = used = 0
+    used = 0
     has_floor = False
     first = last = None
-    for path in files:
-        progress(f"reading {path}")
-        for raw in _lines(path):
-            if not raw.strip():
-                continue
-            item = read_record(raw)
-            if item is None:
-                if not raw.startswith(b'{"summary"'):
-                    skipped += 1
-                continue
-            nodes[item["node"]] = nodes.get(item["node"], 0) + 1
-            if node is not None and item["node"] != node:
-                continue
-            if node is None and len(nodes) > 1:
-                names = ", ".join(sorted(nodes)[:5])
-                raise PlotError(f"the files hold samples of more than one "
-                                f"node ({names}): choose one with --node")
-            epoch = float(item["epoch"])
-            if (since is not None and epoch < since) or \
-                    (until is not None and epoch > until):
-                continue
-            used += 1
-            first = epoch if first is None else min(first, epoch)
-            last = epoch if last is None else max(last, epoch)
-            floor = item.get("floor")
-            if not isinstance(floor, dict):
-                floor = {}
-            for name in wanted:
-                value = None if item.get("down") else item.get(name)
-                if not isinstance(value, (int, float)) or \
-                        isinstance(value, bool):
-                    value = None
-                series[name].add(epoch, value)
-                if figure(floor.get(name)):
-                    has_floor = True
-                    floors[name].add(epoch, floor[name])
-            for rise in item.get("leaks") or []:
-                if isinstance(rise, dict) and rise.get("category") in wanted:
-                    leaks.append((epoch, rise["category"]))
-                    del leaks[:-10000]
+    skipped_lines: list[int] = [0]
+    for item in _records(files, progress, skipped_lines):
+        nodes[item["node"]] = nodes.get(item["node"], 0) + 1
+        if node is not None and item["node"] != node:
+            continue
+        if node is None and len(nodes) > 1:
+            names = ", ".join(sorted(nodes)[:5])
+            raise PlotError(f"the files hold samples of more than one "
+                            f"node ({names}): choose one with --node")
+        epoch = float(item["epoch"])
+        if (since is not None and epoch < since) or \
+                (until is not None and epoch > until):
+            continue
+        used += 1
+        first = epoch if first is None else min(first, epoch)
+        last = epoch if last is None else max(last, epoch)
+        floor = item.get("floor")
+        if not isinstance(floor, dict):
+            floor = {}
+        for name in wanted:
+            value = None if item.get("down") else item.get(name)
+            if not isinstance(value, (int, float)) or \
+                    isinstance(value, bool):
+                value = None
+            series[name].add(epoch, value)
+            if figure(floor.get(name)):
+                has_floor = True
+                floors[name].add(epoch, floor[name])
+        for rise in item.get("leaks") or []:
+            if isinstance(rise, dict) and rise.get("category") in wanted:
+                leaks.append((epoch, rise["category"]))
+                del leaks[:-10000]
+    skipped = skipped_lines[0]
     if not used:
         if node is not None and node not in nodes:
             raise PlotError(f"no samples of {node} in the files"
@@ -156,6 +158,71 @@ def load(files: list[str], wanted: tuple[str, ...], node: str | None,
             "series": {name: list(s) for name, s in series.items()},
             "floors": {name: points for name, s in floors.items()
                        if (points := list(s))} if has_floor else {},
+            "leaks": leaks}
+
+
+def _records(files: list[str], progress: Callable[[str], None],
+             skipped: list[int]) -> Iterator[dict[Any, Any]]:
+    """Every sample of every file, in order; ``skipped[0]`` counts the
+    lines that were not samples (a summary line is not counted)."""
+    for path in files:
+        progress(f"reading {path}")
+        for raw in _lines(path):
+            if not raw.strip():
+                continue
+            item = read_record(raw)
+            if item is None:
+                if not raw.startswith(b'{"summary"'):
+                    skipped[0] += 1
+                continue
+            yield item
+
+
+def _overlay(files: list[str], metric: str, since: float | None,
+             until: float | None, progress: Callable[[str], None]
+             ) -> dict[Any, Any]:
+    series: dict[str, Series] = {}
+    floors: dict[str, Series] = {}
+    leaks: list[tuple[float, str]] = []
+    used = 0
+    first = last = None
+    skipped_lines: list[int] = [0]
+    for item in _records(files, progress, skipped_lines):
+        epoch = float(item["epoch"])
+        if (since is not None and epoch < since) or \
+                (until is not None and epoch > until):
+            continue
+        name = item["node"]
+        if name not in series:
+            if len(series) == MAX_OVERLAY:
+                raise PlotError(f"the files hold more than {MAX_OVERLAY}"
+                                " nodes: choose one with --node")
+            series[name], floors[name] = Series(), Series()
+        used += 1
+        first = epoch if first is None else min(first, epoch)
+        last = epoch if last is None else max(last, epoch)
+        value = None if item.get("down") else item.get(metric)
+        if not figure(value):
+            value = None
+        series[name].add(epoch, value)
+        floor = item.get("floor")
+        if isinstance(floor, dict) and figure(floor.get(metric)):
+            floors[name].add(epoch, floor[metric])
+        for rise in item.get("leaks") or []:
+            if isinstance(rise, dict) and rise.get("category") == metric:
+                leaks.append((epoch, name))
+                del leaks[:-10000]
+    skipped = skipped_lines[0]
+    if not used:
+        raise PlotError("no samples to plot in the files"
+                        + (f" ({skipped} lines were not samples)"
+                           if skipped else ""))
+    return {"node": f"{len(series)} nodes", "samples": used,
+            "skipped_lines": skipped, "first": first, "last": last,
+            "metrics": [metric],
+            "series": {name: list(s) for name, s in series.items()},
+            "floors": {name: points for name, s in floors.items()
+                       if (points := list(s))},
             "leaks": leaks}
 
 

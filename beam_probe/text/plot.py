@@ -119,7 +119,8 @@ def plot_text(data: dict[Any, Any], syntax: Syntax, width: int = 100, height: in
     title = (f"{data['node']}: {data['samples']} samples, "
              f"{duration(data['last'] - data['first'])}"
              + (f"; {skipped} lines skipped" if skipped else ""))
-    series = [(name, data["series"][name]) for name in data["metrics"]]
+    # A series a metric, or (--node all) a series a node.
+    series = list(data["series"].items())
     return chart_text(title, series, width, max(8, height - 2),
                       bytes_only(data["metrics"]), colour)
 
