@@ -336,3 +336,102 @@ def test_plot_overlays_or_picks_the_nodes_of_a_cluster_file(cluster,
     text = run_here("plot", path, "--node", "all", "--metric", "binary",
                     size=(100, 24))
     assert text.returncode == 0 and "3 nodes" in text.stdout
+
+
+# --- snapshot, diff and leak-hunt of a cluster -------------------------------
+
+WORKERS, NOISE = 37, 5
+
+
+@pytest.fixture
+def scene_cluster(nodes):
+    """A fresh three-node cluster, the snapshot scene on each node."""
+    tag = uuid.uuid4().hex[:6]
+    cookie = f"sc{tag}"
+    entry = nodes.start("25", prefix=f"bpd{tag}", cookie=cookie)
+    before = nodes.start("25", prefix=f"aab{tag}", cookie=cookie)
+    after = nodes.start("25", prefix=f"zzb{tag}", cookie=cookie)
+    _connect(entry, [before, after])
+    for node in (entry, before, after):
+        with attach(node.node, cookie.encode()) as remote:
+            remote.call("beam_probe_workload", "scene", [])
+    return entry, before, after
+
+
+def _call(node, function, *args):
+    with attach(node.node, node.cookie.encode()) as remote:
+        return remote.call("beam_probe_workload", function, list(args))
+
+
+def test_folders_of_cluster_snapshots_diff_node_by_node_and_across(
+        scene_cluster, tmp_path):
+    """37 proc_lib workers born on one node between the first two
+    snapshots, and NOISE processes on every node, all kept at the third:
+    the view across the nodes tells the application's (every node) from
+    the one node's, and each node's diff names its own."""
+    entry, before, after = scene_cluster
+    folders = [str(tmp_path / name) for name in ("one", "two", "three")]
+
+    def snapshot(folder):
+        r = run_here("snapshot", entry.node, "--cluster", "-o", folder,
+                     "--format", "json", node=entry)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    first = snapshot(folders[0])
+    conforms_to(first, _type("ClusterSnapshot"))
+    assert sorted(os.listdir(folders[0])) == sorted(
+        f"{n.node}.snapshot" for n in scene_cluster)
+    _call(after, "plant", WORKERS, 0, "bpc_")
+    for node in scene_cluster:
+        _call(node, "noise", NOISE)
+    snapshot(folders[1])
+    snapshot(folders[2])
+    r = run_here("diff", *folders, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    conforms_to(result, _type("ClusterDiff"))
+    groups = {g["what"]: g for g in result["across"]["groups"]}
+    assert result["across"]["basis"] == "born_and_kept"
+    noise = groups["beam_probe_workload:noise_loop/0"]
+    assert noise["on"] == "every node"
+    assert noise["nodes"] == {n.node: NOISE for n in scene_cluster}
+    workers = groups["proc_lib:init_p/5 under bp_leak_sup"]
+    assert (workers["on"], workers["nodes"]) == ("one node",
+                                                 {after.node: WORKERS})
+    kept = {row["node"]: [g["what"] for g in
+                          row["diff"]["suspects"]["born_and_kept"]]
+            for row in result["nodes"]}
+    assert "proc_lib:init_p/5 under bp_leak_sup" in kept[after.node]
+    assert "proc_lib:init_p/5 under bp_leak_sup" not in kept[entry.node]
+    text = run_here("diff", *folders)
+    assert text.returncode == 0 and "across the 3 nodes" in text.stdout
+    assert f"== {after.node}" in text.stdout
+
+
+def test_files_and_folders_are_not_mixed(tmp_path):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    one_line(run_here("diff", str(folder), str(tmp_path / "x.snapshot")),
+             2, "not both")
+    empty = tmp_path / "e"
+    empty.mkdir()
+    one_line(run_here("diff", str(folder), str(empty)), 2,
+             "no snapshot files")
+
+
+def test_leak_hunt_hunts_every_node_and_keeps_a_file_each(scene_cluster,
+                                                          tmp_path):
+    entry, _before, _after = scene_cluster
+    save = tmp_path / "hunt"
+    r = run_here("leak-hunt", entry.node, "--cluster", "--interval", "0.2",
+                 "--save", str(save), "--format", "json", node=entry)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    conforms_to(result, _type("ClusterLeakHunt"))
+    assert result["taken"] == 3 and len(os.listdir(save)) == 9
+    assert [row["node"] for row in result["nodes"]] == [
+        n.node for n in (entry, _before, _after)]
+    assert all("suspects" in row["diff"] for row in result["nodes"])
+    one_line((0, "", r.stderr), 0, "9 snapshots kept in", str(save))
+    assert result["across"]["nodes"] == 3

@@ -400,10 +400,12 @@ MAX_GC_OPTION = click.option(
 
 
 @command("snapshot", "[NODE]", timeout=SCAN_TIMEOUT, jobs=True,
-         render="diff.snapshot_text", example="app@db1 -o a.snapshot", options=(
+         render="diff.snapshot_text", cluster="diff.cluster_snapshot_text",
+         example="app@db1 -o a.snapshot", options=(
              click.option("--output", "-o", metavar="FILE", required=True,
                           help="The file to write (replaced if it "
-                               "exists)."),
+                               "exists); with --cluster, a folder for a "
+                               "file per node."),
              GC_OPTION, MAX_GC_OPTION))
 def snapshot(remote: Any, request: SimpleNamespace,
              progress: Progress) -> Any:
@@ -424,8 +426,17 @@ def snapshot(remote: Any, request: SimpleNamespace,
     Examples:
       beam-probe snapshot app@db1 -o a.snapshot
       beam-probe snapshot app@db1 -o b.snapshot --gc none
+      beam-probe snapshot app@db1 --cluster -o before/
     """
     from beam_probe.snapshots import take as snapshots
+
+    if request.cluster:
+        from beam_probe.snapshots.cluster import snapshot_cluster
+
+        return snapshot_cluster(remote, request.output,
+                                request.cluster_nodes,
+                                request.include_hidden, request.gc,
+                                request.jobs, request.max_gc, progress)
 
     return snapshots.snapshot(remote, request.output, request.gc,
                               request.jobs, request.max_gc, progress)
@@ -449,18 +460,34 @@ def diff(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
     rose twice; ETS tables born and kept or growing twice; atoms added in
     both intervals. The files are given oldest first.
 
+    Folders of snapshot --cluster (a file per node) are compared node by
+    node, and across the nodes: groups on every node (the application's
+    leak) apart from groups on one node (that node's own state).
+
     \b
     Examples:
       beam-probe diff a.snapshot b.snapshot
       beam-probe diff a.snapshot b.snapshot c.snapshot --format json
+      beam-probe diff before/ after/
     """
+    import os
+
     from beam_probe.snapshots.compare import diff_files
 
+    folders = [os.path.isdir(path) for path in request.files]
+    if any(folders):
+        if not all(folders):
+            raise UsageError("give snapshot files, or folders of snapshot "
+                             "--cluster, not both")
+        from beam_probe.snapshots.cluster import diff_folders
+
+        return diff_folders(request.files, request.force, progress)
     return diff_files(request.files, request.force, progress)
 
 
 @command("leak-hunt", "[NODE]", timeout=SCAN_TIMEOUT, jobs=True,
-         render="diff.leak_hunt_text", example="app@db1 --interval 60", options=(
+         render="diff.leak_hunt_text", cluster="diff.cluster_leak_hunt_text",
+         example="app@db1 --interval 60", options=(
              click.option("--interval", type=Seconds(0.0), required=True,
                           metavar="SECONDS",
                           help="Time between snapshots."),
@@ -486,10 +513,13 @@ def leak_hunt(remote: Any, request: SimpleNamespace,
     Examples:
       beam-probe leak-hunt app@db1 --interval 60
       beam-probe leak-hunt app@db1 --interval 300 --save /tmp/hunt
+      beam-probe leak-hunt app@db1 --interval 60 --cluster
     """
     from beam_probe.errors import EndedEarly
     from beam_probe.snapshots import take as snapshots
 
+    if request.cluster:
+        return _cluster_hunt(remote, request, progress)
     try:
         result = snapshots.leak_hunt(remote, request.snapshots,
                                      request.interval, request.gc,
@@ -501,6 +531,29 @@ def leak_hunt(remote: Any, request: SimpleNamespace,
             raise ended.error from None
         raise
     _name_kept(result)
+    return result
+
+
+def _cluster_hunt(remote: Any, request: SimpleNamespace,
+                  progress: Progress) -> Any:
+    from beam_probe.errors import EndedEarly
+    from beam_probe.snapshots.cluster import leak_hunt_cluster
+
+    def kept(result: Mapping[str, Any]) -> None:
+        _name_kept({"saved": result["saved"], "taken": sum(
+            len(row["files"]) for row in result["nodes"])})
+
+    try:
+        result = leak_hunt_cluster(
+            remote, request.snapshots, request.interval, request.gc,
+            request.save, request.jobs, request.max_gc,
+            request.cluster_nodes, request.include_hidden, progress)
+    except EndedEarly as ended:
+        kept(ended.result)
+        if not any(row.get("diff") for row in ended.result["nodes"]):
+            raise ended.error from None
+        raise
+    kept(result)
     return result
 
 

@@ -644,6 +644,57 @@ class LeakHunt(TypedDict):
     error: NotRequired[str]  # the node's failure, when it went mid-way
 
 
+class NodeDiff(TypedDict):
+    node: str
+    files: List[str]
+    diff: Diff
+
+
+class AcrossGroup(TypedDict):
+    """A group in every node's diff: its count on each node where it is
+    (born and kept, or grown in number), and on how many."""
+
+    what: str
+    nodes: Dict[str, int]
+    on: str
+
+
+class Across(TypedDict):
+    basis: str       # "born_and_kept" (three snapshots) or "grew" (two)
+    nodes: int       # the nodes compared
+    groups: List[AcrossGroup]
+
+
+class ClusterSnapshot(TypedDict):
+    entry: str
+    folder: str
+    nodes: List[Union[SnapshotTaken, NodeFailure]]
+
+
+class ClusterDiff(TypedDict):
+    folders: List[str]
+    nodes: List[Union[NodeDiff, NodeFailure]]
+    across: Across
+
+
+class NodeHunt(TypedDict):
+    node: str
+    files: List[str]
+    diff: Optional[Diff]
+    error: NotRequired[str]  # a round it did not answer, the first
+
+
+class ClusterLeakHunt(TypedDict):
+    entry: str
+    interval: float
+    gc: str
+    taken: int
+    saved: str
+    interrupted: bool
+    nodes: List[NodeHunt]
+    across: Across
+
+
 # -- check --------------------------------------------------------------------
 
 class TrendJson(TypedDict):

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
+from beam_probe.node.replies import Reply
 from beam_probe.probes.watch import record
 from beam_probe.snapshots.format import (CHUNK_ROWS, FORMAT, MAX_ATOMS,
                                          write)
@@ -53,20 +54,30 @@ def take(remote: Remote, gc: str = "holders", jobs: int = 0,
         progress(f"collecting ({gc})")
         sample_node(remote, gc, max_gc, jobs)
     progress("reading every process, table and port")
-    reply = remote.ask(HELPER, "snapshot", CHUNK_ROWS, MAX_ATOMS, MAX_DEPTH,
-                       MAX_ANCESTORS, jobs,
-                       Local("pmap", LIB), Local("others", LIB),
-                       Local("top", LIB), Local("settled", LIB),
-                       Local("sample", "beam_probe_watch"),
-                       Local("rss", "beam_probe_alloc"))
+    return read(remote.node, remote.ask(HELPER, "snapshot", *args(jobs)),
+                epoch, gc)
+
+
+def args(jobs: int) -> tuple[Any, ...]:
+    """The snapshot helper's arguments: the same for one node or a
+    fan-out (snapshots/cluster.py)."""
+    return (CHUNK_ROWS, MAX_ATOMS, MAX_DEPTH, MAX_ANCESTORS, jobs,
+            Local("pmap", LIB), Local("others", LIB), Local("top", LIB),
+            Local("settled", LIB), Local("sample", "beam_probe_watch"),
+            Local("rss", "beam_probe_alloc"))
+
+
+def read(node: str, reply: Reply, epoch: float, gc: str
+         ) -> tuple[dict[str, Any], list[tuple[bytes, bytes]]]:
+    """A snapshot helper's reply as a file's header and sections."""
     # From the helper, whose text holds the atom: a call of our own would
     # create 'otp_release' on a node that never asked for it, and the
     # first snapshot's diff would show it as an atom added.
     release = reply["otp_release"]
     raw_sample = reply.map("sample")
-    sample = record(remote.node, raw_sample, epoch, gc, None)
+    sample = record(node, raw_sample, epoch, gc, None)
     header = {
-        "format": FORMAT, "node": remote.node,
+        "format": FORMAT, "node": node,
         "otp_release": release if isinstance(release, str)
         else bytes(release).decode(),
         "time": sample["time"], "epoch": sample["epoch"], "gc": gc,
@@ -172,4 +183,4 @@ def leak_hunt(remote: Remote, count: int, interval: float, gc: str,
     return result
 
 
-__all__ = ["leak_hunt", "snapshot", "take"]
+__all__ = ["args", "leak_hunt", "read", "snapshot", "take"]

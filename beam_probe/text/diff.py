@@ -3,6 +3,7 @@ the three-snapshot suspects first."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from beam_probe.text.syntax import Syntax
@@ -29,6 +30,10 @@ def snapshot_text(result: dict[Any, Any], syntax: Syntax) -> str:
 
 
 def diff_text(result: dict[Any, Any], syntax: Syntax, look: bool = True) -> str:
+    """A diff of snapshot files; of snapshot folders (--cluster), the view
+    across the nodes and then each node's (cluster_diff_text)."""
+    if "across" in result:
+        return cluster_diff_text(result, syntax)
     before, after = result["before"], result["after"]
     parts = [f"{after['node']}: {before['time']} -> "
              + (f"{result['middle']['time']} -> " if "middle" in result
@@ -169,4 +174,61 @@ def leak_hunt_text(result: dict[Any, Any], syntax: Syntax) -> str:
     return head + "\n\n" + diff_text(result["diff"], syntax)
 
 
-__all__ = ["diff_text", "leak_hunt_text", "snapshot_text"]
+# -- the cluster (--cluster): a file per node, compared node by node -------
+
+def cluster_snapshot_text(result: dict[Any, Any], syntax: Syntax) -> str:
+    rows = [(n["node"], n["processes"], n["ets_tables"], n["ports"],
+             human_bytes(n["bytes"]), os.path.basename(n["file"]))
+            for n in result["nodes"] if "error" not in n]
+    lines = [f"cluster through {result['entry']}: {len(rows)} of "
+             f"{len(result['nodes'])} nodes written to {result['folder']}",
+             "", table(("node", "processes", "ETS tables", "ports", "size",
+                        "file"), rows, "lrrrrl", syntax)] if rows else [
+        f"cluster through {result['entry']}: no node answered"]
+    lines += [f"{n['node']} did not answer: {n['error']}"
+              for n in result["nodes"] if "error" in n]
+    return "\n".join(lines)
+
+
+def across_text(across: dict[Any, Any], syntax: Syntax) -> str:
+    """The groups of every node side by side: on every node (an
+    application's leak) first, on one node (that node's own state) last."""
+    what = ("born between the first and second snapshots and kept at the "
+            "third" if across["basis"] == "born_and_kept"
+            else "grown in number")
+    if not across["groups"]:
+        return f"across the {across['nodes']} nodes: no group {what}"
+    rows = [(g["what"], g["on"], ", ".join(
+        f"{node} {count:+d}" if across["basis"] == "grew"
+        else f"{node} {count}" for node, count in g["nodes"].items()))
+        for g in across["groups"]]
+    return (f"across the {across['nodes']} nodes: groups {what}\n"
+            + table(("what", "on", "per node"), rows, "lll", syntax))
+
+
+def cluster_diff_text(result: dict[Any, Any], syntax: Syntax) -> str:
+    parts = [across_text(result["across"], syntax)]
+    for row in result["nodes"]:
+        if row.get("diff") is not None:
+            parts.append(f"== {row['node']}\n"
+                         + diff_text(row["diff"], syntax))
+        if "error" in row:
+            parts.append(f"{row['node']}: {row['error']}")
+    return "\n\n".join(parts)
+
+
+def cluster_leak_hunt_text(result: dict[Any, Any], syntax: Syntax) -> str:
+    head = (f"cluster through {result['entry']}: {result['taken']} rounds "
+            f"of snapshots of {len(result['nodes'])} nodes, "
+            f"{result['interval']:g} s apart, after --gc {result['gc']}"
+            + (" (interrupted)" if result.get("interrupted") else "")
+            + f"; saved in {result['saved']}")
+    if not any(r.get("diff") for r in result["nodes"]):
+        return head + "\nfewer than two snapshots of any node: nothing to " \
+            "compare"
+    return head + "\n\n" + cluster_diff_text(result, syntax)
+
+
+__all__ = ["across_text", "cluster_diff_text", "cluster_leak_hunt_text",
+           "cluster_snapshot_text", "diff_text", "leak_hunt_text",
+           "snapshot_text"]

@@ -1,0 +1,272 @@
+"""Snapshots of a whole cluster through one node (--cluster): a file per
+node, taken at once through the entry node (probes/cluster.py); a diff of
+such folders node by node, and across the nodes: what grew on every node
+(the application's leak) apart from what grew on one (that node's own
+state).
+
+Memory: the snapshots cross the entry node and reach us BATCH nodes at a
+time, and each node's is written to its file as soon as it arrives, then
+dropped; a diff reads one node's files at a time. Neither the entry node
+nor beam-probe holds the whole cluster's rows at once (docs/CONTRIBUTING.md
+plans 50 nodes of a million processes).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+from beam_probe.erldist.terms import Atom
+from beam_probe.errors import EndedEarly, ProbeError, UsageError
+from beam_probe.node.remote import Remote
+from beam_probe.probes import cluster
+from beam_probe.snapshots.format import write
+from beam_probe.snapshots.take import HELPER, args, read
+
+if TYPE_CHECKING:
+    from beam_probe.probes.results import (Across, AcrossGroup, ClusterDiff,
+                                           ClusterLeakHunt, ClusterSnapshot,
+                                           NodeFailure)
+
+# Nodes whose snapshots cross the entry node at once. A snapshot of a
+# million processes is ~3 MB of compressed chunks (0.3 MB per 100k,
+# measured): eight are ~24 MB held by the entry node and by us at a time.
+BATCH = 8
+# The groups the view across the nodes lists.
+ACROSS_SHOWN = 50
+
+Progress = Callable[[str], None]
+Taken = tuple[dict[str, Any], list[tuple[bytes, bytes]]]
+
+
+def _quiet(_text: str) -> None:
+    pass
+
+
+def take_all(remote: Remote, members: Sequence[str], connected: set[str],
+             gc: str, jobs: int, max_gc: int | None,
+             progress: Progress = _quiet
+             ) -> Iterator[tuple[str, Taken | NodeFailure]]:
+    """Each member's snapshot (header, sections), or why it has none, a
+    batch of nodes at a time, each batch collected first as --gc asks
+    (the method wants each snapshot after a collection)."""
+    from beam_probe.probes.watch import NO_GC_LIMIT, SAMPLE_LOCALS
+
+    for start in range(0, len(members), BATCH):
+        batch = list(members[start:start + BATCH])
+        failed: dict[str, NodeFailure] = {}
+        epoch = time.time()
+        if gc != "none":
+            progress(f"collecting ({gc}) on {len(batch)} nodes")
+            for answer in cluster.fan(
+                    remote, batch, "beam_probe_watch", "sample",
+                    (Atom(gc), NO_GC_LIMIT if max_gc is None else max_gc,
+                     jobs, *SAMPLE_LOCALS),
+                    lambda node, reply: {"node": node}, remote.timeout,
+                    connected):
+                if cluster.failed(answer):
+                    failed[answer["node"]] = answer  # type: ignore
+        asked = [node for node in batch if node not in failed]
+        progress(f"reading every process, table and port of {len(asked)} "
+                 "nodes")
+        answers = cluster.fan(
+            remote, asked, HELPER, "snapshot", args(jobs),
+            lambda node, reply: read(node, reply, epoch, gc),
+            remote.timeout, connected) if asked else []
+        found = dict(zip(asked, answers))
+        for node in batch:
+            yield node, failed.get(node) or found[node]
+
+
+def _folder(path: str) -> str:
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"{path} is not a folder: with --cluster, -o names "
+                         "a folder for a file per node")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _file_name(node: str, suffix: str = "") -> str:
+    # A node name is name@host: safe in a file name but for a path
+    # separator, which no node name has (refused all the same).
+    return node.replace("/", "_") + suffix + ".snapshot"
+
+
+def snapshot_cluster(remote: Remote, folder: str,
+                     nodes: Sequence[str] | None, include_hidden: bool,
+                     gc: str, jobs: int, max_gc: int | None,
+                     progress: Progress = _quiet) -> ClusterSnapshot:
+    """A snapshot of every member, each to ``folder``/NODE.snapshot."""
+    _folder(folder)
+    members, connected = cluster.members(remote, nodes, include_hidden)
+    rows: list[Any] = []
+    for node, answer in take_all(remote, members, connected, gc, jobs,
+                                 max_gc, progress):
+        if isinstance(answer, dict):
+            rows.append(answer)
+            continue
+        header, sections = answer
+        path = os.path.join(folder, _file_name(node))
+        size = write(path, header, sections)
+        rows.append({"node": node, "file": path, "bytes": size,
+                     "time": header["time"], "gc": gc,
+                     "processes": header["processes"],
+                     "ets_tables": header["sample"]["ets_count"],
+                     "ports": header["sample"]["port_count"]})
+    result: ClusterSnapshot = {"entry": remote.node, "folder": folder,
+                               "nodes": rows}
+    return cluster.complete(result, rows)
+
+
+def node_files(folder: str) -> dict[str, list[str]]:
+    """The snapshot files of a folder by the node their header names,
+    each node's in name order (a leak hunt's are numbered)."""
+    from beam_probe.snapshots.format import read as read_file
+
+    try:
+        names = sorted(n for n in os.listdir(folder)
+                       if n.endswith(".snapshot"))
+    except OSError as exc:
+        from beam_probe.files import error_text
+
+        raise UsageError(f"{folder}: {error_text(exc)}") from None
+    found: dict[str, list[str]] = {}
+    for name in names[:cluster.MAX_NODES * 100]:
+        path = os.path.join(folder, name)
+        header, _sections = read_file(path)
+        found.setdefault(str(header["node"]), []).append(path)
+    if not found:
+        raise UsageError(f"{folder} holds no snapshot files")
+    return found
+
+
+def diff_folders(folders: list[str], force: bool = False,
+                 progress: Progress = _quiet) -> ClusterDiff:
+    """Folders of snapshot --cluster, oldest first: each node's snapshots
+    compared (two: HeapDiff; three: the three-snapshot rule), one node at
+    a time, and the groups compared across the nodes."""
+    from beam_probe.snapshots.compare import check_count, diff_files
+
+    check_count(len(folders))
+    per_folder = [node_files(f) for f in folders]
+    order = list(dict.fromkeys(n for files in per_folder for n in files))
+    rows: list[Any] = []
+    for node in order:
+        missing = [f for f, files in zip(folders, per_folder)
+                   if len(files.get(node, ())) != 1]
+        if missing:
+            rows.append({"node": node, "error": "not once in every folder "
+                         f"(see {missing[0]})"})
+            continue
+        paths = [files[node][0] for files in per_folder]
+        progress(f"comparing {node}")
+        rows.append({"node": node, "files": paths,
+                     "diff": diff_files(paths, force)})
+    result: ClusterDiff = {"folders": folders, "nodes": rows,
+                           "across": across(rows)}
+    return cluster.complete(result, rows)
+
+
+def across(rows: Sequence[Any]) -> Across:
+    """The groups of every node's diff side by side: with three snapshots,
+    what was born between the first two and kept at the third (the
+    rule's suspects); with two, the groups that grew in number. A group
+    on every node is the application's; on one, that node's own."""
+    diffs = [(r["node"], r["diff"]) for r in rows if r.get("diff")]
+    three = any("suspects" in d for _, d in diffs)
+    counts: dict[str, dict[str, int]] = {}
+    for node, diff in diffs:
+        if three:
+            found = {g["what"]: g["count"]
+                     for g in diff.get("suspects", {}).get("born_and_kept",
+                                                           [])}
+        else:
+            found = {g["what"]: g["after"] - g["before"]
+                     for g in diff["change"]["details"]
+                     if g["after"] > g["before"]}
+        for what, count in found.items():
+            counts.setdefault(what, {})[node] = count
+    everywhere = len(diffs)
+    groups: list[AcrossGroup] = [
+        {"what": what, "nodes": by_node,
+         "on": "every node" if len(by_node) == everywhere > 1
+         else "one node" if len(by_node) == 1
+         else f"{len(by_node)} of {everywhere} nodes"}
+        for what, by_node in counts.items()]
+    groups.sort(key=lambda g: (-len(g["nodes"]), -sum(g["nodes"].values()),
+                               g["what"]))
+    return {"basis": "born_and_kept" if three else "grew",
+            "nodes": everywhere, "groups": groups[:ACROSS_SHOWN]}
+
+
+def leak_hunt_cluster(remote: Remote, count: int, interval: float, gc: str,
+                      save: str | None, jobs: int, max_gc: int | None,
+                      nodes: Sequence[str] | None, include_hidden: bool,
+                      progress: Progress = _quiet,
+                      sleep: Callable[[float], None] = time.sleep
+                      ) -> ClusterLeakHunt:
+    """The three-snapshot method on every node at once: ``count`` rounds
+    ``interval`` seconds apart, each a snapshot of every member, then each
+    node's first, second and last compared, and the groups across the
+    nodes. What was taken is kept (``save``, else a new temporary
+    folder); Ctrl-C or the entry node failing still compares what was
+    taken, as leak_hunt does."""
+    import tempfile
+
+    from beam_probe.snapshots.compare import diff_files
+
+    folder = _folder(save) if save else tempfile.mkdtemp(
+        prefix="beam-probe-hunt-")
+    members, connected = cluster.members(remote, nodes, include_hidden)
+    files: dict[str, list[str]] = {node: [] for node in members}
+    errors: dict[str, str] = {}
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    interrupted, failure, rounds = False, None, 0
+    try:
+        for i in range(count):
+            if i:
+                progress(f"round {i + 1} of {count} in {interval:g} s")
+                sleep(interval)
+            progress(f"round {i + 1} of {count}")
+            for node, answer in take_all(remote, members, connected, gc,
+                                         jobs, max_gc, progress):
+                if isinstance(answer, dict):
+                    errors.setdefault(node, f"round {i + 1}: "
+                                            f"{answer['error']}")
+                    continue
+                path = os.path.join(folder, _file_name(
+                    node, f"-{stamp}-{i + 1}"))
+                write(path, *answer)
+                files[node].append(path)
+            rounds += 1
+    except KeyboardInterrupt:
+        interrupted = True
+    except ProbeError as exc:
+        failure = exc
+    rows: list[Any] = []
+    for node in members:
+        taken = files[node]
+        chosen = [taken[0], taken[1], taken[-1]] if len(taken) > 3 \
+            else taken
+        row: dict[str, Any] = {"node": node, "files": taken, "diff": None}
+        if len(chosen) >= 2:
+            # One node's files at a time, read back: the cluster's rows
+            # are never all in memory at once.
+            progress(f"comparing {node}")
+            row["diff"] = diff_files(chosen)
+        if node in errors:
+            row["error"] = errors[node]
+        rows.append(row)
+    result: ClusterLeakHunt = {
+        "entry": remote.node, "interval": interval, "gc": gc,
+        "taken": rounds, "saved": folder, "interrupted": interrupted,
+        "nodes": rows, "across": across(rows)}
+    if failure is not None:
+        # The entry node went: nothing left to ask how names are written.
+        raise EndedEarly(result, failure, False)
+    return cluster.complete(result, rows)
+
+
+__all__ = ["BATCH", "across", "diff_folders", "leak_hunt_cluster",
+           "node_files", "snapshot_cluster", "take_all"]
