@@ -114,7 +114,7 @@ stop({Leakers, Keepers, Idle}) ->
 %% a process on the beam_probe_N node, and every process the call spawns
 %% inherits it; it stays a pid of that node after the node is gone.
 probes_running(Except) ->
-    [P || P <- processes(),
+    [P || P <- processes(), P =/= self(),
           {group_leader, Leader} <- [process_info(P, group_leader)],
           node(Leader) =/= node(), node(Leader) =/= Except,
           lists:prefix("beam_probe_", atom_to_list(node(Leader)))].
