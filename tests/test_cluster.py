@@ -436,3 +436,35 @@ def test_leak_hunt_hunts_every_node_and_keeps_a_file_each(scene_cluster,
     assert all("suspects" in row["diff"] for row in result["nodes"])
     one_line((0, "", r.stderr), 0, "9 snapshots kept in", str(save))
     assert result["across"]["nodes"] == 3
+
+
+@pytest.mark.slow
+def test_a_cluster_of_three_releases(nodes, tmp_path):
+    """OTP 25, 27 and 28 in one cluster, reached through the OTP 27 node
+    (each release talks to the one before and after it): every node answers
+    the rankings, a watch and a snapshot, the helper forms the entry node
+    parsed evaluated by each node's own erl_eval."""
+    tag = uuid.uuid4().hex[:6]
+    cookie = f"mx{tag}"
+    entry = nodes.start("27", prefix=f"bpm{tag}", cookie=cookie)
+    old = nodes.start("25", prefix=f"aam{tag}", cookie=cookie)
+    new = nodes.start("28", prefix=f"zzm{tag}", cookie=cookie)
+    _connect(entry, [old, new])
+    names = [entry.node, old.node, new.node]
+    for args in (("proc-count", entry.node, "memory", "3"),
+                 ("bin-leak", entry.node, "3"), ("ets", entry.node, "3"),
+                 ("alloc", entry.node)):
+        code, result, err = _json(entry, *args, "--cluster")
+        assert code == 0, (args, err)
+        assert [n["node"] for n in result["nodes"]] == names, args
+    r = run_here("watch", entry.node, "--cluster", "--interval", "0.2",
+                 "--count", "2", node=entry)
+    assert r.returncode == 0, r.stderr
+    samples = [json.loads(line) for line in r.stdout.splitlines()][:-1]
+    assert sorted(s["node"] for s in samples if "total" in s) == sorted(
+        names * 2)
+    folder = str(tmp_path / "mixed")
+    code, result, err = _json(entry, "snapshot", entry.node, "--cluster",
+                              "-o", folder)
+    assert code == 0, err
+    assert len(os.listdir(folder)) == 3
