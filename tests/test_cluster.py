@@ -468,3 +468,12 @@ def test_a_cluster_of_three_releases(nodes, tmp_path):
                               "-o", folder)
     assert code == 0, err
     assert len(os.listdir(folder)) == 3
+
+
+def test_a_ranking_of_the_cluster_is_bounded_in_all(cluster):
+    """N rows from each node cross the entry together: N x nodes is held
+    to one node's bound."""
+    entry, _before, _after = cluster
+    r = run_here("proc-count", entry.node, "memory", "5000", "--cluster",
+                 node=entry)
+    one_line(r, 2, "N x nodes", "10,000", "5000 x 3")

@@ -71,6 +71,20 @@ def parse_names(text: str) -> list[str]:
     return names
 
 
+# A ranking's rows cross the entry node and reach us together: N rows a
+# node. proc-count's own bound (10,000 rows, a few MB) holds for the whole
+# cluster's reply, whatever the number of nodes.
+MAX_ROWS = 10_000
+
+
+def check_rows(n: int, nodes: int) -> None:
+    """N rows from each of ``nodes`` nodes, within MAX_ROWS in all."""
+    if n * nodes > MAX_ROWS:
+        raise UsageError(f"N x nodes must be at most {MAX_ROWS:,} with "
+                         f"--cluster, not {n} x {nodes}: ask for fewer "
+                         "rows, or fewer nodes with --nodes")
+
+
 def _ours(name: str) -> bool:
     head = name.split("@", 1)[0]
     return head.startswith(OUR_PREFIX) and head[len(OUR_PREFIX):].isdigit()
@@ -189,6 +203,6 @@ def top(rows: Iterable[Any], key: str, n: int, descending: bool = True
 
 
 
-__all__ = ["MAX_NODES", "answered", "check_names",
+__all__ = ["MAX_NODES", "MAX_ROWS", "check_rows", "answered", "check_names",
            "complete", "describe_failure", "failed", "fan", "members",
            "merged", "parse_names", "per_node", "top"]

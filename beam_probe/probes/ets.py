@@ -107,6 +107,7 @@ def largest_cluster(remote: Remote, n: int = 10, sort: str = "memory",
     check_n(n)
     check_sort(sort)
     chosen, connected = cluster.members(remote, nodes, include_hidden)
+    cluster.check_rows(n, len(chosen))
     answers = cluster.fan(
         remote, chosen, HELPER, "largest", (n, Atom(sort)),
         lambda node, reply: read_largest(node, sort, reply),

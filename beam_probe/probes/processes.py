@@ -273,6 +273,7 @@ def proc_count_cluster(remote: Remote, attribute: str, n: int,
     largest processes of them all, each with its node."""
     check_request(attribute, n, jobs=jobs)
     chosen, connected = cluster.members(remote, nodes, include_hidden)
+    cluster.check_rows(n, len(chosen))
     progress(f"reading {attribute} of every process on {len(chosen)} nodes")
     answers = cluster.fan(
         remote, chosen, HELPER, "proc_count",
@@ -297,6 +298,7 @@ def bin_leak_cluster(remote: Remote, n: int, max_gc: int | None = None,
     dropped most refc binary references when collected."""
     check_request(n=n, jobs=jobs)
     chosen, connected = cluster.members(remote, nodes, include_hidden)
+    cluster.check_rows(n, len(chosen))
     progress(f"counting every process's refc binaries on {len(chosen)} "
              "nodes, then collecting the holders")
     answers = cluster.fan(
@@ -325,6 +327,7 @@ def proc_window_cluster(remote: Remote, attribute: str, n: int, millis: int,
     largest increases of them all."""
     check_request(attribute, n, millis, jobs)
     chosen, connected = cluster.members(remote, nodes, include_hidden)
+    cluster.check_rows(n, len(chosen))
     progress(f"reading {attribute} of every process on {len(chosen)} "
              f"nodes, twice, {millis} ms apart")
     answers = cluster.fan(
