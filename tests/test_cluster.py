@@ -477,3 +477,28 @@ def test_a_ranking_of_the_cluster_is_bounded_in_all(cluster):
     r = run_here("proc-count", entry.node, "memory", "5000", "--cluster",
                  node=entry)
     one_line(r, 2, "N x nodes", "10,000", "5000 x 3")
+
+
+@pytest.mark.slow
+def test_a_node_that_dies_mid_fan_out_is_its_row(cluster, nodes):
+    """A node killed during a 3 s proc-window of the cluster: its row says
+    the connection to it was lost, the others answer."""
+    import threading
+
+    entry, _before, _after = cluster
+    doomed = nodes.start("25", prefix="zzv", cookie=entry.cookie)
+    _connect(entry, [doomed])
+    killer = threading.Timer(1.0, lambda: os.kill(doomed.pid,
+                                                   signal.SIGKILL))
+    killer.start()
+    try:
+        code, result, err = _json(entry, "proc-window", entry.node,
+                                  "reductions", "3", "3000", "--cluster")
+    finally:
+        killer.cancel()
+    assert code == 15, err
+    rows = {n["node"]: n for n in result["nodes"]}
+    assert rows[doomed.node] == {"node": doomed.node,
+                                 "error": "connection to it lost"}
+    assert all("scanned_first" in rows[n.node] for n in cluster)
+    one_line((code, "", err), 15, doomed.node, "connection to it lost")
