@@ -502,3 +502,33 @@ def test_a_node_that_dies_mid_fan_out_is_its_row(cluster, nodes):
                                  "error": "connection to it lost"}
     assert all("scanned_first" in rows[n.node] for n in cluster)
     one_line((code, "", err), 15, doomed.node, "connection to it lost")
+
+
+@pytest.mark.slow
+def test_leak_hunt_names_the_workers_on_their_node_only(scene_cluster,
+                                                        tmp_path):
+    """37 proc_lib workers planted on one node between the first and the
+    second rounds of a cluster leak hunt: that node's suspects name them,
+    the others' do not, and the view across the nodes says one node."""
+    import threading
+
+    entry, before, after = scene_cluster
+    planter = threading.Timer(1.0, lambda: _call(after, "plant", WORKERS, 0,
+                                                 "bph_"))
+    planter.start()
+    try:
+        r = run_here("leak-hunt", entry.node, "--cluster", "--interval",
+                     "2", "--format", "json", node=entry)
+    finally:
+        planter.cancel()
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    group = "proc_lib:init_p/5 under bp_leak_sup"
+    kept = {row["node"]: {g["what"]: g["count"] for g in
+                          row["diff"]["suspects"]["born_and_kept"]}
+            for row in result["nodes"]}
+    assert kept[after.node].get(group) == WORKERS
+    assert group not in kept[entry.node] and group not in kept[before.node]
+    across = {g["what"]: g for g in result["across"]["groups"]}
+    assert across[group]["on"] == "one node"
+    assert across[group]["nodes"] == {after.node: WORKERS}
