@@ -12,7 +12,11 @@
 
 Medians throughout, side by side in one run. Run:
 python tests/bench_cluster.py [--nodes 10] [--small 10000]
-[--processes 600000] [--runs 15]
+[--processes 600000] [--runs 15] [--snapshot-nodes 3] [--schedulers S]
+
+On a machine with fewer cores than nodes the nodes share the cores and
+the many-node figures measure that; --nodes 2 --snapshot-nodes 2
+--schedulers 1 on 2 cores gives each node a core of its own.
 """
 
 from __future__ import annotations
@@ -38,9 +42,11 @@ from beam_probe.probes.watch import NO_GC_LIMIT, SAMPLE_LOCALS, sample_node
 BULK = ReplyLimits(max_bytes=1 << 30, max_items=50_000_000)
 
 
-def start_cluster(count: int, each: int, beams: str) -> list[LocalNode]:
+def start_cluster(count: int, each: int, beams: str,
+                  schedulers: int = 0) -> list[LocalNode]:
     """``count`` nodes of one cookie, ``each`` idle processes on each, all
-    connected to the first."""
+    connected to the first; ``schedulers`` online on each (0: one per
+    core)."""
     tag = uuid.uuid4().hex[:6]
     cookie = f"bc{tag}"
     started: list[LocalNode] = []
@@ -48,7 +54,9 @@ def start_cluster(count: int, each: int, beams: str) -> list[LocalNode]:
         for i in range(count):
             started.append(LocalNode(
                 f"bpbc{tag}n{i:02d}", cookie=cookie, code_paths=(beams,),
-                args=("+P", str(max(262144, 2 * each)))).start(120))
+                args=("+P", str(max(262144, 2 * each)),
+                      *(("+S", f"{schedulers}:{schedulers}")
+                        if schedulers else ()))).start(120))
         with attach(started[0].node, cookie.encode(), timeout=300,
                     limits=BULK) as remote:
             for node in started[1:]:
@@ -140,7 +148,8 @@ def snapshot_cluster(nodes: list[LocalNode], runs: int) -> None:
     print(f"snapshot --cluster of {len(nodes)} nodes on {os.cpu_count()} "
           f"cores: {statistics.median(together):.2f} s against "
           f"{slowest:.2f} s for the slowest node alone ({ratio:.2f}x, bound "
-          f"1.5x) and {one_by_one:.2f} s for the three one after the other "
+          f"1.5x) and {one_by_one:.2f} s for the {len(nodes)} one after "
+          "the other "
           f"({statistics.median(together) / one_by_one:.2f}x); peak RSS of "
           f"any beam-probe run {peak / 2**20:.0f} MiB (bound 300 MiB)")
     subprocess.run(["rm", "-rf", scratch], check=False)
@@ -153,15 +162,24 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=600_000)
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--snapshot-runs", type=int, default=3)
+    parser.add_argument("--snapshot-nodes", type=int, default=3)
+    parser.add_argument(
+        "--schedulers", type=int, default=0,
+        help="schedulers online on each node (0: one per core). With as "
+             "many nodes as cores and 1, the nodes do not share a core: "
+             "the fan-out's own cost, as on a node-per-machine cluster")
     options = parser.parse_args()
     beams = helper_beams()
-    nodes = start_cluster(options.nodes, options.small, beams)
+    nodes = start_cluster(options.nodes, options.small, beams,
+                          options.schedulers)
     try:
         watch_round(nodes, options.runs)
     finally:
         for node in nodes:
             node.stop()
-    nodes = start_cluster(3, options.processes // 3, beams)
+    nodes = start_cluster(options.snapshot_nodes,
+                          options.processes // options.snapshot_nodes, beams,
+                          options.schedulers)
     try:
         snapshot_cluster(nodes, options.snapshot_runs)
     finally:
