@@ -170,6 +170,8 @@ def test_a_node_of_another_cookie_is_its_row(cluster, nodes):
     (("bin-leak", "x@h", "3", "--dry-run", "--include-hidden"),
      ["--dry-run", "--cluster"]),
     (("ets", "x@h", "--nodes", ","), ["--nodes", "at least one"]),
+    (("ets", "x@h", "--nodes", "a@h,beam_probe_3@h"),
+     ["beam_probe_3@h", "beam-probe connection"]),
 ])
 def test_bad_cluster_arguments_are_one_line(args, words):
     r = run_here(*args)

@@ -61,6 +61,11 @@ def check_names(names: Sequence[str]) -> None:
                 or not name.isprintable() or " " in name):
             raise UsageError(f"--nodes: {name[:60]!r} is not a node name "
                              "(name@host)")
+        if _ours(name):
+            # A probe's own hidden node runs no erl_eval: the entry's
+            # spawn request would go unanswered until the timeout.
+            raise UsageError(f"--nodes: {name} is a beam-probe connection, "
+                             "not a node of the cluster")
 
 
 def parse_names(text: str) -> list[str]:
