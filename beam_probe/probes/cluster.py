@@ -16,8 +16,8 @@ commands' probes; this module is the mechanics: the members, the fan-out,
 the failures, the merge.
 
 Cost to the entry node: one process running the fan-out, and every node's
-reply passing through it (a ranking of N rows per node: N x nodes rows,
-bounded by MAX_N and MAX_NODES).
+reply passing through it (a ranking of N rows per node: N x nodes rows in
+all, at most MAX_ROWS).
 """
 
 from __future__ import annotations
