@@ -190,15 +190,18 @@ class Track:
                 self.raw_rule.fired.items() if category not in
                 self.rule.fired]
 
-    def judgment(self, started: float | None) -> dict[Any, Any]:
+    def judgment(self, started: float | None,
+                 interval: float | None = None) -> dict[Any, Any]:
         """First, last, min, max and growth per hour per category, the
         leaks suspected at any point of the run, and whether the rule
-        could judge at all."""
+        could judge at all; the ``interval`` too when given (one node's
+        watch: a cluster's says it once for all)."""
         seconds = (self.last["epoch"] - started
                    if self.last is not None and started else 0.0)
         return {"node": self.node, "samples": self.taken,
                 "down_samples": self.down, "seconds": round(seconds, 3),
                 "gc": self.gc,
+                **({} if interval is None else {"interval": interval}),
                 "categories": {c: s.as_json()
                                for c, s in self.stats.items()},
                 "leaks": [rise.as_json()
@@ -309,7 +312,7 @@ class Watch(Track, Slots):
     def _gaps(self, due: float, last: list[Sample]) -> list[Sample]:
         if not last[0].get("down"):
             return []
-        gap = self._down(due, last[0]["error"])
+        gap = self.down_sample(due, last[0]["error"])
         self.keep(gap)
         return [gap]
 
@@ -323,17 +326,11 @@ class Watch(Track, Slots):
             # Gone (stopped, restarted, unreachable), or it answered
             # nonsense: a gap, and a new connection at the next slot.
             self.close()
-            return self._down(now, f"{exc.label}: {exc}"), None
+            return self.down_sample(now, f"{exc.label}: {exc}"), None
         if previous is not None and raw.int("gc_count") < previous[1].int(
                 "gc_count"):
             previous = None  # a restart: the counters began again
         return record(self.node, raw, now, self.gc, previous), raw
-
-    def _down(self, now: float, error: str) -> Sample:
-        return self.down_sample(now, error)
-
-    def _keep(self, sample: Sample) -> None:
-        self.keep(sample)
 
     def exit_code(self) -> int:
         """With --fail-on-leak: EXIT_LEAK when a leak was suspected,
@@ -343,12 +340,7 @@ class Watch(Track, Slots):
     def summary(self) -> dict[Any, Any]:
         """This node's judgment of the run (Track.judgment), with how it
         was sampled."""
-        out = self.judgment(self.started)
-        out["interval"] = self.interval
-        # The order JSON readers had before the track was apart.
-        return {key: out[key] for key in (
-            "node", "samples", "down_samples", "seconds", "gc", "interval",
-            "categories", "leaks", "judged", "to_judge", "unconfirmed")}
+        return self.judgment(self.started, self.interval)
 
 
 class ClusterWatch(Slots):
