@@ -114,14 +114,15 @@ def members(remote: Remote, chosen: Sequence[str] | None = None,
 
 def fan(remote: Remote, nodes: Sequence[str], helper: str, function: str,
         args: Iterable[Any], read: Callable[[str, Reply], T],
-        timeout: float, connected: set[str] | None = None
-        ) -> list[T | NodeFailure]:
+        timeout: float, connected: set[str] | None = None,
+        wait: float | None = None) -> list[T | NodeFailure]:
     """``helper:function(args...)`` on every node at once, through the
     entry; each reply read by ``read(node, reply)``, in ``nodes``' order.
-    ``timeout`` bounds each node; the whole waits a little longer, so a
-    slow node is its row ("no answer within"), not the end of the run."""
+    ``timeout`` bounds each node; the whole waits ``wait``, by default a
+    little longer, so a slow node is its row ("no answer within"), not
+    the end of the run."""
     replies = remote.fan_out([Atom(n) for n in nodes], helper, function,
-                             *args, timeout=timeout)
+                             *args, timeout=timeout, wait=wait)
     if not isinstance(replies, list) or len(replies) != len(nodes):
         raise ProtocolError("the entry node's fan-out answered "
                             f"{format_term(replies)[:80]}, not one reply "

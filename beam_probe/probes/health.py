@@ -11,13 +11,12 @@ whole cluster.
 
 from __future__ import annotations
 
-from typing import Any, TYPE_CHECKING
+from typing import Any, TYPE_CHECKING, cast
 
-from beam_probe.erldist.terms import Atom
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply
-from beam_probe.probes.cluster import describe_failure
+from beam_probe.probes import cluster
 from beam_probe.probes.alloc import FRAGMENTED_MIN, LONG_LIVED, allocator_types, rss_bytes
 from beam_probe.probes.processes import HELPER
 
@@ -89,21 +88,13 @@ def measure_cluster(remote: Remote, timeout: float, jobs: int = 0,
     """
     import time
 
-    others = remote.call("erlang", "nodes", [])
-    nodes = [Atom(remote.node), *others]
+    nodes = [remote.node, *map(str, remote.call("erlang", "nodes", []))]
     wait = None
     if deadline is not None:
         wait = max(0.1, deadline - time.monotonic())
         # In tenths of a second: said to the user ("no answer within 1.6 s").
         timeout = max(0.1, int(10 * min(timeout, 0.8 * wait)) / 10)
-    replies = remote.fan_out(nodes, HELPER, "health", jobs, *LOCALS,
-                             timeout=timeout, wait=wait)
-    results = []
-    for node, reply in zip(nodes, replies):
-        if reply[0] == Atom("ok"):
-            results.append(_health(str(node), Reply(
-                f"{HELPER}:health on {node}", reply[1])))
-        else:
-            results.append({"node": str(node),
-                            "error": describe_failure(reply, timeout)})
-    return results
+    # A failure row, {"node", "error"}, is a NodeHealth without values.
+    return cast("list[NodeHealth]", cluster.fan(
+        remote, nodes, HELPER, "health", (jobs, *LOCALS), _health, timeout,
+        wait=wait))
