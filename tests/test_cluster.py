@@ -30,22 +30,30 @@ def _connect(entry, others) -> None:
                                [Atom(other.node)]) is True
 
 
+def _call(node, function, *args):
+    with attach(node.node, node.cookie.encode()) as remote:
+        return remote.call("beam_probe_workload", function, list(args))
+
+
+def _three(factory, letter: str):
+    """(entry, before, after): three connected OTP 25 nodes of one cookie,
+    named to sort between, before and after beam_probe_N."""
+    tag = uuid.uuid4().hex[:6]
+    cookie = f"c{letter}{tag}"
+    entry, before, after = (
+        factory.start("25", prefix=f"{head}{letter}{tag}", cookie=cookie)
+        for head in ("bp", "aa", "zz"))
+    _connect(entry, [before, after])
+    return entry, before, after
+
+
 @pytest.fixture(scope="module")
 def cluster(session_nodes):
-    """(entry, before, after): three connected nodes with one cookie; the
-    one after holds binaries (bp_holder) and the one before a large table
-    (bp_big_owner)."""
-    tag = uuid.uuid4().hex[:6]
-    cookie = f"cl{tag}"
-    entry = session_nodes.start("25", prefix=f"bpc{tag}", cookie=cookie)
-    before = session_nodes.start("25", prefix=f"aaa{tag}", cookie=cookie)
-    after = session_nodes.start("25", prefix=f"zzz{tag}", cookie=cookie)
-    _connect(entry, [before, after])
-    with attach(after.node, cookie.encode()) as remote:
-        remote.call("beam_probe_workload", "hold_binaries", [HOLDER_BINARIES])
-    with attach(before.node, cookie.encode()) as remote:
-        remote.call("beam_probe_workload", "big_table",
-                    [Atom("bp_cluster_table"), 20_000])
+    """(entry, before, after); the one after holds binaries (bp_holder)
+    and the one before a large table (bp_big_owner)."""
+    entry, before, after = _three(session_nodes, "c")
+    _call(after, "hold_binaries", HOLDER_BINARIES)
+    _call(before, "big_table", Atom("bp_cluster_table"), 20_000)
     return entry, before, after
 
 
@@ -349,21 +357,10 @@ WORKERS, NOISE = 37, 5
 @pytest.fixture
 def scene_cluster(nodes):
     """A fresh three-node cluster, the snapshot scene on each node."""
-    tag = uuid.uuid4().hex[:6]
-    cookie = f"sc{tag}"
-    entry = nodes.start("25", prefix=f"bpd{tag}", cookie=cookie)
-    before = nodes.start("25", prefix=f"aab{tag}", cookie=cookie)
-    after = nodes.start("25", prefix=f"zzb{tag}", cookie=cookie)
-    _connect(entry, [before, after])
-    for node in (entry, before, after):
-        with attach(node.node, cookie.encode()) as remote:
-            remote.call("beam_probe_workload", "scene", [])
-    return entry, before, after
-
-
-def _call(node, function, *args):
-    with attach(node.node, node.cookie.encode()) as remote:
-        return remote.call("beam_probe_workload", function, list(args))
+    three = _three(nodes, "d")
+    for node in three:
+        _call(node, "scene")
+    return three
 
 
 def test_folders_of_cluster_snapshots_diff_node_by_node_and_across(

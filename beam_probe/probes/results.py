@@ -286,7 +286,9 @@ class NodeScan(TypedDict):
 
 
 class NodeValueRow(TypedDict):
-    """A ValueRow of one of the cluster's nodes."""
+    """A ValueRow of one of the cluster's nodes. (The Node* rows repeat
+    their row's fields rather than inherit them: a subclass's keys come
+    after its base's, and JSON shows the node first.)"""
 
     node: str
     pid: str
