@@ -30,6 +30,7 @@
 
 -export([guard/3, others/0, pmap/3, values/3, top/2, describe/1, settled/1,
          snapshots/6, resolve/1, fan_out/4]).
+-export_type([memory/0, rows/0]).
 
 -type watch() :: {node, node()} | {process, pid(), [pid() | port()]}.
 -type pairs() :: [{integer(), pid()}].

@@ -7,12 +7,8 @@
 -export([bin_leak/9, proc_count/8, proc_count_all/10, proc_window/10,
          proc_info/2, health/7]).
 
--type memory() :: [{atom(), non_neg_integer()}].
-%% Columns rather than a map per row: building a map per row would take an
-%% interpreted fun per row; columns are made by compiled calls.
--type rows() :: #{values := [integer()],
-                  pids := [pid()],
-                  infos := [[{atom(), term()}] | undefined]}.
+-type memory() :: beam_probe_lib:memory().
+-type rows() :: beam_probe_lib:rows().
 
 
 %% recon's bin_leak: count every process's refc binary references, collect
