@@ -29,7 +29,7 @@
 -module(beam_probe_lib).
 
 -export([guard/3, others/0, pmap/3, values/3, top/2, describe/1, settled/1,
-         snapshots/6, resolve/1, fan_out/4]).
+         snapshots/6, resolve/1, fan_out/5, encoded/2]).
 -export_type([memory/0, rows/0]).
 
 -type watch() :: {node, node()} | {process, pid(), [pid() | port()]}.
@@ -416,20 +416,95 @@ resolve({names, Names}) ->
         [] -> undefined
     end.
 
-%% Run the guarded expression Form on every node of Nodes at once
+%% Run the guarded expression Form on every node of Names at once
 %% (erpc:multicall), with BeamProbeWatch bound to {process, self(), Ours}:
 %% each node's guard watches this call, which the attached node's own
 %% guard ends when beam-probe goes, and leaves Ours (this call's processes
 %% and our connection's) out of what it reports: on the attached node they
-%% are among the node's processes. Replies as erpc:multicall gives them.
--spec fan_out([node()], erl_parse:abstract_expr(), [{atom(), term()}],
-              timeout()) -> [{ok, term()} | {atom(), term()}].
-fan_out(Nodes, Form, Bindings, TimeoutMs) ->
+%% are among the node's processes.
+%%
+%% Harmless to the cluster, by rule:
+%%
+%%   * Names are binaries, and only nodes this node is connected to now
+%%     are asked (this node itself included). A name that is no atom here
+%%     names no connected node: making it one would plant an atom, which
+%%     is never freed. A name not connected is never dialled: erpc would
+%%     connect, and net_kernel looks a host up itself, inside net_kernel
+%%     (inet_gethost_native): 1,000 unresolvable names kept a node from
+%%     accepting connections for ~90 s, and global then disconnected every
+%%     member (measured on a 22-node cluster). Its reply is
+%%     {error, {beam_probe, not_connected}}.
+%%   * Form is built (encoded/2) so that a member replies with the bytes of
+%%     its answer, never the term: this node passes them through without
+%%     decoding, so no atom of a member's (a name registered there alone)
+%%     is ever made here.
+%%   * MaxBytes bounds the replies passed on, in all: a member over it on
+%%     its own answered {beam_probe_oversize, Size} already; one that no
+%%     longer fits beside the replies before it is
+%%     {error, {beam_probe, {crowded, Size}}}, for beam-probe to ask again
+%%     in a smaller group. One node's large answer never hides the others'.
+%%
+%% Replies in Names' order, as erpc:multicall gives them.
+-spec fan_out([binary()], erl_parse:abstract_expr(), [{atom(), term()}],
+              timeout(), pos_integer()) -> [{ok, term()} | {atom(), term()}].
+fan_out(Names, Form, Bindings, TimeoutMs, MaxBytes) ->
     Ours = case erlang:get('$beam_probe_ours') of
                undefined -> [erlang:self()];
                List -> List
            end,
     Watching = orddict:store('BeamProbeWatch',
                              {process, erlang:self(), Ours}, Bindings),
-    erpc:multicall(Nodes, erl_eval, expr,
-                   [Form, Watching, none, none, value], TimeoutMs).
+    Connected = [erlang:node() | erlang:nodes(connected)],
+    Known = lists:map(
+              fun(Name) ->
+                      try erlang:binary_to_existing_atom(Name, utf8) of
+                          Node ->
+                              case lists:member(Node, Connected) of
+                                  true -> {node, Node};
+                                  false -> not_connected
+                              end
+                      catch
+                          error:badarg -> not_connected
+                      end
+              end,
+              Names),
+    Asked = [Node || {node, Node} <- Known],
+    Replies = erpc:multicall(Asked, erl_eval, expr,
+                             [Form, Watching, none, none, value], TimeoutMs),
+    Place = fun Place([], _, _) ->
+                    [];
+                Place([not_connected | Rest], Got, Left) ->
+                    [{error, {beam_probe, not_connected}}
+                     | Place(Rest, Got, Left)];
+                Place([_ | Rest], [{ok, Bytes} | Got], Left)
+                  when erlang:is_binary(Bytes),
+                       erlang:byte_size(Bytes) > Left ->
+                    [{error, {beam_probe, {crowded, erlang:byte_size(Bytes)}}}
+                     | Place(Rest, Got, Left)];
+                Place([_ | Rest], [{ok, Bytes} = Reply | Got], Left)
+                  when erlang:is_binary(Bytes) ->
+                    [Reply | Place(Rest, Got, Left - erlang:byte_size(Bytes))];
+                Place([_ | Rest], [Reply | Got], Left) ->
+                    [Reply | Place(Rest, Got, Left)]
+            end,
+    Place(Known, Replies, MaxBytes).
+
+%% On a member of a fan-out: Work()'s value as the bytes of its external
+%% term format (compressed: rankings shrink severalfold, and snapshot
+%% chunks, already compressed, cost little more), or why not. Whatever
+%% Work() raises is encoded too, as {beam_probe_failed, Class, Reason}, so
+%% that the entry node decodes nothing of a member's. Over MaxBytes, the
+%% answer is dropped here and only its size crosses the cluster.
+-spec encoded(fun(() -> term()), pos_integer()) ->
+          binary() | {beam_probe_oversize, non_neg_integer()}.
+encoded(Work, MaxBytes) ->
+    Value = try
+                Work()
+            catch
+                Class:Reason -> {beam_probe_failed, Class, Reason}
+            end,
+    Bytes = erlang:term_to_binary(Value, [{compressed, 1}]),
+    case erlang:byte_size(Bytes) of
+        Size when Size =< MaxBytes -> Bytes;
+        Size -> {beam_probe_oversize, Size}
+    end.

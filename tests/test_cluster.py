@@ -149,7 +149,7 @@ def test_nodes_chooses_and_a_node_out_of_reach_is_its_row(cluster):
                               "--nodes", f"{after.node},nosuch@nohost")
     assert code == 15
     one_line((code, "", err), 15, "cluster", "1 of 2 nodes answered",
-             "nosuch@nohost", "cannot reach it")
+             "nosuch@nohost", "not connected to the entry")
     assert [n["node"] for n in result["nodes"]] == [after.node,
                                                     "nosuch@nohost"]
     assert "error" in result["nodes"][1]
@@ -164,9 +164,9 @@ def test_a_node_of_another_cookie_is_its_row(cluster, nodes):
     assert code == 15, err
     assert result["nodes"][0]["node"] == entry.node
     assert "verdict" in result["nodes"][0]
-    assert result["nodes"][1] == {
-        "node": stranger.node, "error": "the entry node cannot reach it "
-        "(down, another cookie, or no such node)"}
+    assert result["nodes"][1]["node"] == stranger.node
+    assert result["nodes"][1]["error"].startswith(
+        "not connected to the entry node")
 
 
 @pytest.mark.parametrize("args,words", [
@@ -531,3 +531,138 @@ def test_leak_hunt_names_the_workers_on_their_node_only(scene_cluster,
     across = {g["what"]: g for g in result["across"]["groups"]}
     assert across[group]["on"] == "one node"
     assert across[group]["nodes"] == {after.node: WORKERS}
+
+
+# -- harmless to the cluster (issue 27) --------------------------------------
+
+@pytest.fixture(scope="module")
+def crowd(session_nodes):
+    """(entry, before, after): three connected nodes of their own; the one
+    after runs 400 extra processes, so its answers are the largest."""
+    entry, before, after = _three(session_nodes, "t")
+    _call(after, "noise", 400)
+    return entry, before, after
+
+
+def _atom_count(node) -> int:
+    with attach(node.node, node.cookie.encode()) as remote:
+        return remote.call("erlang", "system_info", [Atom("atom_count")])
+
+
+def _newest_atoms(node, since: int) -> list:
+    with attach(node.node, node.cookie.encode()) as remote:
+        count = remote.call("erlang", "system_info", [Atom("atom_count")])
+        return [remote.call("erlang", "binary_to_term",
+                            [bytes([131, 75]) + i.to_bytes(3, "big")])
+                for i in range(since, count)]
+
+
+def test_names_the_entry_is_not_connected_to_are_never_dialled(crowd):
+    """300 names whose hosts do not resolve: the entry looks none of them
+    up (it would, inside net_kernel, and refuse connections meanwhile),
+    makes no atom of any, and says in each one's row why it was not
+    asked; the node it is connected to answers."""
+    entry, _before, after = crowd
+    tag = uuid.uuid4().hex[:8]
+
+    def names(round_: str) -> str:
+        return ",".join([after.node] + [f"n{i}x{round_}{tag}@h{i}.invalid"
+                                        for i in range(300)])
+
+    _json(entry, "proc-count", entry.node, "memory", "3", "--nodes",
+          names("warm"))  # our helper's own atoms, once
+    atoms = _atom_count(entry)
+    started = time.monotonic()
+    code, result, err = _json(entry, "proc-count", entry.node, "memory", "3",
+                              "--nodes", names("new"))
+    took = time.monotonic() - started
+    assert code == 15, err
+    one_line((code, "", err), 15, "1 of 301 nodes answered",
+             "not connected to the entry", "and 299 more")
+    rows = result["nodes"]
+    assert rows[0]["node"] == after.node and "scanned" in rows[0]
+    assert all(r["error"].startswith("not connected to the entry node")
+               for r in rows[1:])
+    assert took < 10, took
+    # Our own connections' names are a pool of a few atoms, made once.
+    assert [a for a in _newest_atoms(entry, atoms)
+            if not str(a).startswith("beam_probe_")] == []
+
+
+def test_a_members_atoms_are_never_made_on_the_entry(crowd, tmp_path):
+    """A process registered on one member under a name that exists only
+    there: its snapshot (which names it) crosses the entry as bytes, and
+    the name never becomes an atom on the entry."""
+    entry, _before, after = crowd
+    name = f"bp_only_there_{uuid.uuid4().hex}"
+    _call(after, "named", Atom(name))
+    folder = str(tmp_path / "snaps")
+    code, result, err = _json(entry, "snapshot", entry.node, "--cluster",
+                              "-o", folder)
+    assert code == 0, err
+    assert {row["node"] for row in result["nodes"]} == {n.node
+                                                        for n in crowd}
+    with attach(after.node, after.cookie.encode()) as remote:
+        assert remote.call("erlang", "whereis", [Atom(name)]) != \
+            Atom("undefined")
+    with attach(entry.node, entry.cookie.encode()) as remote:
+        # A string, not an atom, crosses: asking makes no atom either.
+        with pytest.raises(Exception, match="badarg"):
+            remote.call("erlang", "list_to_existing_atom", [list(name.encode())])
+    code, diff, err = _json(entry, "diff", folder, folder)
+    assert code == 0, err
+
+
+def _sizes(remote, nodes) -> dict[str, int]:
+    """What each node's proc-count of 400 rows takes in bytes, read from
+    the fan-out's own refusals with a budget of one byte."""
+    from beam_probe.probes.processes import HELPER, LOCALS
+
+    remote.fan_budget = 1
+    replies = remote.fan_out(nodes, HELPER, "proc_count", Atom("memory"),
+                             400, 0, *LOCALS, timeout=10)
+    assert [kind for kind, _ in replies] == ["oversize"] * len(nodes)
+    return {node: value[0] for node, (_, value) in zip(nodes, replies)}
+
+
+def test_one_nodes_oversized_answer_is_its_row_alone(crowd):
+    """The node after answers more than one node may send: its row says
+    so and how much; the other two answer."""
+    from beam_probe.errors import EndedEarly
+    from beam_probe.probes.processes import proc_count_cluster
+
+    entry, before, after = crowd
+    nodes = [n.node for n in crowd]
+    with attach(entry.node, entry.cookie.encode()) as remote:
+        sizes = _sizes(remote, nodes)
+        small = max(sizes[entry.node], sizes[before.node])
+        assert sizes[after.node] > 2 * small, sizes
+        remote.fan_budget = (small + sizes[after.node]) // 2
+        with pytest.raises(EndedEarly) as ended:
+            proc_count_cluster(remote, "memory", 400, nodes=nodes)
+    rows = {row["node"]: row for row in ended.value.result["nodes"]}
+    assert "scanned" in rows[entry.node] and "scanned" in rows[before.node]
+    assert "over the" in rows[after.node]["error"], rows[after.node]
+    assert "probe it directly" in rows[after.node]["error"]
+    assert {p["node"] for p in ended.value.result["processes"]} == {
+        entry.node, before.node}
+
+
+def test_answers_that_do_not_fit_together_are_asked_again_apart(crowd):
+    """Each node's answer fits in a frame, but not all three together:
+    the entry passes on what fits and beam-probe asks the others again,
+    in groups that fit; every node answers."""
+    from beam_probe.probes.processes import HELPER, LOCALS, proc_count_cluster
+
+    entry, _before, _after = crowd
+    nodes = [n.node for n in crowd]
+    with attach(entry.node, entry.cookie.encode()) as remote:
+        sizes = _sizes(remote, nodes)
+        remote.fan_budget = max(sizes.values()) * 5 // 4
+        assert sum(sizes.values()) > max(sizes.values()) * 5 // 4
+        once = remote.fan_out(nodes, HELPER, "proc_count", Atom("memory"),
+                              400, 0, *LOCALS, timeout=10)
+        assert "crowded" in [kind for kind, _ in once], once
+        result = proc_count_cluster(remote, "memory", 400, nodes=nodes)
+    assert all("scanned" in row for row in result["nodes"]), result["nodes"]
+    assert {p["node"] for p in result["processes"]} == set(nodes)

@@ -14,15 +14,40 @@ from __future__ import annotations
 import time
 from typing import Any, Generator
 
+from beam_probe.erldist import etf
 from beam_probe.erldist.connection import MESSAGE, Connection, ReplyLimits
 from beam_probe.erldist.dial import connect
 from beam_probe.erldist.etf import Encoded
-from beam_probe.erldist.terms import Atom, Pid
+from beam_probe.erldist.errors import ProtocolError
+from beam_probe.erldist.terms import Atom, Pid, format_term
 from beam_probe.errors import RemoteError, TimedOut
 from beam_probe.node.forms import LIB, HelperForms, Local, Var, work_fun
 from beam_probe.node.replies import Reply
 
 GUARD = LIB
+
+# A fan-out's replies cross the attached node in one frame: together they
+# may take the frame's bytes (ReplyLimits.max_bytes) less this much for
+# the list and tuples around them (13 bytes a node: 64 KiB covers 5,000).
+FAN_MARGIN = 64 * 1024
+# What the nodes' answers of one fan-out may inflate to, in all, as a
+# multiple of the frame: each node's alone at most a frame's worth (as any
+# reply), and together no more than a few, whatever the number of nodes
+# (a snapshot batch of 8 nodes of a million processes: ~24 MB).
+FAN_INFLATE = 4
+
+# One node's reply of a fan-out:
+#   ("ok", value)
+#   ("not_connected", None)   the attached node is not connected to it
+#   ("crowded", bytes)        it answered, but its answer did not fit in
+#                             the frame beside the others': ask it again
+#                             in a smaller group
+#   ("oversize", (bytes, most))  its answer alone is over what a node may
+#                             send
+#   ("undecodable", why), ("malformed", term)
+#   ("error", (Class, Reason))  as erpc:multicall gives a failure, or as
+#                             the node's work raised it
+FanReply = tuple[str, Any]
 
 # The node stops a helper this long after we would have given up waiting
 # for it: we time out first and say so, then close the connection (which
@@ -37,6 +62,13 @@ A_MORE = Atom("more")
 A_INFINITY = Atom("infinity")
 A_EXIT = Atom("EXIT")
 A_KILLED = Atom("killed")
+A_OK = Atom("ok")
+A_ERROR = Atom("error")
+A_BEAM_PROBE = Atom("beam_probe")
+A_NOT_CONNECTED = Atom("not_connected")
+A_CROWDED = Atom("crowded")
+A_OVERSIZE = Atom("beam_probe_oversize")
+A_FAILED = Atom("beam_probe_failed")
 
 
 def _millis(seconds: float | None) -> Any:
@@ -52,6 +84,9 @@ class Remote:
         self.node = conn.peer_node
         self.helpers = HelperForms(self._plain_call)
         self._encoded: dict[tuple[Any, ...], Encoded] = {}
+        # What a fan-out's answers may take in all, and one node's alone:
+        # they cross the attached node in one frame.
+        self.fan_budget = conn.limits.max_bytes - FAN_MARGIN
 
     def _plain_call(self, module: str, function: str, args: list[Any]) -> Any:
         return self.call(module, function, args)
@@ -72,7 +107,8 @@ class Remote:
                 for ref, (m, f, a) in zip(refs, requests)]
 
     def guarded(self, module: str, function: str, args: tuple[Any, ...],
-                watch: Any, deadline: float | None) -> tuple[Any, list[Any]]:
+                watch: Any, deadline: float | None,
+                encode: int | None = None) -> tuple[Any, list[Any]]:
         """The abstract form of ``guard(Watch, Deadline, fun() ->
         Function(Args...) end)`` and its bindings, for erl_eval:expr/5 on
         any node. ``watch`` is a term or a Var; ``deadline`` in seconds, or
@@ -81,13 +117,21 @@ class Remote:
         The form depends only on the helper and on which arguments are
         Locals and Vars (values go in the bindings), so it is encoded once
         per connection: a watch sends the same 12 KB form every sample,
-        and encoding it cost ~3 ms of beam-probe's CPU each time."""
+        and encoding it cost ~3 ms of beam-probe's CPU each time.
+
+        With ``encode``, the whole is wrapped in ``encoded(fun() -> ...
+        end, Encode)``: the value comes back as the bytes of its external
+        term format, at most ``encode`` of them (fan_out)."""
         bindings: list[Any] = []
         inner = self.helpers.call(module, function, args, bindings)
         form = self.helpers.call(GUARD, "guard",
                                  (watch, _millis(deadline), work_fun(inner)),
                                  bindings)
-        key = (module, function, tuple(_shape(a) for a in (*args, watch)))
+        if encode is not None:
+            form = self.helpers.call(GUARD, "encoded",
+                                     (work_fun(form), encode), bindings)
+        key = (module, function, encode is not None,
+               tuple(_shape(a) for a in (*args, watch)))
         encoded = self._encoded.get(key)
         if encoded is None:
             encoded = self._encoded[key] = Encoded(form)
@@ -146,21 +190,73 @@ class Remote:
         finally:
             self.conn.close_mailbox(box)
 
-    def fan_out(self, nodes: list[Any], module: str, function: str, *args: Any,
-                timeout: float, wait: float | None = None) -> Any:
+    def fan_out(self, nodes: list[str], module: str, function: str,
+                *args: Any, timeout: float, wait: float | None = None
+                ) -> list[FanReply]:
         """``function`` on each of ``nodes`` at once, through the attached
         node (erpc:multicall), each under a guard that watches the call on
-        the attached node: when we go, it goes, and so do they. Returns
-        erpc:multicall's list of {ok, Value} or {Class, Reason}.
-        ``timeout`` bounds each node; we wait ``wait`` for the whole (by
-        default a little longer, so that slow nodes are reported as such
-        rather than ending the call)."""
+        the attached node: when we go, it goes, and so do they. Only the
+        nodes the attached node is connected to are asked: it never dials
+        one (beam_probe_lib:fan_out/5 says why).
+
+        Each node answers with the bytes of its value, which the attached
+        node passes through undecoded; they are decoded here, each node's
+        alone, under this connection's limits. Returns, in ``nodes``'
+        order, a FanReply a node. ``timeout`` bounds each node; we wait
+        ``wait`` for the whole (by default a little longer, so that slow
+        nodes are reported as such rather than ending the call)."""
+        budget = self.fan_budget
         inner, bindings = self.guarded(module, function, args,
                                        Var("BeamProbeWatch"),
-                                       timeout + GUARD_MARGIN)
-        return self.run(GUARD, "fan_out", nodes, inner, bindings,
-                        _millis(timeout), timeout=timeout + GUARD_MARGIN
-                        if wait is None else wait)
+                                       timeout + GUARD_MARGIN, encode=budget)
+        replies = self.run(GUARD, "fan_out",
+                           [n.encode("utf-8") for n in nodes], inner,
+                           bindings, _millis(timeout), budget,
+                           timeout=timeout + GUARD_MARGIN
+                           if wait is None else wait)
+        if not isinstance(replies, list) or len(replies) != len(nodes):
+            raise ProtocolError("the entry node's fan-out answered "
+                                f"{format_term(replies)[:80]}, not one "
+                                "reply a node")
+        inflate = [FAN_INFLATE * self.conn.limits.max_bytes]
+        return [self._fanned(reply, inflate, budget) for reply in replies]
+
+    def _fanned(self, reply: Any, inflate: list[int], budget: int
+                ) -> FanReply:
+        """One node's reply of a fan-out, decoded. ``inflate`` holds what
+        the fan-out's answers may still inflate to, shared by its nodes."""
+        if not (isinstance(reply, tuple) and len(reply) == 2):
+            return ("malformed", reply)
+        kind, value = reply
+        if kind == A_ERROR and isinstance(value, tuple) and len(value) == 2 \
+                and value[0] == A_BEAM_PROBE:
+            if value[1] == A_NOT_CONNECTED:
+                return ("not_connected", None)
+            if isinstance(value[1], tuple) and len(value[1]) == 2 \
+                    and value[1][0] == A_CROWDED \
+                    and isinstance(value[1][1], int):
+                return ("crowded", value[1][1])
+        if kind != A_OK:
+            return ("error", reply)
+        if isinstance(value, tuple) and len(value) == 2 \
+                and value[0] == A_OVERSIZE and isinstance(value[1], int):
+            return ("oversize", (value[1], budget))
+        if not isinstance(value, bytes):
+            return ("malformed", value)
+        most = min(inflate[0], self.conn.limits.max_bytes)
+        try:
+            decoded = etf.decode(value, max_items=self.conn.limits.max_items,
+                                 max_uncompressed=most)
+        except etf.DecodeError as exc:
+            return ("undecodable", str(exc))
+        # A compressed answer (131, 80, Size:32, zlib) names what it
+        # inflated to; a plain one is its own size.
+        inflate[0] -= int.from_bytes(value[2:6], "big") \
+            if value[1:2] == b"P" else len(value)
+        if isinstance(decoded, tuple) and len(decoded) == 3 \
+                and decoded[0] == A_FAILED:
+            return ("error", (decoded[1], decoded[2]))
+        return ("ok", decoded)
 
     def _watch(self) -> tuple[Any, ...]:
         return (A_NODE, Atom(self.conn.our_node))
@@ -216,4 +312,4 @@ def attach(node: str, cookie: bytes, *, timeout: float = 15.0,
     return Remote(conn, timeout)
 
 
-__all__ = ["Local", "Remote", "ReplyLimits", "Var", "attach"]
+__all__ = ["FanReply", "Local", "Remote", "ReplyLimits", "Var", "attach"]

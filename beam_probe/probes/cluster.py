@@ -31,7 +31,7 @@ from beam_probe.errors import (ClusterIncomplete, EndedEarly, ProtocolError,
 from beam_probe.node.replies import Reply
 
 if TYPE_CHECKING:
-    from beam_probe.node.remote import Remote
+    from beam_probe.node.remote import FanReply, Remote
     from beam_probe.probes.results import NodeFailure
 
 T = TypeVar("T")
@@ -120,33 +120,68 @@ def fan(remote: Remote, nodes: Sequence[str], helper: str, function: str,
     entry; each reply read by ``read(node, reply)``, in ``nodes``' order.
     ``timeout`` bounds each node; the whole waits ``wait``, by default a
     little longer, so a slow node is its row ("no answer within"), not
-    the end of the run."""
-    replies = remote.fan_out([Atom(n) for n in nodes], helper, function,
-                             *args, timeout=timeout, wait=wait)
-    if not isinstance(replies, list) or len(replies) != len(nodes):
-        raise ProtocolError("the entry node's fan-out answered "
-                            f"{format_term(replies)[:80]}, not one reply "
-                            "a node")
+    the end of the run. Nodes whose answers did not fit in one frame
+    beside the others' are asked again in groups that fit (their sizes
+    known), once; a node's answer too large on its own is its row."""
+    args = tuple(args)
+    replies = dict(zip(nodes, remote.fan_out(list(nodes), helper, function,
+                                             *args, timeout=timeout,
+                                             wait=wait)))
+    for group in _regroup({n: r[1] for n, r in replies.items()
+                           if r[0] == "crowded"},
+                          remote.fan_budget):
+        replies.update(zip(group, remote.fan_out(
+            group, helper, function, *args, timeout=timeout, wait=wait)))
     out: list[T | NodeFailure] = []
-    for node, reply in zip(nodes, replies):
-        if isinstance(reply, tuple) and len(reply) == 2 \
-                and reply[0] == Atom("ok"):
+    for node in nodes:
+        kind, value = replies[node]
+        if kind == "ok":
             try:
                 out.append(read(node, Reply(f"{helper}:{function} on {node}",
-                                            reply[1])))
+                                            value)))
             except ProtocolError as exc:
                 out.append({"node": node, "error": str(exc)})
         else:
             out.append({"node": node, "error": describe_failure(
-                reply, timeout, connected is None or node in connected)})
+                (kind, value), timeout,
+                connected is None or node in connected)})
     return out
 
 
-def describe_failure(reply: Any, timeout: float, was_connected: bool = True
-                     ) -> str:
-    """erpc:multicall's {Class, Reason} for one node, as one line."""
-    reason = reply[1] if isinstance(reply, tuple) and len(reply) > 1 \
-        else reply
+def _regroup(sizes: dict[str, int], most: int) -> list[list[str]]:
+    """Nodes of known answer sizes in groups of at most ``most`` bytes in
+    all, largest first (first fit): a node alone is always a group."""
+    groups: list[tuple[int, list[str]]] = []
+    for node in sorted(sizes, key=lambda n: -sizes[n]):
+        for i, (used, group) in enumerate(groups):
+            if used + sizes[node] <= most:
+                groups[i] = (used + sizes[node], group + [node])
+                break
+        else:
+            groups.append((sizes[node], [node]))
+    return [group for _, group in groups]
+
+
+def describe_failure(reply: FanReply, timeout: float,
+                     was_connected: bool = True) -> str:
+    """A node's failed FanReply as one line."""
+    kind, value = reply
+    if kind == "not_connected":
+        # beam-probe never makes the entry dial (beam_probe_lib:fan_out/5).
+        return ("not connected to the entry node (down, of another cookie, "
+                "or never connected: beam-probe does not make the entry "
+                "dial; probe it directly)")
+    if kind == "crowded":
+        return (f"its answer ({value:,} bytes) did not fit beside the "
+                "others' twice")
+    if kind == "oversize":
+        size, most = value
+        return (f"its answer is {size:,} bytes, over the {most:,} one node "
+                "may send through the entry: probe it directly")
+    if kind in ("undecodable", "malformed"):
+        return f"its answer could not be read: {_cut(value)}"
+    reason = value[1] if isinstance(value, tuple) and len(value) > 1 \
+        else value
     if isinstance(reason, tuple) and reason[:1] == (Atom("erpc"),) \
             and len(reason) > 1:
         what = str(reason[1])
@@ -157,7 +192,12 @@ def describe_failure(reply: Any, timeout: float, was_connected: bool = True
                     "the entry node cannot reach it (down, another cookie, "
                     "or no such node)")
         return f"erpc {what}"
-    return f"failed: {format_term(reply)}"[:200]
+    return f"failed: {_cut(value)}"
+
+
+def _cut(value: Any) -> str:
+    text = value if isinstance(value, str) else format_term(value)
+    return text[:200]
 
 
 def failed(answer: Any) -> bool:

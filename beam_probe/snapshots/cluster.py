@@ -29,9 +29,13 @@ if TYPE_CHECKING:
                                            ClusterLeakHunt, ClusterSnapshot,
                                            NodeFailure)
 
-# Nodes whose snapshots cross the entry node at once. A snapshot of a
-# million processes is ~3 MB of compressed chunks (0.3 MB per 100k,
-# measured): eight are ~24 MB held by the entry node and by us at a time.
+# Nodes asked for their snapshots at once. A snapshot of a million
+# processes is ~3 MB of compressed chunks (0.3 MB per 100k, measured), so
+# eight of them do not fit in one frame: the batch is cut by bytes, not by
+# this count. The entry passes on the answers that fit in a frame and
+# beam-probe asks the others again in groups that fit (cluster.fan); a
+# node whose snapshot alone is over a frame is its row. The entry node and
+# we hold at most a frame's worth at a time.
 BATCH = 8
 # The groups the view across the nodes lists.
 ACROSS_SHOWN = 50
