@@ -165,14 +165,27 @@ others() ->
            end,
     lists:subtract(erlang:processes(), Ours).
 
-%% Fun over Jobs slices of List, each slice in a fresh process of its own,
-%% so one pass runs on several schedulers at once. Results in slice order.
-%% Jobs 0 means two slices per online scheduler: a worker spends most of
-%% its pass waiting for the process it asked, and with two per scheduler
-%% one is always ready to run (measured at 100,000 processes on 2
-%% schedulers: 1 worker 248 ms, 2: 217 ms, 4: 151 ms, 8: 171 ms). Jobs is
-%% clamped to four per online scheduler and to the length of List: more
-%% only costs memory (a --jobs of 100,000 once took a small node to 357 MB).
+%% Fun over slices of List, each slice in a fresh process of its own, so
+%% one pass runs on several schedulers at once. Results in slice order.
+%% Jobs is how many slices run at once; 0 means two per online scheduler:
+%% a worker spends most of its pass waiting for the process it asked, and
+%% with two per scheduler one is always ready to run (measured at 100,000
+%% processes on 2 schedulers: 1 worker 248 ms, 2: 217 ms, 4: 151 ms, 8:
+%% 171 ms). Jobs is clamped to four per online scheduler and to the length
+%% of List: more only costs memory (a --jobs of 100,000 once took a small
+%% node to 357 MB).
+%%
+%% A piece of List at a time (32,768 elements, or 2,048 a job where that is
+%% more), each piece in Jobs slices, the next piece once the last is done:
+%% a pass builds lists as long as its slice (process_info's answers, the
+%% zips, the matches: ~580 bytes a process at its peak, measured), and the
+%% node's memory bears them only for the processes of one piece at a time,
+%% whatever the node's size (measured at 300,000 processes: proc-count
+%% raised the node's memory by 174 MB at its peak in one piece, by
+%% 30 MB in pieces; recon's proc_count, 78 MB). So Fun must give a result
+%% that does not grow with its slice (a top N, a count, compressed chunks)
+%% for the bound to hold, and callers combine the results of every slice
+%% of every piece (lists:append, a top of tops).
 %%
 %% Why processes: process_info(P, binary) on another process is a signal
 %% that P must be scheduled to answer (about 1.5-2.5 us each, measured), so
@@ -194,43 +207,59 @@ pmap(Fun, List, Jobs0) ->
                  0 -> 2 * Schedulers;
                  _ -> Jobs0
              end,
+    Length = erlang:length(List),
     Jobs = erlang:max(1, erlang:min(erlang:min(Wanted, 4 * Schedulers),
-                                    erlang:length(List))),
-    Size = erlang:max(1, (erlang:length(List) + Jobs - 1) div Jobs),
-    Split = fun Split(1, Rest) ->
+                                    Length)),
+    PieceLength = erlang:max(32768, 2048 * Jobs),
+    %% The first K slices of Count elements of Rest, each at most Size long.
+    Split = fun Split(1, _, _, Rest) ->
                     [Rest];
-                Split(K, Rest) ->
-                    {Slice, Tail} =
-                        lists:split(erlang:min(Size, erlang:length(Rest)),
-                                    Rest),
-                    [Slice | Split(K - 1, Tail)]
+                Split(K, Size, Count, Rest) ->
+                    {Slice, Tail} = lists:split(erlang:min(Size, Count), Rest),
+                    [Slice | Split(K - 1, Size, Count - erlang:length(Slice),
+                                   Tail)]
             end,
     %% erl_eval funs keep only the variables they use, so a worker copies
     %% its slice and Fun, not List.
     Run = fun(Slice) -> erlang:exit({beam_probe_done, Fun(Slice)}) end,
-    Options = [link, {min_heap_size, 16 * Size + 1000}],
+    Piece = fun(Elements, Count) ->
+                    Size = erlang:max(1, (Count + Jobs - 1) div Jobs),
+                    Options = [link, {min_heap_size, 16 * Size + 1000}],
+                    Started =
+                        lists:map(
+                          fun(Slice) ->
+                                  try
+                                      erlang:spawn_opt(erlang, apply,
+                                                       [Run, [Slice]], Options)
+                                  catch
+                                      error:system_limit -> {done, Fun(Slice)}
+                                  end
+                          end,
+                          Split(erlang:min(Jobs, erlang:max(1, Count)), Size,
+                                Count, Elements)),
+                    lists:map(fun({done, Result}) ->
+                                      Result;
+                                 (Pid) ->
+                                      receive
+                                          {'EXIT', Pid,
+                                           {beam_probe_done, Result}} ->
+                                              Result;
+                                          {'EXIT', Pid, Reason} ->
+                                              erlang:error({beam_probe_worker,
+                                                            Reason})
+                                      end
+                              end,
+                              Started)
+            end,
+    Pieces = fun Pieces(Rest, Left) when Left =< PieceLength ->
+                     Piece(Rest, Left);
+                 Pieces(Rest, Left) ->
+                     {Elements, Tail} = lists:split(PieceLength, Rest),
+                     Done = Piece(Elements, PieceLength),
+                     Done ++ Pieces(Tail, Left - PieceLength)
+             end,
     Trapping = erlang:process_flag(trap_exit, true),
-    Started = lists:map(fun(Slice) ->
-                                try
-                                    erlang:spawn_opt(erlang, apply,
-                                                     [Run, [Slice]], Options)
-                                catch
-                                    error:system_limit -> {done, Fun(Slice)}
-                                end
-                        end,
-                        Split(Jobs, List)),
-    Results = lists:map(fun({done, Result}) ->
-                                Result;
-                           (Pid) ->
-                                receive
-                                    {'EXIT', Pid, {beam_probe_done, Result}} ->
-                                        Result;
-                                    {'EXIT', Pid, Reason} ->
-                                        erlang:error({beam_probe_worker,
-                                                      Reason})
-                                end
-                        end,
-                        Started),
+    Results = Pieces(List, Length),
     erlang:process_flag(trap_exit, Trapping),
     Results.
 

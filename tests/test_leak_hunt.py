@@ -302,3 +302,25 @@ def test_a_pid_of_another_node_prints_as_the_node_prints_it(nodes, otp):
         result = info.proc_info(remote, str(local))
     assert result["signals"]["links"] == [printed]
     assert str(far) != printed          # what printing it here would say
+
+
+def test_proc_count_ties_hold_across_pieces(nodes):
+    """A node of 70,000 processes is scanned a piece of 32,768 at a time
+    (beam_probe_lib's pmap): the ranking, its zero-valued tail included,
+    is still the reference's, pid for pid, in order."""
+    node = nodes.start("25")
+    with attach(node.node, node.cookie.encode(), timeout=60) as remote:
+        remote.call("beam_probe_workload", "start", [0, KEEPERS, 70_000])
+        n = KEEPERS + 6
+        for jobs in (1, 0):
+            ours = processes.proc_count(remote, "message_queue_len", n,
+                                        jobs=jobs)
+            reference = remote.call("beam_probe_reference", "proc_count",
+                                    [Atom("message_queue_len"), n])
+            ours_rows = [(p["pid"], p["value"]) for p in ours["processes"]]
+            reference_rows = [(str(pid), value) for pid, value in reference]
+            assert ours["scanned"] > 70_000
+            # As above: the reference's own rpc process is not ours to see.
+            assert [row for row in ours_rows if row in reference_rows] == \
+                [row for row in reference_rows if row in ours_rows]
+            assert len(set(ours_rows) & set(reference_rows)) >= n - 1

@@ -23,6 +23,8 @@
 -export([watch_connects/0, connects/1]).
 %% A hibernating process, registered as bp_sleeper (test_leak_hunt.py).
 -export([sleeper/0, sleep_loop/0]).
+%% What a probe costs the node (bench_node_cost.py).
+-export([peak_start/0, peak_stop/0]).
 %% A tree shaped like a real application's (test_snapshot.py), and its
 %% callbacks.
 -export([tree/0, grow_tree/2, start_item_sup/1, start_tree_worker/1,
@@ -504,3 +506,26 @@ sleep_loop() ->
         stop -> ok
     after 0 -> erlang:hibernate(?MODULE, sleep_loop, [])
     end.
+
+%% What a probe costs the node, for bench_node_cost.py: a process,
+%% registered as bp_peak, that reads erlang:memory(total) every
+%% millisecond until peak_stop/0 asks for the highest reading less the
+%% first one (bytes).
+peak_start() ->
+    Pid = spawn(fun() ->
+                        Base = erlang:memory(total),
+                        peak_loop(Base, Base)
+                end),
+    register(bp_peak, Pid),
+    ok.
+
+peak_loop(Base, Max) ->
+    receive
+        {stop, From} -> From ! {peak, Max - Base}
+    after 1 ->
+        peak_loop(Base, erlang:max(Max, erlang:memory(total)))
+    end.
+
+peak_stop() ->
+    whereis(bp_peak) ! {stop, self()},
+    receive {peak, Bytes} -> Bytes end.
