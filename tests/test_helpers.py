@@ -67,3 +67,29 @@ def _vars(term):
     elif isinstance(term, list):
         for item in term:
             yield from _vars(item)
+
+
+def test_only_functions_reach_the_scanner_their_variables_renamed():
+    """The text the node's scanner reads: no comment, no attribute, no
+    variable name as written; strings, quoted atoms, characters and
+    numbers untouched; every line where it was."""
+    from beam_probe.node.erlang_text import functions_only
+
+    source = (
+        "%% Module doc with Names.\n"
+        "-module(m).\n"
+        "-spec f(Pids) -> Pids.\n"
+        "f(Pids) -> % trailing Comment\n"
+        "    Split = fun Split([]) -> []; Split([_H | Rest]) -> Split(Rest) end,\n"
+        "    {\"Str % not a comment. Pids\", 'Quoted.Atom Pids', $%, $\", $.,\n"
+        "     1.5e3, 16#FF, Pids ++ Split(Pids)}.\n"
+        "g(Pids, _) -> Pids.\n")
+    text = functions_only(source)
+    assert text.count("\n") == source.count("\n")
+    assert text.splitlines()[:3] == ["", "", ""]
+    assert text.splitlines()[3] == "f(V1) -> "
+    assert "Split = " not in text and "fun V2([]) -> []; V2([V3 | V4])" in text
+    assert "\"Str % not a comment. Pids\", 'Quoted.Atom Pids', $%, $\", $.," \
+        in text
+    assert "1.5e3, 16#FF, V1 ++ V2(V1)}." in text
+    assert text.splitlines()[-1] == "g(V1, _) -> V1."

@@ -24,9 +24,10 @@ COMMANDS = (["ping"], ["memory"], ["bin-leak", "3"], ["bin-leak", "3",
             ["trace-gc", "code_server", "--duration", "0.3"])
 
 
-def _run_all(node):
+def _run_all(node, env=None):
     for args in COMMANDS:
-        r = run_cli(args[0], node.node, *args[1:], env={"HOME": node.home})
+        r = run_cli(args[0], node.node, *args[1:],
+                    env={"HOME": node.home, **(env or {})})
         assert r.returncode == 0, (args, r.stderr)
 
 
@@ -127,3 +128,58 @@ def test_max_gc_and_dry_run_in_json(target):
     j = json.loads(r.stdout)
     assert j["dry_run"] is True and j["collected"] == 0
     assert j["would_collect"] == min(2, j["holders"])
+
+
+def _atoms_since(remote, since: int) -> list[str]:
+    """The names of the atoms a node made since it had ``since`` of them
+    (atoms by index: binary_to_term of ATOM_CACHE_REF-less <<131,75,I:24>>,
+    the undocumented encoding the snapshot reads them by)."""
+    count = remote.call("erlang", "system_info", [Atom("atom_count")])
+    return [str(remote.call("erlang", "binary_to_term",
+                            [bytes([131, 75]) + i.to_bytes(3, "big")]))
+            for i in range(since, count)]
+
+
+@pytest.mark.slow
+def test_first_contact_adds_few_atoms_of_ours(nodes, tmp_path):
+    """A node meeting beam-probe for the first time, every command run
+    once with nothing cached: of the atoms it gains, those that are ours
+    (our pool names, the V1.. of renamed variables, the names our helpers
+    are written with) are few, and no variable name of a helper as
+    written is among them (the node's scanner never sees one)."""
+    import re
+
+    from beam_probe.node.erlang_text import _TOKEN, functions_only
+    from beam_probe.node.forms import HELPER_DIRS
+    from beam_probe.node.remote import attach
+
+    node = nodes.start("25")
+    env = {"HOME": node.home, "BEAM_PROBE_CACHE": str(tmp_path / "cache")}
+    with attach(node.node, node.cookie.encode()) as remote:
+        # The distribution's own first-contact atoms come with this call;
+        # ERTS names its allocators ('B', 'T', ...: ~310) at the node's
+        # first erlang:memory() from anyone.
+        remote.call("erlang", "memory", [])
+        since = remote.call("erlang", "system_info", [Atom("atom_count")])
+    _run_all(node, env)
+    with attach(node.node, node.cookie.encode()) as remote:
+        gained = set(_atoms_since(remote, since))
+    sources = [open(path).read() for path in
+               glob.glob(os.path.join(HELPER_DIRS[-1], "*.erl"))]
+    written = {m.group() for text in sources for m in _TOKEN.finditer(text)
+               if m.lastgroup == "variable"}
+    sent = {word for text in sources
+            for word in re.findall(r"[A-Za-z_][A-Za-z0-9_@]*|'[^']*'",
+                                   functions_only(text))}
+    ours = {a for a in gained
+            if a in sent or a.strip("'") in sent or f"'{a}'" in sent
+            or re.fullmatch(r"V\d+|BeamProbeArg\d+|beam_probe_\d+@.*", a)}
+    renamed = {a for a in ours if re.fullmatch(r"V\d+", a)}
+    assert not (gained & (written - renamed)), sorted(gained & (written - renamed))
+    # 267 when written (OTP 25): V1..V82, 8 pool names at most, the rest
+    # the map keys and literals of the helpers; the node's own (allocator
+    # names, dist_util's, what erl_eval loads) are the other 300-400.
+    print(f"first contact: {len(gained)} atoms, {len(ours)} ours, "
+          f"{len(renamed)} renamed variables")
+    assert len(renamed) <= 82
+    assert len(ours) <= 300, sorted(ours)

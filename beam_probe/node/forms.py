@@ -30,6 +30,7 @@ except ImportError:
 from beam_probe.erldist import etf
 from beam_probe.erldist.terms import Atom, ExportFun
 from beam_probe.errors import RemoteError
+from beam_probe.node.erlang_text import functions_only
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Installed, the .erl files sit inside the package (pyproject maps them to
@@ -215,7 +216,9 @@ class HelperForms:
         Two round trips per helper file and connection: one erl_scan of the
         whole file, one lists:map of erl_parse:parse_form over its forms.
         """
-        scanned = self._call("erl_scan", "string", [source])
+        # Only the functions, their variables renamed first: the node's
+        # scanner makes an atom of every name it reads (erlang_text.py).
+        scanned = self._call("erl_scan", "string", [functions_only(source)])
         if not (isinstance(scanned, tuple) and scanned[0] == A_OK):
             raise RemoteError(f"the node could not scan {module}.erl: "
                               f"{scanned!r}"[:300])
