@@ -44,9 +44,11 @@ class ValueRow(TypedDict):
     pid: str
     value: int
     name: Optional[str]
+    label: Optional[str]
     current_function: Optional[str]
     initial_call: Optional[str]
     exited: bool
+    binary_distinct: NotRequired[int]
 
 
 class DeltaRow(TypedDict):
@@ -55,6 +57,7 @@ class DeltaRow(TypedDict):
     pid: str
     delta: int
     name: Optional[str]
+    label: Optional[str]
     current_function: Optional[str]
     initial_call: Optional[str]
     exited: bool
@@ -68,6 +71,9 @@ class ProcCount(TypedDict):
     attribute: str
     scanned: int
     processes: List[ValueRow]
+    # Whether the node could read the dictionary keys that name a process
+    # (OTP 26.2+): without them a proc_lib process is proc_lib:init_p/5.
+    labels_read: bool
 
 
 class ProcCountAllSummary(TypedDict):
@@ -85,6 +91,7 @@ class _BinLeak(TypedDict):
     memory_before: Memory
     memory_after: Memory
     processes: List[DeltaRow]
+    labels_read: bool
 
 
 class BinLeak(_BinLeak, total=False):
@@ -105,6 +112,7 @@ class ProcWindow(TypedDict):
     scanned_first: int
     scanned_last: int
     processes: List[DeltaRow]
+    labels_read: bool
     born_count: int
     born: List[ValueRow]
     dead_count: int
@@ -294,9 +302,11 @@ class NodeValueRow(TypedDict):
     pid: str
     value: int
     name: Optional[str]
+    label: Optional[str]
     current_function: Optional[str]
     initial_call: Optional[str]
     exited: bool
+    binary_distinct: NotRequired[int]
 
 
 class NodeDeltaRow(TypedDict):
@@ -304,6 +314,7 @@ class NodeDeltaRow(TypedDict):
     pid: str
     delta: int
     name: Optional[str]
+    label: Optional[str]
     current_function: Optional[str]
     initial_call: Optional[str]
     exited: bool

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from beam_probe.text.node import process_rows, verdict_text
+from beam_probe.text.node import DISTINCT_NOTE, process_rows, verdict_text
 from beam_probe.text.syntax import Syntax
 from beam_probe.text.tables import human_bytes, table
 
@@ -64,11 +64,15 @@ def proc_count_text(result: ClusterProcCount, syntax: Syntax) -> str:
                                        for p in result["processes"]):
         lines.append(f"{attribute} is 0 for every process that answered")
     else:
+        distinct = attribute == "binary_memory"
         lines.append(table(
-            ("node", "pid", attribute, "name", "current function",
-             "initial call"),
+            ("node", "pid", attribute, *(("distinct",) if distinct else ()),
+             "name", "current function", "initial call"),
             _with_node(process_rows(result["processes"], "value", syntax),
-                       result["processes"]), "llrlll", syntax))
+                       result["processes"]),
+            "llrrlll" if distinct else "llrlll", syntax))
+        if distinct:
+            lines.append(f"({DISTINCT_NOTE})")
     return "\n".join(lines)
 
 

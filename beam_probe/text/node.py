@@ -30,14 +30,46 @@ def memory_text(result: MemoryResult, syntax: Syntax) -> str:
         ("type", "bytes", "size"), rows, "lrr")
 
 
+def _name(p: ProcessRow, syntax: Syntax) -> str:
+    """Its registered name, else what it says it is (its label or
+    process_name, read from the dictionary on OTP 26.2+)."""
+    if p.get("exited"):
+        return "(exited)"
+    name = syntax.name(p["name"])
+    if name:
+        return name
+    label = p.get("label")
+    return syntax.code(label) if label else ""
+
+
 def process_rows(processes: Sequence[ProcessRow], key: str,
                  syntax: Syntax) -> list[tuple[str, ...]]:
-    """Table rows: pid, the number, name, current function, initial call;
-    a process that exited before it could be described says so."""
+    """Table rows: pid, the number (by binary_memory, then the distinct
+    bytes), name (or label), current function, initial call; a process
+    that exited before it could be described says so."""
     return [(p["pid"], p[key],
-             "(exited)" if p.get("exited") else syntax.name(p["name"]) or "",
+             *((p["binary_distinct"],) if "binary_distinct" in p else ()),
+             _name(p, syntax),
              p["current_function"] or "", p["initial_call"] or "")
             for p in processes]
+
+
+# Under binary_memory's column (recon's figure): why a second one.
+DISTINCT_NOTE = ("binary_memory counts a refc binary once per reference, "
+                 "as recon does; distinct counts each binary once")
+
+
+def labels_note(result: Any) -> str | None:
+    """Once, under a table of processes from a node before OTP 26.2,
+    where a row shows proc_lib's entry point: what cannot be had there."""
+    if result.get("labels_read", True) or not any(
+            (p.get("initial_call") or "").startswith("proc_lib:init_p/")
+            for p in result.get("processes", ())):
+        return None
+    return ("this node (before OTP 26.2) cannot read one dictionary key "
+            "without the whole dictionary: a proc_lib process shows "
+            "proc_lib:init_p/5, without its label, process_name or "
+            "proc_lib's '$initial_call'")
 
 
 def bin_leak_text(result: BinLeak, syntax: Syntax) -> str:
@@ -74,7 +106,8 @@ def bin_leak_text(result: BinLeak, syntax: Syntax) -> str:
                             "initial call"),
                            process_rows(result["processes"], "delta", syntax),
                            "lrlll", syntax))
-    return "\n".join(lines)
+    note = labels_note(result)
+    return "\n".join(lines + ([f"({note})"] if note else []))
 
 
 def proc_count_text(result: ProcCount, syntax: Syntax) -> str:
@@ -86,9 +119,15 @@ def proc_count_text(result: ProcCount, syntax: Syntax) -> str:
         # The order of equal values is arbitrary: rows would mislead.
         return (f"{result['node']}: {attribute} is 0 for every one of the "
                 f"{result['scanned']} processes")
-    return header + "\n\n" + table(
-        ("pid", attribute, "name", "current function", "initial call"),
-        process_rows(result["processes"], "value", syntax), "lrlll", syntax)
+    distinct = attribute == "binary_memory"
+    text = header + "\n\n" + table(
+        ("pid", attribute, *(("distinct",) if distinct else ()), "name",
+         "current function", "initial call"),
+        process_rows(result["processes"], "value", syntax),
+        "lrrlll" if distinct else "lrlll", syntax)
+    notes = [DISTINCT_NOTE] if distinct else []
+    notes += [n for n in (labels_note(result),) if n]
+    return text + "".join(f"\n({n})" for n in notes)
 
 
 def proc_window_text(result: ProcWindow, syntax: Syntax) -> str:
@@ -121,7 +160,8 @@ def proc_window_text(result: ProcWindow, syntax: Syntax) -> str:
                   table(("pid", attribute),
                         [(p["pid"], p["value"]) for p in result["dead"]],
                         "lr", syntax)]
-    return "\n".join(lines)
+    note = labels_note(result)
+    return "\n".join(lines + ([f"({note})"] if note else []))
 
 
 def _info_value(key: str, value: Any, syntax: Syntax) -> str:
@@ -243,12 +283,13 @@ class EveryProcess:
     """proc-count --all as text, drawn as its chunks arrive: a title, the
     headers, each chunk's rows, then a footer."""
 
-    align = "lrlll"
-
     def __init__(self, head: dict[Any, Any], syntax: Syntax) -> None:
         self.head, self.syntax = head, syntax
-        self.headers = ("pid", head["attribute"], "name", "current function",
-                        "initial call")
+        distinct = head["attribute"] == "binary_memory"
+        self.align = "lrrlll" if distinct else "lrlll"
+        self.headers = ("pid", head["attribute"],
+                        *(("distinct",) if distinct else ()), "name",
+                        "current function", "initial call")
 
     def title(self) -> str:
         return (f"{self.head['node']}: every process by "
