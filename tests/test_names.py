@@ -104,3 +104,58 @@ def test_snapshots_and_diff_count_each_binary_once(shared, tmp_path):
     grown = max(d["binary_bytes"] for d in j["change"]["details"])
     # The second holder's 2 MiB, not its 100 MiB of references.
     assert COUNT * MB <= grown < 2 * COUNT * MB, grown
+
+
+@pytest.fixture
+def queue(nodes, otp):
+    """A node (of each release) with a gen_server started by proc_lib
+    under an unregistered supervisor, named in its dictionary as
+    RabbitMQ names its queues."""
+    node = nodes.start(otp)
+    with attach(node.node, node.cookie.encode(), timeout=30) as remote:
+        pid = remote.call("beam_probe_workload", "named_queue", [b"lq.104"])
+        yield node, otp, str(pid)
+
+
+LABEL = '{bp_queue_process,<<"lq.104">>}'
+# No row is left out: a fresh node has well under this many processes.
+EVERY = "500"
+
+
+def test_rows_name_a_process_by_its_dictionary_from_otp_26_2(queue):
+    node, otp, pid = queue
+    j = json.loads(run_here("proc-count", node.node, "memory", EVERY,
+                            "--format", "json", node=node).stdout)
+    row = next(p for p in j["processes"] if p["pid"] == pid)
+    text = run_here("proc-count", node.node, "memory", EVERY,
+                    node=node).stdout
+    line = next(line for line in text.splitlines() if line.startswith(pid))
+    note = "cannot read one dictionary key"
+    if otp == "25":  # process_info(P, {dictionary, Key}): badarg
+        assert j["labels_read"] is False
+        assert row["label"] is None
+        assert row["initial_call"] == "proc_lib:init_p/5"
+        assert text.count(note) == 1  # once, not per row
+    else:
+        assert j["labels_read"] is True
+        assert row["label"] == LABEL
+        # proc_lib's '$initial_call', not its entry point.
+        assert row["initial_call"] == "beam_probe_workload:init/1"
+        assert LABEL in line and "beam_probe_workload:init/1" in line
+        assert note not in text
+
+
+def test_snapshot_groups_name_the_gen_server_from_otp_26_2(queue, tmp_path):
+    """A snapshot groups by proc_lib's '$initial_call' (a per-instance
+    process_name would make a group of each queue)."""
+    node, otp, pid = queue
+    path = tmp_path / "a.snapshot"
+    r = run_here("snapshot", node.node, "-o", str(path), "--gc", "none",
+                 node=node)
+    assert r.returncode == 0, r.stderr
+    snap = load(str(path))
+    row = next(i for i in range(len(snap.keys))
+               if snap.pid_text(snap.keys[i]) == pid)
+    what = snap.group_names[snap.groups[row]]
+    assert what.startswith("proc_lib:init_p/5 under " if otp == "25"
+                           else "beam_probe_workload:init/1 under "), what
