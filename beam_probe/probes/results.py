@@ -555,7 +555,8 @@ class Change(TypedDict):
     size_bytes: int
     memory: Dict[str, int]
     details: List[GroupChange]
-    groups: int
+    groups: int      # every group that changed; details holds the first
+    truncated: bool  # whether details left some out (TOP_GROUPS at most)
 
 
 class TableChange(TypedDict):
@@ -570,7 +571,8 @@ class TableChange(TypedDict):
 
 
 class AtomsAdded(TypedDict):
-    added: int
+    added: int       # the node's own: after - before, less ours
+    ours: int        # beam-probe's node names the node met meanwhile
     names: List[str]
     all_named: bool
 
@@ -676,6 +678,7 @@ class Across(TypedDict):
     basis: str       # "born_and_kept" (three snapshots) or "grew" (two)
     nodes: int       # the nodes compared
     groups: List[AcrossGroup]
+    groups_total: int  # groups holds the first ACROSS_SHOWN of them
 
 
 class ClusterSnapshot(TypedDict):

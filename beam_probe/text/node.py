@@ -76,9 +76,10 @@ def bin_leak_text(result: BinLeak, syntax: Syntax) -> str:
     before, after = result["memory_before"], result["memory_after"]
     if result.get("dry_run"):
         return (f"{result['node']}: bin-leak dry run, nothing collected\n"
-                f"scanned {result['scanned']} processes; {result['holders']} "
-                f"hold refc binaries.\nA real run would ask the node to "
-                f"garbage-collect {result['would_collect']} of them "
+                f"scanned {result['scanned']:,} processes; "
+                f"{result['holders']:,} hold refc binaries.\nA real run "
+                f"would ask the node to "
+                f"garbage-collect {result['would_collect']:,} of them "
                 f"(erlang:garbage_collect/1 on each, largest holders first), "
                 f"then count their references again.\n"
                 f"binary memory now: "
@@ -87,8 +88,9 @@ def bin_leak_text(result: BinLeak, syntax: Syntax) -> str:
     lines = [
         f"{result['node']}: refc binary references freed by a garbage "
         "collection (recon:bin_leak)",
-        f"scanned {result['scanned']} processes; {result['holders']} held "
-        f"refc binaries; collected {result['collected']}",
+        f"scanned {result['scanned']:,} processes; "
+        f"{result['holders']:,} held refc binaries; collected "
+        f"{result['collected']:,}",
     ]
     for kind in ("total", "binary"):
         drop = before[kind] - after[kind]
@@ -112,13 +114,13 @@ def bin_leak_text(result: BinLeak, syntax: Syntax) -> str:
 
 def proc_count_text(result: ProcCount, syntax: Syntax) -> str:
     attribute = result["attribute"]
-    header = (f"{result['node']}: top {len(result['processes'])} of "
-              f"{result['scanned']} processes by {attribute}")
+    header = (f"{result['node']}: top {len(result['processes']):,} of "
+              f"{result['scanned']:,} processes by {attribute}")
     if result["processes"] and not any(p["value"]
                                        for p in result["processes"]):
         # The order of equal values is arbitrary: rows would mislead.
         return (f"{result['node']}: {attribute} is 0 for every one of the "
-                f"{result['scanned']} processes")
+                f"{result['scanned']:,} processes")
     distinct = attribute == "binary_memory"
     text = header + "\n\n" + table(
         ("pid", attribute, *(("distinct",) if distinct else ()), "name",
@@ -135,9 +137,10 @@ def proc_window_text(result: ProcWindow, syntax: Syntax) -> str:
     lines = [
         f"{result['node']}: largest increases of {attribute} over "
         f"{result['window_ms']} ms (recon:proc_window)",
-        f"scanned {result['scanned_first']} processes at the start, "
-        f"{result['scanned_last']} at the end; {result['born_count']} born "
-        f"and {result['dead_count']} dead inside the window, listed apart",
+        f"scanned {result['scanned_first']:,} processes at the start, "
+        f"{result['scanned_last']:,} at the end; "
+        f"{result['born_count']:,} born "
+        f"and {result['dead_count']:,} dead inside the window, listed apart",
         "",
         table(("pid", "increase", "name", "current function",
                "initial call"),
@@ -299,7 +302,7 @@ class EveryProcess:
         return process_rows(chunk, "value", self.syntax)
 
     def footer(self, summary: dict[Any, Any]) -> str:
-        return f"{summary['sent']} of {summary['scanned']} processes"
+        return f"{summary['sent']:,} of {summary['scanned']:,} processes"
 
 
 __all__ = ["EveryProcess", "alloc_text", "bin_leak_text", "ets_text", "memory_text",
