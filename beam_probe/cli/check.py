@@ -76,6 +76,10 @@ def check(args: tuple[str, ...], warn_specs: tuple[str, ...],
     from beam_probe.checks.run import CheckRequest, run_check
 
     node, rest = opt.split_node(args)
+    if node is None and len(rest) == 1:
+        # check takes NODE alone: a bare name is this host's node, as
+        # erl -sname names it (check demo).
+        node, rest = rest[0], []
     if rest:
         plugin_exit(3, f"BEAM UNKNOWN - unexpected argument {rest[0]!r}")
     if trend is not None and not history:
