@@ -159,3 +159,24 @@ def test_snapshot_groups_name_the_gen_server_from_otp_26_2(queue, tmp_path):
     what = snap.group_names[snap.groups[row]]
     assert what.startswith("proc_lib:init_p/5 under " if otp == "25"
                            else "beam_probe_workload:init/1 under "), what
+
+
+def test_a_clusters_table_names_the_nodes_that_cannot_say():
+    from beam_probe.text import cluster as cluster_text
+    from beam_probe.text.syntax import ERLANG
+
+    def row(node, initial):
+        return {"node": node, "pid": "<0.9.0>", "value": 5, "name": None,
+                "label": None, "current_function": None,
+                "initial_call": initial, "exited": False}
+
+    result = {"entry": "a@h", "attribute": "memory",
+              "nodes": [{"node": "a@h", "scanned": 9, "labels_read": True},
+                        {"node": "b@h", "scanned": 9, "labels_read": False}],
+              "processes": [row("a@h", "proc_lib:init_p/5"),
+                            row("b@h", "proc_lib:init_p/5")]}
+    text = cluster_text.proc_count_text(result, ERLANG)
+    assert text.count("cannot read one dictionary key") == 1
+    assert "b@h (before OTP 26.2)" in text
+    result["nodes"][1]["labels_read"] = True
+    assert "cannot read" not in cluster_text.proc_count_text(result, ERLANG)

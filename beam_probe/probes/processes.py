@@ -336,7 +336,8 @@ def proc_count_cluster(remote: Remote, attribute: str, n: int,
     result: ClusterProcCount = {
         "entry": remote.node, "attribute": attribute,
         "nodes": cluster.per_node(answers, lambda a: {
-            "node": a["node"], "scanned": a["scanned"]}),
+            "node": a["node"], "scanned": a["scanned"],
+            "labels_read": a["labels_read"]}),
         "processes": cluster.top(cluster.merged(
             answers, lambda a: a["processes"]), "value", n)}
     return cluster.complete(result, answers)

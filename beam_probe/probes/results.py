@@ -291,6 +291,7 @@ class NodeFailure(TypedDict):
 class NodeScan(TypedDict):
     node: str
     scanned: int
+    labels_read: bool  # as ProcCount's: OTP 26.2+ on that node
 
 
 class NodeValueRow(TypedDict):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from beam_probe.text.node import DISTINCT_NOTE, process_rows, verdict_text
+from beam_probe.text.node import (DISTINCT_NOTE, labels_note, process_rows,
+                                  verdict_text)
 from beam_probe.text.syntax import Syntax
 from beam_probe.text.tables import human_bytes, table
 
@@ -73,6 +74,11 @@ def proc_count_text(result: ClusterProcCount, syntax: Syntax) -> str:
             "llrrlll" if distinct else "llrlll", syntax))
         if distinct:
             lines.append(f"({DISTINCT_NOTE})")
+        note = labels_note(result, [
+            n["node"] for n in _answered(result["nodes"])
+            if not n.get("labels_read", True)])
+        if note:
+            lines.append(f"({note})")
     return "\n".join(lines)
 
 

@@ -59,17 +59,25 @@ DISTINCT_NOTE = ("binary_memory counts a refc binary once per reference, "
                  "as recon does; distinct counts each binary once")
 
 
-def labels_note(result: Any) -> str | None:
+def labels_note(result: Any, nodes: Sequence[str] | None = None
+                ) -> str | None:
     """Once, under a table of processes from a node before OTP 26.2,
-    where a row shows proc_lib's entry point: what cannot be had there."""
-    if result.get("labels_read", True) or not any(
-            (p.get("initial_call") or "").startswith("proc_lib:init_p/")
-            for p in result.get("processes", ())):
+    where a row shows proc_lib's entry point: what cannot be had there.
+    For a cluster, ``nodes`` are those of its nodes."""
+    if nodes is None and result.get("labels_read", True):
         return None
-    return ("this node (before OTP 26.2) cannot read one dictionary key "
-            "without the whole dictionary: a proc_lib process shows "
-            "proc_lib:init_p/5, without its label, process_name or "
-            "proc_lib's '$initial_call'")
+    rows = [p for p in result.get("processes", ())
+            if (p.get("initial_call") or "").startswith("proc_lib:init_p/")
+            and (nodes is None or p.get("node") in nodes)]
+    if not rows:
+        return None
+    which = "this node (before OTP 26.2)" if nodes is None else \
+        f"{', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''} " \
+        "(before OTP 26.2)"
+    return (f"{which} cannot read one dictionary key without the whole "
+            "dictionary: a proc_lib process shows proc_lib:init_p/5, "
+            "without its label, process_name or proc_lib's "
+            "'$initial_call'")
 
 
 def bin_leak_text(result: BinLeak, syntax: Syntax) -> str:
