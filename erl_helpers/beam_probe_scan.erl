@@ -201,7 +201,9 @@ proc_window(Attribute, N, Millis, Jobs, Pmap, Values, Top, Describe,
                                          lists:unzip(Top(Dead, N)))))}.
 
 %% One process, the way recon:info/1 groups it, without the dictionary and
-%% the mailbox; plus the count and summed size of its refc binaries, and
+%% the mailbox; plus the count and summed size of its refc binary
+%% references (recon's figure) and the size of its binaries, each once
+%% (one binary received in 50 messages is 50 references), and
 %% the pids of other nodes it refers to as this node prints them (the
 %% first number of <5.81.0> is this node's own index for that node).
 %% Target is as resolve/1 takes it, and Resolve is resolve/1 as a fun.
@@ -210,6 +212,7 @@ proc_window(Attribute, N, Millis, Jobs, Pmap, Values, Top, Describe,
             items := [{atom(), term()}],
             binary_count := non_neg_integer(),
             binary_memory := non_neg_integer(),
+            binary_distinct := non_neg_integer(),
             pid_texts := [{pid(), string()}]} |
           {error, not_a_pid | no_such_name | {other_node, node()} |
                   {not_alive, pid()}}.
@@ -238,6 +241,8 @@ proc_info(Target, Resolve) ->
                                    undefined -> []
                                end,
                     {_, Sizes, _} = lists:unzip3(Binaries),
+                    {_, Distinct, _} =
+                        lists:unzip3(lists:ukeysort(1, Binaries)),
                     Monitors = proplists:get_value(monitors, Info, []),
                     Named = lists:flatten(
                               [proplists:get_value(links, Info, []),
@@ -254,6 +259,7 @@ proc_info(Target, Resolve) ->
                       items => Info,
                       binary_count => erlang:length(Binaries),
                       binary_memory => lists:sum(Sizes),
+                      binary_distinct => lists:sum(Distinct),
                       pid_texts => lists:zip(Remote,
                                              lists:map(fun erlang:pid_to_list/1,
                                                        Remote))}

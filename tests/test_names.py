@@ -63,6 +63,18 @@ def test_proc_count_keeps_recons_figure_and_shows_the_distinct_bytes(shared):
     assert "binary_distinct" not in j["processes"][0]
 
 
+def test_proc_info_shows_both_figures(shared):
+    node, _remote, holder = shared
+    j = json.loads(run_here("proc-info", node.node, holder, "--format",
+                            "json", node=node).stdout)
+    used = j["memory_used"]
+    assert (used["binary_count"], used["binary_memory"],
+            used["binary_distinct"]) == (COUNT * REFS, COUNT * REFS * MB,
+                                         COUNT * MB)
+    text = run_here("proc-info", node.node, holder, node=node).stdout
+    assert "binary_distinct     2097152 (2.0 MiB)" in text, text
+
+
 def test_proc_count_all_streams_the_distinct_bytes_too(shared):
     node, _remote, holder = shared
     j = json.loads(run_here("proc-count", node.node, "binary_memory",

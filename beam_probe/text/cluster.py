@@ -72,13 +72,13 @@ def proc_count_text(result: ClusterProcCount, syntax: Syntax) -> str:
             _with_node(process_rows(result["processes"], "value", syntax),
                        result["processes"]),
             "llrrlll" if distinct else "llrlll", syntax))
-        if distinct:
-            lines.append(f"({DISTINCT_NOTE})")
         note = labels_note(result, [
             n["node"] for n in _answered(result["nodes"])
             if not n.get("labels_read", True)])
-        if note:
-            lines.append(f"({note})")
+        notes = ([DISTINCT_NOTE] if distinct else []) + \
+            ([note] if note else [])
+        # After a blank line: a table ends at one.
+        lines += [""] * bool(notes) + [f"({n})" for n in notes]
     return "\n".join(lines)
 
 

@@ -117,7 +117,7 @@ def bin_leak_text(result: BinLeak, syntax: Syntax) -> str:
                            process_rows(result["processes"], "delta", syntax),
                            "lrlll", syntax))
     note = labels_note(result)
-    return "\n".join(lines + ([f"({note})"] if note else []))
+    return "\n".join(lines + (["", f"({note})"] if note else []))
 
 
 def proc_count_text(result: ProcCount, syntax: Syntax) -> str:
@@ -137,7 +137,9 @@ def proc_count_text(result: ProcCount, syntax: Syntax) -> str:
         "lrrlll" if distinct else "lrlll", syntax)
     notes = [DISTINCT_NOTE] if distinct else []
     notes += [n for n in (labels_note(result),) if n]
-    return text + "".join(f"\n({n})" for n in notes)
+    # After a blank line: a table ends at one.
+    return text + ("\n" if notes else "") + "".join(f"\n({n})"
+                                                   for n in notes)
 
 
 def proc_window_text(result: ProcWindow, syntax: Syntax) -> str:
@@ -172,7 +174,7 @@ def proc_window_text(result: ProcWindow, syntax: Syntax) -> str:
                         [(p["pid"], p["value"]) for p in result["dead"]],
                         "lr", syntax)]
     note = labels_note(result)
-    return "\n".join(lines + ([f"({note})"] if note else []))
+    return "\n".join(lines + (["", f"({note})"] if note else []))
 
 
 def _info_value(key: str, value: Any, syntax: Syntax) -> str:
@@ -180,7 +182,8 @@ def _info_value(key: str, value: Any, syntax: Syntax) -> str:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int) and key in ("memory", "binary_memory"):
+    if isinstance(value, int) and key in ("memory", "binary_memory",
+                                          "binary_distinct"):
         return f"{value} ({human_bytes(value)})"
     if key == "registered_name" and isinstance(value, str):
         return syntax.name(value) or value
