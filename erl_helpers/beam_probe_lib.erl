@@ -28,8 +28,9 @@
 %% suite does).
 -module(beam_probe_lib).
 
--export([guard/3, others/0, pmap/3, values/3, top/2, describe/1, settled/1,
-         snapshots/6, resolve/1, fan_out/5, encoded/2]).
+-export([guard/3, others/0, pmap/3, values/3, top/2, describe/1,
+         distinct/1, settled/1, snapshots/6, resolve/1, fan_out/5,
+         encoded/2]).
 -export_type([memory/0, rows/0]).
 
 -type watch() :: {node, node()} | {process, pid(), [pid() | port()]}.
@@ -39,7 +40,9 @@
 %% interpreted fun per row; columns are made by compiled calls.
 -type rows() :: #{values := [integer()],
                   pids := [pid()],
-                  infos := [[{atom(), term()}] | undefined]}.
+                  infos := [[{atom(), term()}] | undefined],
+                  labels := boolean(),
+                  distinct => [non_neg_integer()]}.
 
 
 %% Run Work() in a process of its own while this one, the call's own
@@ -265,17 +268,24 @@ pmap(Fun, List, Jobs0) ->
 
 %% [{Value, Pid}] for the processes of Pids still alive, in Pids order.
 %% Attribute is any integer-valued process_info item, or binary_memory: the
-%% summed sizes of the refc binaries the process references. Unless Zeros,
-%% binary_memory leaves out the processes that reference none (most of
-%% them), so only the few holders are summed.
+%% summed sizes of the refc binaries the process references, or
+%% binary_distinct: the same, each binary once. binary_memory is recon's
+%% figure: process_info(P, binary) lists a binary once per reference (a
+%% process that received one binary in 50 messages lists it 50 times), so
+%% a queue holding 100 references to 2 binaries of 210 KB read 19.4 MB.
+%% binary_distinct keeps one {Id, Size, RefCount} per Id (the Id is the
+%% binary's address) with lists:ukeysort/2, a compiled call per process.
+%% Unless Zeros, both leave out the processes that reference none (most
+%% of them), so only the few holders are summed.
 -spec values(atom(), [pid()], boolean()) -> pairs().
 values(Attribute, Pids, Zeros) ->
-    Item = case Attribute of
-               binary_memory -> binary;
-               _ -> Attribute
+    Binary = Attribute =:= binary_memory orelse Attribute =:= binary_distinct,
+    Item = case Binary of
+               true -> binary;
+               false -> Attribute
            end,
-    Guard = case {Attribute, Zeros} of
-                {binary_memory, false} -> [{'=/=', '$1', []}];
+    Guard = case {Binary, Zeros} of
+                {true, false} -> [{'=/=', '$1', []}];
                 _ -> []
             end,
     Infos = lists:zipwith(fun erlang:process_info/2, Pids,
@@ -284,16 +294,25 @@ values(Attribute, Pids, Zeros) ->
                                ets:match_spec_compile(
                                  [{{{Item, '$1'}, '$2'}, Guard,
                                    [{{'$1', '$2'}}]}])),
-    case Attribute of
-        binary_memory ->
+    case Binary of
+        true ->
             {Lists, AlivePids} = lists:unzip(Alive),
+            Kept = case Attribute of
+                       binary_distinct ->
+                           lists:zipwith(fun lists:ukeysort/2,
+                                         lists:duplicate(
+                                           erlang:length(Lists), 1),
+                                         Lists);
+                       binary_memory ->
+                           Lists
+                   end,
             %% Each binary is {Id, Size, RefCount}.
-            Unzipped = lists:map(fun lists:unzip3/1, Lists),
+            Unzipped = lists:map(fun lists:unzip3/1, Kept),
             Sizes = lists:zipwith(fun erlang:element/2,
-                                  lists:duplicate(erlang:length(Lists), 2),
+                                  lists:duplicate(erlang:length(Kept), 2),
                                   Unzipped),
             lists:zip(lists:map(fun lists:sum/1, Sizes), AlivePids);
-        _ ->
+        false ->
             Alive
     end.
 
@@ -326,16 +345,52 @@ top(Pairs, N) ->
     end.
 
 %% The rows to show for [{Value, Pid}], in the same order: registered
-%% name, current function and initial call of each (never the dictionary
-%% or the mailbox); 'undefined' for a process that has exited since.
+%% name, current function and initial call of each; 'undefined' for a
+%% process that has exited since. Where the node reads one dictionary key
+%% at a time (OTP 26.2+; badarg before), also the keys that say what a
+%% process is: its label ('$process_label', proc_lib:set_label/1 on OTP
+%% 27+), proc_lib's '$initial_call' (proc_lib:init_p/5 says nothing), and
+%% process_name, which RabbitMQ and others put there ({rabbit_amqqueue_
+%% process, <<"lq.104">>}). Never the whole dictionary (it may be large,
+%% and it is copied whole) or the mailbox. labels says whether they could
+%% be read.
 -spec describe(pairs()) -> rows().
 describe(Pairs) ->
     {Values, Pids} = lists:unzip(Pairs),
-    Items = [registered_name, current_function, initial_call],
+    Labels = try erlang:process_info(erlang:self(),
+                                     {dictionary, '$initial_call'}) of
+                 _ -> true
+             catch
+                 error:badarg -> false
+             end,
+    Items = [registered_name, current_function, initial_call]
+        ++ [{dictionary, Key} || Labels,
+                                 Key <- ['$process_label', '$initial_call',
+                                         process_name]],
     #{values => Values,
       pids => Pids,
       infos => lists:zipwith(fun erlang:process_info/2, Pids,
-                             lists:duplicate(erlang:length(Pids), Items))}.
+                             lists:duplicate(erlang:length(Pids), Items)),
+      labels => Labels}.
+
+%% For each of Pids, the summed sizes of the refc binaries it references,
+%% each binary once (binary_distinct in values/3): shown beside recon's
+%% binary_memory for the rows a ranking shows; 0 for a process gone.
+-spec distinct([pid()]) -> [non_neg_integer()].
+distinct(Pids) ->
+    Infos = lists:zipwith(fun erlang:process_info/2, Pids,
+                          lists:duplicate(erlang:length(Pids), binary)),
+    Lists = ets:match_spec_run(Infos,
+                               ets:match_spec_compile(
+                                 [{{binary, '$1'}, [], ['$1']},
+                                  {'_', [], [{const, []}]}])),
+    Unique = lists:zipwith(fun lists:ukeysort/2,
+                           lists:duplicate(erlang:length(Lists), 1), Lists),
+    Unzipped = lists:map(fun lists:unzip3/1, Unique),
+    Sizes = lists:zipwith(fun erlang:element/2,
+                          lists:duplicate(erlang:length(Unique), 2),
+                          Unzipped),
+    lists:map(fun lists:sum/1, Sizes).
 
 %% What the node holds, not what we do: erlang:memory() without this
 %% process's own heap (erl_eval's garbage grows it between two reads, by 5

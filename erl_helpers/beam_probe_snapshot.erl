@@ -18,8 +18,8 @@
 %% and these in a few ms):
 %%   pids         term_to_binary(Pid) of each process, one after another
 %%                (all of one node, so all of one width)
-%%   memory, message_queue_len, binary_count,
-%%   binary_bytes   integers, eight bytes each (below)
+%%   memory, message_queue_len, binary_count (references),
+%%   binary_bytes (each binary once)   integers, eight bytes each (below)
 %%   names        {Unique, Indices}: the registered names, [] for none
 %%   groups, initial_call   {Unique, Indices}
 %% (Format 3 keeps what diff reads: total_heap_size and current_function,
@@ -197,8 +197,15 @@ snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
                 {Rows, Binaries} =
                     lists:unzip(ets:match_spec_run(lists:zip(Now, Infos),
                                                    Compiled)),
-                %% Each binary is {Id, Size, RefCount}.
-                Unzipped = lists:map(fun lists:unzip3/1, Binaries),
+                %% Each binary is {Id, Size, RefCount}, listed once per
+                %% reference: binary_bytes counts each Id once (the Id is
+                %% its address), so no process shows more than the node
+                %% holds; binary_count stays the references.
+                Distinct = lists:zipwith(fun lists:ukeysort/2,
+                                         lists:duplicate(
+                                           erlang:length(Binaries), 1),
+                                         Binaries),
+                Unzipped = lists:map(fun lists:unzip3/1, Distinct),
                 Sizes = lists:zipwith(fun erlang:element/2,
                                       lists:duplicate(erlang:length(Unzipped),
                                                       2),

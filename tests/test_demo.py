@@ -86,7 +86,8 @@ def test_demo_tours_every_step_and_says_what_its_output_shows():
          "rising, not yet confirmed"))
 
     # 2. demo_cache holds the most refc binary memory.
-    assert _rows(steps["proc-count"])[0][2] == "demo_cache"
+    # (pid, binary_memory, distinct, name, ...)
+    assert _rows(steps["proc-count"])[0][3] == "demo_cache"
 
     # 3. A collection freed binary memory; demo_cache dropped the most.
     freed = re.search(r"binary memory: .* \(freed ([\d.]+ \w+)\)",

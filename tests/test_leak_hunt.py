@@ -94,8 +94,8 @@ def test_cli_bin_leak_json_shape(leaky):
     assert {"total", "binary"} <= set(j["memory_before"]) & set(
         j["memory_after"])
     first = j["processes"][0]
-    assert set(first) == {"pid", "delta", "name", "current_function",
-                          "initial_call", "exited"}
+    assert set(first) == {"pid", "delta", "name", "label",
+                          "current_function", "initial_call", "exited"}
     assert first["exited"] is False
     assert first["pid"].startswith("<0.") and first["delta"] < 0
     assert first["current_function"].startswith("beam_probe_workload:")

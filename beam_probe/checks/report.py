@@ -63,7 +63,7 @@ def _summary(values: dict[str, Any]) -> str:
     return (f"binary {show('binary', values['binary'])} "
             f"({values['binary_share']:g}%), total "
             f"{show('total', values['total'])}, process_count "
-            f"{values['process_count']}, top binary_memory "
+            f"{values['process_count']:,}, top binary_memory "
             f"{show('top_binary_memory', values['top_binary_memory'])}, "
             f"max_queue {values['max_queue']}, atom_use "
             f"{values['atom_use']:g}%, top ets "
@@ -129,7 +129,7 @@ _METRICS = (
      "Binary memory as a percentage of total memory.", "binary_share"),
     ("beam_probe_process_count", "Number of processes.", "process_count"),
     ("beam_probe_top_binary_memory_bytes",
-     "Largest summed size of refc binaries referenced by one process.",
+     "Most refc binary bytes one process references, each binary once.",
      "top_binary_memory"),
     ("beam_probe_max_message_queue_len",
      "Longest message queue of one process.", "max_queue"),

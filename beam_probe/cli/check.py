@@ -46,7 +46,9 @@ EPILOG = opt.EPILOG_NODE + """
 \b
 Keys: total, processes, binary, ets, atom (bytes), binary_share and
 atom_use (percent, at most 100), process_count, max_queue (counts),
-top_binary_memory (bytes). Units: k, M, G, T and KB, MB, GB, TB are powers
+top_binary_memory (bytes: the most refc binary bytes one process
+references, each binary once, so never more than the node's binary
+memory). Units: k, M, G, T and KB, MB, GB, TB are powers
 of 1000; KiB, MiB, GiB, TiB powers of 1024.
 Exit: 0 OK, 1 WARNING, 2 CRITICAL (also: node unreachable), 3 UNKNOWN."""
 
@@ -57,8 +59,8 @@ def check(args: tuple[str, ...], warn_specs: tuple[str, ...],
           **given: Any) -> None:
     """A monitoring plugin: is NODE's memory within bounds?
 
-    Measures erlang:memory(), the process count, the largest binary_memory
-    of one process, the longest message queue and atom use, and compares
+    Measures erlang:memory(), the process count, the most refc binary bytes
+    one process references (each binary once), the longest message queue and atom use, and compares
     them with the thresholds. With no thresholds: OK whenever the node
     answers. Output: a Nagios plugin line with perfdata (default), --format
     json, or --format prometheus (also --textfile for node_exporter).
@@ -74,6 +76,10 @@ def check(args: tuple[str, ...], warn_specs: tuple[str, ...],
     from beam_probe.checks.run import CheckRequest, run_check
 
     node, rest = opt.split_node(args)
+    if node is None and len(rest) == 1:
+        # check takes NODE alone: a bare name is this host's node, as
+        # erl -sname names it (check demo).
+        node, rest = rest[0], []
     if rest:
         plugin_exit(3, f"BEAM UNKNOWN - unexpected argument {rest[0]!r}")
     if trend is not None and not history:

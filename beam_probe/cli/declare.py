@@ -122,9 +122,33 @@ class Declaration:
 
     def parse(self, args: tuple[str, ...]) -> tuple[str | None, dict[Any, Any]]:
         """NODE (or None) and the positional arguments by name; every error
-        is a UsageError, raised before anything connects."""
-        node, rest = (None, list(args)) if self.kind == "offline" \
-            else opt.split_node(args)
+        is a UsageError, raised before anything connects.
+
+        NODE is the first argument when it holds '@'. A bare first word is
+        the command's own argument when the words read so, and otherwise
+        the node's short name, as ``erl -sname demo`` names it (``ping
+        demo``, ``proc-count demo memory 3``, ``ets demo``): refused
+        before, though Elixir users and erl's own -sname write it so.
+        ``proc-count memory 3`` with BEAM_PROBE_NODE set still reads
+        memory as the attribute."""
+        if self.kind == "offline":
+            return None, self.values(list(args))
+        node, rest = opt.split_node(args)
+        if node is not None or not rest or not self.takes_node:
+            return node, self.values(rest)
+        try:
+            return None, self.values(rest)
+        except UsageError as own:
+            try:
+                return rest[0], self.values(rest[1:])
+            except UsageError as as_node:
+                # Too many words for the command: the node's reading says
+                # what is wrong; otherwise the command's own.
+                raise (as_node if len(rest) > len(self.words) else own) \
+                    from None
+
+    def values(self, rest: list[str]) -> dict[Any, Any]:
+        """The positional arguments by name (NODE already taken)."""
         required = [w for w in self.words if not w.startswith("[")]
         variadic = bool(self.words) and \
             self.words[-1].rstrip("]").endswith("...")
@@ -134,8 +158,9 @@ class Declaration:
             words = [*rest[:len(self.words) - 1], rest[len(self.words) - 1:]]
         if not len(required) <= len(words) <= len(self.words):
             if not self.words:
-                raise UsageError(f"unexpected argument {rest[0]!r}: NODE is "
-                                 "name@host (a bare name goes in --node)")
+                raise UsageError(f"unexpected argument {rest[-1]!r}: "
+                                 f"{self.name} takes NODE alone (name@host, "
+                                 "or a bare name on this host)")
             raise UsageError(f"expected {self.args}, e.g. beam-probe "
                              f"{self.name} {self.example}")
         values: dict[str, Any] = {}
@@ -148,7 +173,7 @@ class Declaration:
                 values[attribute] = [read(item) for item in given]
             else:
                 values[attribute] = read(given)
-        return node, values
+        return values
 
     def complete(self, ctx: click.Context, param: click.Parameter,
                  incomplete: str) -> list[Any]:

@@ -15,7 +15,8 @@ DEFAULT_CONNECT_TIMEOUT = 15.0
 MAX_SECONDS = 86400.0
 
 EPILOG_NODE = """\b
-Node: NODE (name@host) if given, else --node, BEAM_PROBE_NODE, RELEASE_NODE.
+Node: NODE (name@host, or a bare name on this host, as erl -sname names it)
+if given, else --node, BEAM_PROBE_NODE, RELEASE_NODE.
 Cookie: --cookie-file, --cookie, BEAM_PROBE_COOKIE, RELEASE_COOKIE,
 ~/.erlang.cookie (must be readable by its owner only).
 TLS nodes (-proto_dist inet_tls): --ssl-dist-optfile FILE (the node's own),
@@ -194,7 +195,9 @@ def apply(options: list[Any], f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def split_node(args: tuple[str, ...]) -> tuple[str | None, list[str]]:
-    """The first positional argument is the node when it contains '@'."""
+    """The first positional argument is the node when it contains '@' (a
+    bare name is resolved by the command's declaration, which knows its
+    other words)."""
     if args and "@" in args[0]:
         return args[0], list(args[1:])
     return None, list(args)

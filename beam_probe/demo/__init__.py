@@ -44,7 +44,8 @@ STEPS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      ("proc-count", "binary_memory", "3"),
      "demo_cache holds the most refc binary memory: each key it keeps is "
      "a 128-byte slice of a request, and a slice pins its whole 64 KiB "
-     "parent."),
+     "parent. binary_memory counts a binary once per reference, as recon "
+     "does; distinct, once."),
     ("3. Would a collection free it?",
      ("bin-leak", "5"),
      "bin-leak collected the binary holders: the negative numbers are the "

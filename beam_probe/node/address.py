@@ -1,7 +1,8 @@
 """Which node to attach to, and with which cookie: the operator's habits.
 
 Node, first match wins: the first positional argument when it contains
-``@``; ``--node``; ``BEAM_PROBE_NODE``; ``RELEASE_NODE`` (Elixir releases).
+``@``, or when it is a bare name the command's own words do not read
+(``ping demo``); ``--node``; ``BEAM_PROBE_NODE``; ``RELEASE_NODE`` (Elixir releases).
 A bare ``app`` means ``app@`` this machine's short host name, as
 ``erl -sname app`` would name it (or the full name when an Elixir release
 says ``RELEASE_DISTRIBUTION=name``).

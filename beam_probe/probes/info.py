@@ -33,7 +33,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("location", ("initial_call", "current_function", "current_stacktrace")),
     ("memory_used", ("memory", "message_queue_len", "heap_size",
                      "total_heap_size", "garbage_collection",
-                     "binary_count", "binary_memory")),
+                     "binary_count", "binary_memory", "binary_distinct")),
     ("work", ("reductions",)),
 )
 
@@ -150,6 +150,9 @@ def proc_info(remote: Remote, spec: str) -> ProcInfo:
     fields = reply.pairs("items")
     fields["binary_count"] = reply.int("binary_count")
     fields["binary_memory"] = reply.int("binary_memory")
+    # Each binary once: a queue's 100 references to 2 binaries of 210 KB
+    # are 19.4 MB of binary_memory and 420 KB of binary_distinct.
+    fields["binary_distinct"] = reply.int("binary_distinct")
     missing = [key for _, keys in GROUPS for key in keys
                if key not in fields]
     if missing:

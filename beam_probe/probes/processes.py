@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Generator, Literal, Sequence, TYPE_CHECKING, overload
 
-from beam_probe.erldist.terms import Atom, integers, mfa
+from beam_probe.erldist.terms import Atom, format_term, integers, mfa
 from beam_probe.errors import ProtocolError, UsageError
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
@@ -47,6 +47,20 @@ Progress = Callable[[str], None]
 
 LOCALS = (Local("pmap", LIB), Local("values", LIB), Local("top", LIB),
           Local("describe", LIB), Local("others", LIB))
+# proc_count's and proc_count_all's: describe's rows by binary_memory carry
+# each process's distinct bytes (distinct/1).
+COUNT_LOCALS = (Local("pmap", LIB), Local("values", LIB), Local("top", LIB),
+                Local("describe", LIB), Local("distinct", LIB),
+                Local("others", LIB))
+
+# A label is any term a process put in its dictionary: shown up to this
+# many characters (a row is one line).
+MAX_LABEL = 120
+
+# The dictionary keys describe/1 reads (OTP 26.2+), as decoded.
+_LABEL_KEYS = ((Atom("dictionary"), Atom("$process_label")),
+               (Atom("dictionary"), Atom("process_name")))
+_INITIAL_CALL_KEY = (Atom("dictionary"), Atom("$initial_call"))
 
 
 def _quiet(_message: str) -> None:
@@ -85,6 +99,27 @@ def check_request(attribute: str | None = None, n: int | None = None,
     check_jobs(jobs)
 
 
+def label(fields: dict[Any, Any]) -> str | None:
+    """What a process says it is, from the dictionary keys describe/1
+    read: its label (proc_lib:set_label/1), else its process_name
+    (RabbitMQ's {rabbit_amqqueue_process, <<"lq.104">>}), as Erlang
+    writes the term; None when it has neither (or the node could not say,
+    before OTP 26.2)."""
+    for key in _LABEL_KEYS:
+        value = fields.get(key)
+        if value is not None and value != Atom("undefined"):
+            text = format_term(value)
+            return text if len(text) <= MAX_LABEL else \
+                text[:MAX_LABEL - 3] + "..."
+    return None
+
+
+def labels_read(raw: Any) -> bool:
+    """Whether describe/1 could read the keys that name a process (OTP
+    26.2+); a reply without the key (an older helper) could not."""
+    return isinstance(raw, dict) and raw.get("labels") is True
+
+
 @overload
 def rows(raw: Any, key: Literal["value"], order: bool = ...
          ) -> list[ValueRow]: ...
@@ -94,11 +129,16 @@ def rows(raw: Any, key: Literal["delta"], order: bool = ...
 def rows(raw: Any, key: str, order: bool = False) -> list[Any]:
     """Rows from a describe/1 reply, the number under ``key``. With
     ``order``, largest first; equal values list the later process first,
-    the order recon's reverse(keysort(...)) gives."""
+    the order recon's reverse(keysort(...)) gives. A reply that carries
+    ``distinct`` (proc-count by binary_memory) gives each row its
+    ``binary_distinct``: its refc binaries' bytes, each binary once."""
     reply = Reply("beam_probe_scan:describe", raw)
     values, pids, infos = integers(reply["values"]), reply.list("pids"), \
         reply.list("infos")
-    if not len(values) == len(pids) == len(infos):
+    distinct = integers(reply["distinct"]) if "distinct" in raw \
+        else None
+    if not len(values) == len(pids) == len(infos) or (
+            distinct is not None and len(distinct) != len(values)):
         raise ProtocolError("beam_probe_scan:describe's columns are of "
                             "different lengths")
     index: Sequence[int] = range(len(values))
@@ -109,14 +149,23 @@ def rows(raw: Any, key: str, order: bool = False) -> list[Any]:
         info = infos[i]
         fields = dict(info) if isinstance(info, list) else {}
         name = fields.get("registered_name")
-        out.append({
+        # proc_lib's '$initial_call' where the node read it: what
+        # proc_lib:translate_initial_call/1 and observer show, where
+        # initial_call says proc_lib:init_p/5 for every proc_lib process.
+        initial = mfa(fields.get(_INITIAL_CALL_KEY)) or \
+            mfa(fields.get("initial_call"))
+        row = {
             "pid": str(pids[i]), key: values[i],
             "name": str(name) if isinstance(name, Atom) else None,
+            "label": label(fields),
             "current_function": mfa(fields.get("current_function")),
-            "initial_call": mfa(fields.get("initial_call")),
+            "initial_call": initial,
             # Exited between the scan and its description.
             "exited": not isinstance(info, list),
-        })
+        }
+        if distinct is not None:
+            row["binary_distinct"] = distinct[i]
+        out.append(row)
     return out
 
 
@@ -155,7 +204,8 @@ def read_bin_leak(node: str, reply: Reply, dry_run: bool = False
         "holders": reply.int("holders"), "collected": reply.int("collected"),
         "memory_before": reply.pairs("memory_before"),
         "memory_after": reply.pairs("memory_after"),
-        "processes": rows(reply["rows"], "delta")}
+        "processes": rows(reply["rows"], "delta"),
+        "labels_read": labels_read(reply["rows"])}
     if dry_run:
         result["dry_run"] = True
         result["would_collect"] = reply.int("would_collect")
@@ -173,13 +223,14 @@ def proc_count(remote: Remote, attribute: str, n: int,
     check_request(attribute, n, jobs=jobs)
     progress(f"reading {attribute} of every process")
     return read_proc_count(remote.node, attribute, remote.ask(
-        HELPER, "proc_count", Atom(attribute), n, jobs, *LOCALS))
+        HELPER, "proc_count", Atom(attribute), n, jobs, *COUNT_LOCALS))
 
 
 def read_proc_count(node: str, attribute: str, reply: Reply) -> ProcCount:
     return {"node": node, "attribute": attribute,
             "scanned": reply.int("scanned"),
-            "processes": rows(reply["rows"], "value", order=True)}
+            "processes": rows(reply["rows"], "value", order=True),
+            "labels_read": labels_read(reply["rows"])}
 
 
 def proc_count_all(remote: Remote, attribute: str,
@@ -195,7 +246,8 @@ def proc_count_all(remote: Remote, attribute: str,
     stream = remote.stream(HELPER, "proc_count_all", Atom(attribute),
                            ALL_CHUNK, int(remote.timeout * 1000), jobs,
                            Local("pmap", LIB), Local("values", LIB),
-                           Local("describe", LIB), Local("others", LIB))
+                           Local("describe", LIB), Local("distinct", LIB),
+                           Local("others", LIB))
     while True:
         try:
             chunk = next(stream)
@@ -253,6 +305,7 @@ def read_proc_window(node: str, attribute: str, millis: int,
             "scanned_first": reply.int("scanned_first"),
             "scanned_last": reply.int("scanned_last"),
             "processes": rows(reply["rows"], "delta", order=True),
+            "labels_read": labels_read(reply["rows"]),
             "born_count": reply.int("born_count"),
             "born": rows(reply["born"], "value", order=True),
             "dead_count": reply.int("dead_count"),
@@ -277,13 +330,14 @@ def proc_count_cluster(remote: Remote, attribute: str, n: int,
     progress(f"reading {attribute} of every process on {len(chosen)} nodes")
     answers = cluster.fan(
         remote, chosen, HELPER, "proc_count",
-        (Atom(attribute), n, jobs, *LOCALS),
+        (Atom(attribute), n, jobs, *COUNT_LOCALS),
         lambda node, reply: read_proc_count(node, attribute, reply),
         remote.timeout, connected)
     result: ClusterProcCount = {
         "entry": remote.node, "attribute": attribute,
         "nodes": cluster.per_node(answers, lambda a: {
-            "node": a["node"], "scanned": a["scanned"]}),
+            "node": a["node"], "scanned": a["scanned"],
+            "labels_read": a["labels_read"]}),
         "processes": cluster.top(cluster.merged(
             answers, lambda a: a["processes"]), "value", n)}
     return cluster.complete(result, answers)

@@ -44,9 +44,11 @@ class ValueRow(TypedDict):
     pid: str
     value: int
     name: Optional[str]
+    label: Optional[str]
     current_function: Optional[str]
     initial_call: Optional[str]
     exited: bool
+    binary_distinct: NotRequired[int]
 
 
 class DeltaRow(TypedDict):
@@ -55,6 +57,7 @@ class DeltaRow(TypedDict):
     pid: str
     delta: int
     name: Optional[str]
+    label: Optional[str]
     current_function: Optional[str]
     initial_call: Optional[str]
     exited: bool
@@ -68,6 +71,9 @@ class ProcCount(TypedDict):
     attribute: str
     scanned: int
     processes: List[ValueRow]
+    # Whether the node could read the dictionary keys that name a process
+    # (OTP 26.2+): without them a proc_lib process is proc_lib:init_p/5.
+    labels_read: bool
 
 
 class ProcCountAllSummary(TypedDict):
@@ -85,6 +91,7 @@ class _BinLeak(TypedDict):
     memory_before: Memory
     memory_after: Memory
     processes: List[DeltaRow]
+    labels_read: bool
 
 
 class BinLeak(_BinLeak, total=False):
@@ -105,6 +112,7 @@ class ProcWindow(TypedDict):
     scanned_first: int
     scanned_last: int
     processes: List[DeltaRow]
+    labels_read: bool
     born_count: int
     born: List[ValueRow]
     dead_count: int
@@ -283,6 +291,7 @@ class NodeFailure(TypedDict):
 class NodeScan(TypedDict):
     node: str
     scanned: int
+    labels_read: bool  # as ProcCount's: OTP 26.2+ on that node
 
 
 class NodeValueRow(TypedDict):
@@ -294,9 +303,11 @@ class NodeValueRow(TypedDict):
     pid: str
     value: int
     name: Optional[str]
+    label: Optional[str]
     current_function: Optional[str]
     initial_call: Optional[str]
     exited: bool
+    binary_distinct: NotRequired[int]
 
 
 class NodeDeltaRow(TypedDict):
@@ -304,6 +315,7 @@ class NodeDeltaRow(TypedDict):
     pid: str
     delta: int
     name: Optional[str]
+    label: Optional[str]
     current_function: Optional[str]
     initial_call: Optional[str]
     exited: bool
@@ -544,7 +556,8 @@ class Change(TypedDict):
     size_bytes: int
     memory: Dict[str, int]
     details: List[GroupChange]
-    groups: int
+    groups: int      # every group that changed; details holds the first
+    truncated: bool  # whether details left some out (TOP_GROUPS at most)
 
 
 class TableChange(TypedDict):
@@ -559,7 +572,8 @@ class TableChange(TypedDict):
 
 
 class AtomsAdded(TypedDict):
-    added: int
+    added: int       # the node's own: after - before, less ours
+    ours: int        # beam-probe's node names the node met meanwhile
     names: List[str]
     all_named: bool
 
@@ -665,6 +679,7 @@ class Across(TypedDict):
     basis: str       # "born_and_kept" (three snapshots) or "grew" (two)
     nodes: int       # the nodes compared
     groups: List[AcrossGroup]
+    groups_total: int  # groups holds the first ACROSS_SHOWN of them
 
 
 class ClusterSnapshot(TypedDict):

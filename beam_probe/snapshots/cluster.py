@@ -201,7 +201,8 @@ def across(rows: Sequence[Any]) -> Across:
     groups.sort(key=lambda g: (-len(g["nodes"]), -sum(g["nodes"].values()),
                                g["what"]))
     return {"basis": "born_and_kept" if three else "grew",
-            "nodes": everywhere, "groups": groups[:ACROSS_SHOWN]}
+            "nodes": everywhere, "groups": groups[:ACROSS_SHOWN],
+            "groups_total": len(groups)}
 
 
 def leak_hunt_cluster(remote: Remote, count: int, interval: float, gc: str,

@@ -243,7 +243,8 @@ def _atoms(a: Loaded, b: Loaded) -> dict[Any, Any]:
     known = names[max(first, start) - start:max(0, last - start)]
     ours = sum(1 for name in known if _OUR_ATOM.match(name))
     theirs = [name for name in known if not _OUR_ATOM.match(name)]
-    return {"added": last - first - ours, "names": theirs[:TOP_ROWS],
+    return {"added": last - first - ours, "ours": ours,
+            "names": theirs[:TOP_ROWS],
             "all_named": first >= start and len(known) == last - first}
 
 
@@ -331,7 +332,9 @@ def _compare(snaps: list[Loaded], force: bool) -> dict[str, Any]:
                                        b_in_c, c_in_b)
     result["change"] = {
         "size_bytes": change["total"], "memory": change,
-        "details": shown, "groups": len(details)}
+        "details": shown, "groups": len(details),
+        # JSON shows the first TOP_GROUPS: say so when it cut.
+        "truncated": len(details) > len(shown)}
     result["ets"] = _tables(first, last)[:TOP_ROWS]
     result["atoms"] = _atoms(first, last)
     result["ports"] = _ports(first, last)

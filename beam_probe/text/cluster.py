@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from beam_probe.text.node import process_rows, verdict_text
+from beam_probe.text.node import (DISTINCT_NOTE, labels_note, process_rows,
+                                  verdict_text)
 from beam_probe.text.syntax import Syntax
 from beam_probe.text.tables import human_bytes, table
 
@@ -64,11 +65,20 @@ def proc_count_text(result: ClusterProcCount, syntax: Syntax) -> str:
                                        for p in result["processes"]):
         lines.append(f"{attribute} is 0 for every process that answered")
     else:
+        distinct = attribute == "binary_memory"
         lines.append(table(
-            ("node", "pid", attribute, "name", "current function",
-             "initial call"),
+            ("node", "pid", attribute, *(("distinct",) if distinct else ()),
+             "name", "current function", "initial call"),
             _with_node(process_rows(result["processes"], "value", syntax),
-                       result["processes"]), "llrlll", syntax))
+                       result["processes"]),
+            "llrrlll" if distinct else "llrlll", syntax))
+        note = labels_note(result, [
+            n["node"] for n in _answered(result["nodes"])
+            if not n.get("labels_read", True)])
+        notes = ([DISTINCT_NOTE] if distinct else []) + \
+            ([note] if note else [])
+        # After a blank line: a table ends at one.
+        lines += [""] * bool(notes) + [f"({n})" for n in notes]
     return "\n".join(lines)
 
 

@@ -22,9 +22,29 @@ def _signed_bytes(n: int) -> str:
     return ("+" if n >= 0 else "") + human_bytes(n)
 
 
+def _count(n: Any) -> str:
+    """A count as every table and line writes one: 1,972 (None: "-")."""
+    return "-" if n is None else f"{n:,}"
+
+
+def _signed(n: int) -> str:
+    return f"{n:+,}"
+
+
+def _atoms_change(before: Any, after: Any, atoms: dict[Any, Any]) -> str:
+    """after - before, as the row shows both; the atoms our own node names
+    made (one per pool name the node meets) said apart, since the
+    suspects leave them out: '46549 -> 46550' read '+0' before."""
+    change = _signed(after - before) if isinstance(before, int) and \
+        isinstance(after, int) else _signed(atoms["added"])
+    ours = atoms.get("ours", 0)
+    return change + (f" ({ours:,} beam-probe's)" if ours else "")
+
+
 def snapshot_text(result: dict[Any, Any], syntax: Syntax) -> str:
-    return (f"{result['node']}: {result['processes']} processes, "
-            f"{result['ets_tables']} ETS tables, {result['ports']} ports "
+    return (f"{result['node']}: {_count(result['processes'])} processes, "
+            f"{_count(result['ets_tables'])} ETS tables, "
+            f"{_count(result['ports'])} ports "
             f"(after --gc {result['gc']}) written to {result['file']} "
             f"({human_bytes(result['bytes'])})")
 
@@ -45,14 +65,13 @@ def diff_text(result: dict[Any, Any], syntax: Syntax, look: bool = True) -> str:
              human_bytes(after["memory"][kind] or 0),
              _signed_bytes(result["change"]["memory"][kind]))
             for kind in result["change"]["memory"]]
-    rows.append(("processes", before["processes"], after["processes"],
-                 f"{after['processes'] - before['processes']:+d}"))
-    rows.append(("ETS tables", before["ets_tables"], after["ets_tables"],
-                 f"{after['ets_tables'] - before['ets_tables']:+d}"))
-    rows.append(("ports", before["ports"], after["ports"],
-                 f"{after['ports'] - before['ports']:+d}"))
-    rows.append(("atoms", before["atoms"], after["atoms"],
-                 f"{result['atoms']['added']:+d}"))
+    for label, key in (("processes", "processes"),
+                       ("ETS tables", "ets_tables"), ("ports", "ports")):
+        rows.append((label, _count(before[key]), _count(after[key]),
+                     _signed(after[key] - before[key])))
+    rows.append(("atoms", _count(before["atoms"]), _count(after["atoms"]),
+                 _atoms_change(before["atoms"], after["atoms"],
+                               result["atoms"])))
     parts.append("memory\n" + table(("", "before", "after", "change"), rows,
                                    "lrrr", syntax))
     details = [d for d in result["change"]["details"]
@@ -62,17 +81,18 @@ def diff_text(result: dict[Any, Any], syntax: Syntax, look: bool = True) -> str:
             "by group (HeapDiff: + born, - died, change in bytes)\n"
             + table(("what", "before", "after", "+", "-", "memory",
                      "binary", "examples"),
-                    [(d["what"], d["before"], d["after"], d["+"], d["-"],
+                    [(d["what"], _count(d["before"]), _count(d["after"]),
+                      _count(d["+"]), _count(d["-"]),
                       _signed_bytes(d["size_bytes"]),
                       _signed_bytes(d["binary_bytes"]), _examples(d))
                      for d in details[:SHOWN]], "lrrrrrrl", syntax)
-            + (f"\n... and {len(details) - SHOWN} more groups"
+            + (f"\n... and {len(details) - SHOWN:,} more groups"
                if len(details) > SHOWN else ""))
     if result["ets"]:
         parts.append("ETS tables new or grown\n" + table(
             ("table", "owner", "rows", "bytes", ""),
             [(t["name"], t["owner"],
-              f"{t['rows_before']} -> {t['rows_after']}",
+              f"{_count(t['rows_before'])} -> {_count(t['rows_after'])}",
               f"{human_bytes(t['bytes_before'])} -> "
               f"{human_bytes(t['bytes_after'])}",
               "new" if t["new"] else "")
@@ -80,12 +100,12 @@ def diff_text(result: dict[Any, Any], syntax: Syntax, look: bool = True) -> str:
     atoms = result["atoms"]
     if atoms["added"]:
         names = syntax.code(", ".join(atoms["names"][:10]))
-        parts.append(f"atoms: {atoms['added']:+d}"
+        parts.append(f"atoms: {_signed(atoms['added'])}"
                      + (f" ({names}{', ...' if len(atoms['names']) > 10 else ''})"
                         if names else ""))
     ports = result["ports"]
     if ports["new_count"]:
-        parts.append(f"ports: {ports['new_count']} new "
+        parts.append(f"ports: {ports['new_count']:,} new "
                      f"({', '.join(ports['new'][:10])})")
     return "\n\n".join(parts)
 
@@ -99,7 +119,8 @@ def _suspects(s: dict[Any, Any], node: str, look: bool, syntax: Syntax) -> str:
                      "alive at the third:\n" + table(
                          ("what", "count", "memory", "binary", "growth",
                           "examples"),
-                         [(e["what"], e["count"], human_bytes(e["bytes"]),
+                         [(e["what"], _count(e["count"]),
+                           human_bytes(e["bytes"]),
                            human_bytes(e["binary_bytes"]),
                            _signed_bytes(e["growth"]), _examples(e))
                           for e in s["born_and_kept"][:SHOWN]], "lrrrrl",
@@ -130,7 +151,7 @@ def _suspects(s: dict[Any, Any], node: str, look: bool, syntax: Syntax) -> str:
         found = True
         lines.append("groups whose count rose in both intervals:\n" + table(
             ("what", "counts", "examples"),
-            [(g["what"], " -> ".join(str(n) for n in g["counts"]),
+            [(g["what"], " -> ".join(_count(n) for n in g["counts"]),
               _examples(g))
              for g in s["groups_rising"][:SHOWN]], "lll", syntax))
     if s["ets"]:
@@ -139,8 +160,7 @@ def _suspects(s: dict[Any, Any], node: str, look: bool, syntax: Syntax) -> str:
                      "intervals:\n" + table(
                          ("table", "owner", "rows", "bytes"),
                          [(t["name"], t["owner"],
-                           " -> ".join("-" if v is None else str(v)
-                                       for v in t["rows"]),
+                           " -> ".join(_count(v) for v in t["rows"]),
                            " -> ".join("-" if v is None else human_bytes(v)
                                        for v in t["bytes"]))
                           for t in s["ets"][:SHOWN]], "llrr", syntax))
@@ -154,8 +174,8 @@ def _suspects(s: dict[Any, Any], node: str, look: bool, syntax: Syntax) -> str:
     if s["atoms"]["rising"]:
         found = True
         lines.append(f"atoms added in both intervals: "
-                     f"{s['atoms']['added'][0]:+d}, "
-                     f"{s['atoms']['added'][1]:+d}")
+                     f"{_signed(s['atoms']['added'][0])}, "
+                     f"{_signed(s['atoms']['added'][1])}")
     if not found:
         lines.append("none: nothing made between the first two snapshots "
                      "outlived the third, and nothing grew through both "
@@ -177,7 +197,8 @@ def leak_hunt_text(result: dict[Any, Any], syntax: Syntax) -> str:
 # -- the cluster (--cluster): a file per node, compared node by node -------
 
 def cluster_snapshot_text(result: dict[Any, Any], syntax: Syntax) -> str:
-    rows = [(n["node"], n["processes"], n["ets_tables"], n["ports"],
+    rows = [(n["node"], _count(n["processes"]), _count(n["ets_tables"]),
+             _count(n["ports"]),
              human_bytes(n["bytes"]), os.path.basename(n["file"]))
             for n in result["nodes"] if "error" not in n]
     lines = [f"cluster through {result['entry']}: {len(rows)} of "
@@ -199,11 +220,13 @@ def across_text(across: dict[Any, Any], syntax: Syntax) -> str:
     if not across["groups"]:
         return f"across the {across['nodes']} nodes: no group {what}"
     rows = [(g["what"], g["on"], ", ".join(
-        f"{node} {count:+d}" if across["basis"] == "grew"
-        else f"{node} {count}" for node, count in g["nodes"].items()))
+        f"{node} {_signed(count)}" if across["basis"] == "grew"
+        else f"{node} {_count(count)}" for node, count in g["nodes"].items()))
         for g in across["groups"]]
+    more = across.get("groups_total", len(rows)) - len(rows)
     return (f"across the {across['nodes']} nodes: groups {what}\n"
-            + table(("what", "on", "per node"), rows, "lll", syntax))
+            + table(("what", "on", "per node"), rows, "lll", syntax)
+            + (f"\n... and {more:,} more groups" if more > 0 else ""))
 
 
 def cluster_diff_text(result: dict[Any, Any], syntax: Syntax) -> str:

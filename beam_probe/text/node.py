@@ -30,23 +30,64 @@ def memory_text(result: MemoryResult, syntax: Syntax) -> str:
         ("type", "bytes", "size"), rows, "lrr")
 
 
+def _name(p: ProcessRow, syntax: Syntax) -> str:
+    """Its registered name, else what it says it is (its label or
+    process_name, read from the dictionary on OTP 26.2+)."""
+    if p.get("exited"):
+        return "(exited)"
+    name = syntax.name(p["name"])
+    if name:
+        return name
+    label = p.get("label")
+    return syntax.code(label) if label else ""
+
+
 def process_rows(processes: Sequence[ProcessRow], key: str,
                  syntax: Syntax) -> list[tuple[str, ...]]:
-    """Table rows: pid, the number, name, current function, initial call;
-    a process that exited before it could be described says so."""
+    """Table rows: pid, the number (by binary_memory, then the distinct
+    bytes), name (or label), current function, initial call; a process
+    that exited before it could be described says so."""
     return [(p["pid"], p[key],
-             "(exited)" if p.get("exited") else syntax.name(p["name"]) or "",
+             *((p["binary_distinct"],) if "binary_distinct" in p else ()),
+             _name(p, syntax),
              p["current_function"] or "", p["initial_call"] or "")
             for p in processes]
+
+
+# Under binary_memory's column (recon's figure): why a second one.
+DISTINCT_NOTE = ("binary_memory counts a refc binary once per reference, "
+                 "as recon does; distinct counts each binary once")
+
+
+def labels_note(result: Any, nodes: Sequence[str] | None = None
+                ) -> str | None:
+    """Once, under a table of processes from a node before OTP 26.2,
+    where a row shows proc_lib's entry point: what cannot be had there.
+    For a cluster, ``nodes`` are those of its nodes."""
+    if nodes is None and result.get("labels_read", True):
+        return None
+    rows = [p for p in result.get("processes", ())
+            if (p.get("initial_call") or "").startswith("proc_lib:init_p/")
+            and (nodes is None or p.get("node") in nodes)]
+    if not rows:
+        return None
+    which = "this node (before OTP 26.2)" if nodes is None else \
+        f"{', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''} " \
+        "(before OTP 26.2)"
+    return (f"{which} cannot read one dictionary key without the whole "
+            "dictionary: a proc_lib process shows proc_lib:init_p/5, "
+            "without its label, process_name or proc_lib's "
+            "'$initial_call'")
 
 
 def bin_leak_text(result: BinLeak, syntax: Syntax) -> str:
     before, after = result["memory_before"], result["memory_after"]
     if result.get("dry_run"):
         return (f"{result['node']}: bin-leak dry run, nothing collected\n"
-                f"scanned {result['scanned']} processes; {result['holders']} "
-                f"hold refc binaries.\nA real run would ask the node to "
-                f"garbage-collect {result['would_collect']} of them "
+                f"scanned {result['scanned']:,} processes; "
+                f"{result['holders']:,} hold refc binaries.\nA real run "
+                f"would ask the node to "
+                f"garbage-collect {result['would_collect']:,} of them "
                 f"(erlang:garbage_collect/1 on each, largest holders first), "
                 f"then count their references again.\n"
                 f"binary memory now: "
@@ -55,8 +96,9 @@ def bin_leak_text(result: BinLeak, syntax: Syntax) -> str:
     lines = [
         f"{result['node']}: refc binary references freed by a garbage "
         "collection (recon:bin_leak)",
-        f"scanned {result['scanned']} processes; {result['holders']} held "
-        f"refc binaries; collected {result['collected']}",
+        f"scanned {result['scanned']:,} processes; "
+        f"{result['holders']:,} held refc binaries; collected "
+        f"{result['collected']:,}",
     ]
     for kind in ("total", "binary"):
         drop = before[kind] - after[kind]
@@ -74,21 +116,30 @@ def bin_leak_text(result: BinLeak, syntax: Syntax) -> str:
                             "initial call"),
                            process_rows(result["processes"], "delta", syntax),
                            "lrlll", syntax))
-    return "\n".join(lines)
+    note = labels_note(result)
+    return "\n".join(lines + (["", f"({note})"] if note else []))
 
 
 def proc_count_text(result: ProcCount, syntax: Syntax) -> str:
     attribute = result["attribute"]
-    header = (f"{result['node']}: top {len(result['processes'])} of "
-              f"{result['scanned']} processes by {attribute}")
+    header = (f"{result['node']}: top {len(result['processes']):,} of "
+              f"{result['scanned']:,} processes by {attribute}")
     if result["processes"] and not any(p["value"]
                                        for p in result["processes"]):
         # The order of equal values is arbitrary: rows would mislead.
         return (f"{result['node']}: {attribute} is 0 for every one of the "
-                f"{result['scanned']} processes")
-    return header + "\n\n" + table(
-        ("pid", attribute, "name", "current function", "initial call"),
-        process_rows(result["processes"], "value", syntax), "lrlll", syntax)
+                f"{result['scanned']:,} processes")
+    distinct = attribute == "binary_memory"
+    text = header + "\n\n" + table(
+        ("pid", attribute, *(("distinct",) if distinct else ()), "name",
+         "current function", "initial call"),
+        process_rows(result["processes"], "value", syntax),
+        "lrrlll" if distinct else "lrlll", syntax)
+    notes = [DISTINCT_NOTE] if distinct else []
+    notes += [n for n in (labels_note(result),) if n]
+    # After a blank line: a table ends at one.
+    return text + ("\n" if notes else "") + "".join(f"\n({n})"
+                                                   for n in notes)
 
 
 def proc_window_text(result: ProcWindow, syntax: Syntax) -> str:
@@ -96,9 +147,10 @@ def proc_window_text(result: ProcWindow, syntax: Syntax) -> str:
     lines = [
         f"{result['node']}: largest increases of {attribute} over "
         f"{result['window_ms']} ms (recon:proc_window)",
-        f"scanned {result['scanned_first']} processes at the start, "
-        f"{result['scanned_last']} at the end; {result['born_count']} born "
-        f"and {result['dead_count']} dead inside the window, listed apart",
+        f"scanned {result['scanned_first']:,} processes at the start, "
+        f"{result['scanned_last']:,} at the end; "
+        f"{result['born_count']:,} born "
+        f"and {result['dead_count']:,} dead inside the window, listed apart",
         "",
         table(("pid", "increase", "name", "current function",
                "initial call"),
@@ -121,7 +173,8 @@ def proc_window_text(result: ProcWindow, syntax: Syntax) -> str:
                   table(("pid", attribute),
                         [(p["pid"], p["value"]) for p in result["dead"]],
                         "lr", syntax)]
-    return "\n".join(lines)
+    note = labels_note(result)
+    return "\n".join(lines + (["", f"({note})"] if note else []))
 
 
 def _info_value(key: str, value: Any, syntax: Syntax) -> str:
@@ -129,7 +182,8 @@ def _info_value(key: str, value: Any, syntax: Syntax) -> str:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int) and key in ("memory", "binary_memory"):
+    if isinstance(value, int) and key in ("memory", "binary_memory",
+                                          "binary_distinct"):
         return f"{value} ({human_bytes(value)})"
     if key == "registered_name" and isinstance(value, str):
         return syntax.name(value) or value
@@ -243,12 +297,13 @@ class EveryProcess:
     """proc-count --all as text, drawn as its chunks arrive: a title, the
     headers, each chunk's rows, then a footer."""
 
-    align = "lrlll"
-
     def __init__(self, head: dict[Any, Any], syntax: Syntax) -> None:
         self.head, self.syntax = head, syntax
-        self.headers = ("pid", head["attribute"], "name", "current function",
-                        "initial call")
+        distinct = head["attribute"] == "binary_memory"
+        self.align = "lrrlll" if distinct else "lrlll"
+        self.headers = ("pid", head["attribute"],
+                        *(("distinct",) if distinct else ()), "name",
+                        "current function", "initial call")
 
     def title(self) -> str:
         return (f"{self.head['node']}: every process by "
@@ -258,7 +313,7 @@ class EveryProcess:
         return process_rows(chunk, "value", self.syntax)
 
     def footer(self, summary: dict[Any, Any]) -> str:
-        return f"{summary['sent']} of {summary['scanned']} processes"
+        return f"{summary['sent']:,} of {summary['scanned']:,} processes"
 
 
 __all__ = ["EveryProcess", "alloc_text", "bin_leak_text", "ets_text", "memory_text",

@@ -33,8 +33,14 @@ def title_period(data: dict[Any, Any]) -> str:
     return f"{data['node']}: {first.strftime(f'%Y-%m-%d {clock}')} to {end}"
 
 
-def write_image(data: dict[Any, Any], path: str) -> None:
-    """A PNG or SVG chart through matplotlib (the 'plot' extra)."""
+# A leak's shading where its series is not on the chart (a category not
+# asked for with --metric).
+LEAK_COLOUR = "red"
+
+
+def draw(data: dict[Any, Any]) -> Any:
+    """The chart of ``data`` as a matplotlib Figure (Agg), for
+    write_image to save; the caller closes it (pyplot.close)."""
     try:
         import matplotlib
     except ImportError:
@@ -43,15 +49,19 @@ def write_image(data: dict[Any, Any], path: str) -> None:
     matplotlib.use("Agg")
     from matplotlib import dates, pyplot
 
-    figure, axes = pyplot.subplots(figsize=(10, 5), dpi=100)
+    # Constrained layout makes room for the legend outside the axes and
+    # keeps the image 1000 x 500.
+    figure, axes = pyplot.subplots(figsize=(10, 5), dpi=100,
+                                   layout="constrained")
     try:
         scale, unit = (1 / (1024 * 1024), "MiB") if bytes_only(
             data["metrics"]) else (1, "")
+        colours: dict[str, Any] = {}
         for name, points in data["series"].items():
             xs = [datetime.fromtimestamp(x) for x, _ in points]
-            ys = [float("nan") if y is None else y * scale
-                  for _, y in points]
+            ys = [float("nan") if y is None else y * scale for _, y in points]
             line, = axes.plot(xs, ys, linewidth=1.2, label=name)
+            colours[name] = line.get_color()
             floor = data["floors"].get(name)
             if floor:
                 axes.plot([datetime.fromtimestamp(x) for x, _ in floor],
@@ -59,12 +69,19 @@ def write_image(data: dict[Any, Any], path: str) -> None:
                            for _, y in floor],
                           linestyle="--", linewidth=1, color=line.get_color(),
                           label=f"{name} floor")
-        for epoch, _ in data["leaks"]:
+        # A leak is its series': the category that rose, or (--node all) the
+        # node. Shaded in that line's colour and named in the legend, so that
+        # a cluster's chart says which node leaked (one red for all did not).
+        shaded: list[str] = []
+        for epoch, whose in data["leaks"]:
             when = datetime.fromtimestamp(epoch)
-            axes.axvspan(when, when, color="red", alpha=0.15, linewidth=4)
-        if data["leaks"]:
-            axes.plot([], [], color="red", alpha=0.3, linewidth=6,
-                      label="leak suspected")
+            axes.axvspan(when, when, color=colours.get(whose, LEAK_COLOUR),
+                         alpha=0.25, linewidth=4)
+            if whose not in shaded:
+                shaded.append(whose)
+        for whose in shaded:
+            axes.plot([], [], color=colours.get(whose, LEAK_COLOUR), alpha=0.4,
+                      linewidth=6, label=f"leak suspected: {whose}")
         axes.set_title(title_period(data))
         axes.set_ylabel(unit or "value")
         span = data["last"] - data["first"]
@@ -72,8 +89,26 @@ def write_image(data: dict[Any, Any], path: str) -> None:
             "%H:%M:%S" if span < 7200 else "%H:%M" if span < 172800
             else "%m-%d %H:%M"))
         axes.grid(True, alpha=0.3)
-        axes.legend(loc="upper left", fontsize="small")
-        figure.autofmt_xdate()
+        # Outside the axes, right of them: inside ("upper left") it
+        # covered the start of the top line.
+        axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                    borderaxespad=0.0, fontsize="small")
+        # (autofmt_xdate's subplots_adjust would turn constrained layout off.)
+        for label in axes.get_xticklabels():
+            label.set_rotation(30)
+            label.set_horizontalalignment("right")
+    except BaseException:
+        pyplot.close(figure)
+        raise
+    return figure
+
+
+def write_image(data: dict[Any, Any], path: str) -> None:
+    """A PNG or SVG chart through matplotlib (the 'plot' extra)."""
+    figure = draw(data)
+    from matplotlib import pyplot
+
+    try:
         try:
             figure.savefig(path, format=os.path.splitext(path)[1][1:].lower())
         except OSError as exc:
@@ -125,5 +160,5 @@ def plot_text(data: dict[Any, Any], syntax: Syntax, width: int = 100, height: in
                       bytes_only(data["metrics"]), colour)
 
 
-__all__ = ["bytes_only", "chart_text", "check_output", "plot_text",
+__all__ = ["bytes_only", "chart_text", "check_output", "draw", "plot_text",
            "title_period", "write_image"]

@@ -29,6 +29,11 @@
 %% callbacks.
 -export([tree/0, grow_tree/2, start_item_sup/1, start_tree_worker/1,
          start_fun_worker/1, tree_worker/2]).
+%% One binary referenced many times by one process; a gen_server that
+%% names itself in its dictionary, as RabbitMQ's queues do
+%% (test_names.py), and its callbacks.
+-export([shared_refs/3, named_queue/1, start_named_queue/1,
+         handle_call/3, handle_cast/2]).
 
 -define(BINARY_SIZE, 1024).
 -define(LEAKER_HEAP_WORDS, 100000).
@@ -279,6 +284,12 @@ init({top, Kind}) ->
     {ok, {#{strategy => simple_one_for_one},
           [#{id => item, type => supervisor,
              start => {?MODULE, start_item_sup, [Kind]}}]}};
+init({queue_sup, Name}) ->
+    {ok, {#{strategy => one_for_one},
+          [#{id => queue, start => {?MODULE, start_named_queue, [Name]}}]}};
+init({queue, Name}) ->
+    erlang:put(process_name, {bp_queue_process, Name}),
+    {ok, Name};
 init({item, Kind}) ->
     {ok, {#{strategy => one_for_one},
           [#{id => mfa, start => {?MODULE, start_tree_worker, [Kind]}},
@@ -529,3 +540,47 @@ peak_loop(Base, Max) ->
 peak_stop() ->
     whereis(bp_peak) ! {stop, self()},
     receive {peak, Bytes} -> Bytes end.
+
+%% A process holding Refs references to each of Count binaries of Size
+%% bytes, as a queue holds a payload it received in many messages: each
+%% message received makes a reference of its own, and process_info(P,
+%% binary) lists the binary once per reference. Returns its pid once it
+%% holds them all; the binaries' maker is gone by then.
+shared_refs(Count, Size, Refs) ->
+    Self = self(),
+    Holder = spawn(fun() ->
+                           Self ! {ready, self()},
+                           Held = [receive {take, B} -> B end
+                                   || _ <- lists:seq(1, Count * Refs)],
+                           Self ! {holding, self()},
+                           hold(Held)
+                   end),
+    receive {ready, Holder} -> ok end,
+    Maker = spawn(fun() ->
+                          Binaries = [binary:copy(<<I:8>>, Size)
+                                      || I <- lists:seq(1, Count)],
+                          [Holder ! {take, B}
+                           || B <- Binaries, _ <- lists:seq(1, Refs)],
+                          Self ! {made, self()}
+                  end),
+    receive {made, Maker} -> ok end,
+    receive {holding, Holder} -> ok end,
+    Holder.
+
+%% A gen_server started by proc_lib under an unregistered supervisor,
+%% naming itself {bp_queue_process, Name} in its dictionary (RabbitMQ's
+%% queues: {rabbit_amqqueue_process, <<"lq.104">>}). Returns its pid.
+named_queue(Name) ->
+    {ok, Sup} = supervisor:start_link(?MODULE, {queue_sup, Name}),
+    erlang:unlink(Sup),
+    [{queue, Pid, worker, _}] = supervisor:which_children(Sup),
+    Pid.
+
+start_named_queue(Name) ->
+    gen_server:start_link(?MODULE, {queue, Name}, []).
+
+handle_call(_Request, _From, State) ->
+    {reply, ok, State}.
+
+handle_cast(_Request, State) ->
+    {noreply, State}.
