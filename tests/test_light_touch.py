@@ -87,15 +87,20 @@ def test_no_mailbox_or_dictionary_is_ever_asked_for(target, monkeypatch,
     seen = {str(t) for t in terms if isinstance(t, Atom)}
     assert {"erl_eval", "process_info", "binary"} <= seen  # it looked
     assert "messages" not in seen
-    # The dictionary is read as one key, '$initial_call', never whole: the
-    # atom appears only in the expression {dictionary, '$initial_call'}.
-    def atom_expr(t, name):
+    # The dictionary is read one key at a time, never whole: the atom
+    # appears only as the first element of a pair expression
+    # {dictionary, Key}, whose key is one of the keys that name a process
+    # (or a variable bound to them, in describe/1's comprehension).
+    def atom_expr(t, name=None):
         return isinstance(t, tuple) and len(t) == 3 and t[0] == "atom" \
-            and t[2] == name
+            and (name is None or t[2] == name)
     single_key = [t for t in terms if isinstance(t, tuple) and len(t) == 3
                   and t[0] == "tuple" and isinstance(t[2], list)
-                  and len(t[2]) == 2 and atom_expr(t[2][0], "dictionary")
-                  and atom_expr(t[2][1], "$initial_call")]
+                  and len(t[2]) == 2 and atom_expr(t[2][0], "dictionary")]
+    keys = {str(t[2][1][2]) if atom_expr(t[2][1]) else t[2][1][0]
+            for t in single_key}
+    assert keys <= {"$initial_call", "$process_label", "process_name",
+                    "var"}, keys
     everywhere = [t for t in terms if isinstance(t, Atom)
                   and t == "dictionary"]
     assert single_key and len(everywhere) == len(single_key)
