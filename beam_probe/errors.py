@@ -75,9 +75,12 @@ EXIT_CODES = [
     (NoSuchProcess.exit_code, "no live process with that pid or name on the "
                               "node; `trace-gc`: none of the processes asked "
                               "for could be traced"),
-    (OutputFailed.exit_code, "standard output, `watch --output` FILE, or "
-                             "`alloc --raw` FILE could not be written "
-                             "(closed, or the disk is full)"),
+    (OutputFailed.exit_code, "standard output, `watch --output` FILE, "
+                             "`alloc --raw` FILE, or a snapshot's file or "
+                             "folder (`snapshot -o`, `leak-hunt --save`) "
+                             "could not be written (closed, the disk is "
+                             "full, a read-only file system, a path under "
+                             "a regular file)"),
     (EXIT_LEAK, "`watch --fail-on-leak`: a leak was suspected"),
     (EXIT_NOT_JUDGED, "`watch --fail-on-leak`: the run ended before the "
                       "rule could judge (too few samples since the start "

@@ -18,7 +18,11 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
           (stat.S_ISBLK, "a block device"))
 
 
-class NotRegular(OSError):
+class Refused(OSError):
+    """A path beam-probe will not use as it stands; the message says why."""
+
+
+class NotRegular(Refused):
     """The path exists but is not a regular file."""
 
 
@@ -47,7 +51,8 @@ def open_regular(path: str, flags: int = os.O_RDONLY,
         raise
 
 
-def write_whole(path: str, pieces: list[bytes], mode: int = 0o644) -> int:
+def write_whole(path: str, pieces: list[bytes], mode: int | None = 0o644
+                ) -> int:
     """Write ``pieces`` to ``path``; the bytes written.
 
     A regular file (or none yet) is replaced whole: the pieces go to a
@@ -57,10 +62,13 @@ def write_whole(path: str, pieces: list[bytes], mode: int = 0o644) -> int:
     other existing path is never replaced, as node_exporter and OpenSSH
     treat their files: a device, a FIFO, a terminal or a symbolic link
     (/dev/stdout, /dev/null) is written in place as a stream
-    (write_stream), a directory is refused. OSError as the system raised
-    it (NotRegular for a directory), the temporary file removed."""
-    import tempfile
-
+    (write_stream), a directory is refused. The user named this path, so
+    a link in it is theirs to follow; names beam-probe picks itself in a
+    folder go through Folder, which never follows one. ``mode`` is set
+    exactly (a textfile must be readable by the collector); None creates
+    the file 0600, narrowed by the umask (PRIVATE_FILE). OSError as the
+    system raised it (NotRegular for a directory), the temporary file
+    removed."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -69,24 +77,127 @@ def write_whole(path: str, pieces: list[bytes], mode: int = 0o644) -> int:
         raise NotRegular(f"{path} is a directory")
     if info is not None and not stat.S_ISREG(info.st_mode):
         return write_stream(path, pieces)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".beam_probe.",
-                               suffix=".tmp")
+    folder, name = os.path.split(os.path.abspath(path))
+    dir_fd = os.open(folder, _DIR_FLAGS)
+    try:
+        return _replace(dir_fd, name, pieces, mode)
+    finally:
+        os.close(dir_fd)
+
+
+# Files that hold what a run read from a node (snapshots: process names,
+# tables, node names; often read as root) are made 0600 and their folders
+# 0700, as the kernel makes a core dump 0600: a user's umask of 022 would
+# otherwise let every local user read what root saw. The umask still
+# applies (it can only take bits away); sharing a file is a chmod away.
+PRIVATE_FILE, PRIVATE_FOLDER = 0o600, 0o700
+
+# A folder is held open to make files in it, not to list it: O_PATH needs
+# no read permission (a drop folder may be write-only), where it exists.
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY \
+    | os.O_CLOEXEC
+
+
+def _replace(dir_fd: int, name: str, pieces: list[bytes],
+             mode: int | None) -> int:
+    """Write ``pieces`` to a temporary file of the folder ``dir_fd``, made
+    exclusively (O_EXCL|O_NOFOLLOW, under a random name), and rename it to
+    ``name``. rename(2) replaces whatever ``name`` is, a symbolic link
+    included, without following it: a link planted under that name is
+    itself replaced, and whatever it pointed at is never opened."""
+    import binascii
+
+    while True:
+        tmp = f".beam_probe.{binascii.hexlify(os.urandom(8)).decode()}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                         | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE,
+                         dir_fd=dir_fd)
+        except FileExistsError:
+            continue  # someone's file (or link) of that name: another
+        break
     try:
         with os.fdopen(fd, "wb") as f:
             for piece in pieces:
                 f.write(piece)
             f.flush()
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         except OSError:
             pass
         raise
     return sum(len(piece) for piece in pieces)
+
+
+class Folder:
+    """A folder beam-probe writes files into under names it picks itself
+    (a file per node of snapshot --cluster -o DIR, leak-hunt's snapshots):
+    opened once, made 0700 (narrowed by the umask) where it is missing,
+    and every file in it written by write(), which never follows a link.
+
+    Why a temporary file renamed into place rather than O_EXCL on the
+    name itself: O_EXCL would refuse every second run into the same
+    folder, and let any user who can write there block us by planting
+    the name; a rename replaces a planted link or file without opening
+    it, and a reader never sees half a file. The folder the user named
+    is theirs to be a link (resolved once, here); one we just made is
+    opened with O_NOFOLLOW and must be ours."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        created = _make_folders(path)
+        self.fd = os.open(path, _DIR_FLAGS
+                          | (os.O_NOFOLLOW if created else 0))
+        if created and os.fstat(self.fd).st_uid != os.geteuid():
+            os.close(self.fd)
+            raise Refused(f"{path} was replaced by someone else's folder "
+                          "as it was made")
+
+    def write(self, name: str, pieces: list[bytes]) -> int:
+        """``pieces`` to the file ``name`` of this folder, 0600 under the
+        umask, replacing what was there (a link is not followed)."""
+        if not name or "/" in name or name in (".", ".."):
+            raise Refused(f"{name!r} is not a file name")
+        return _replace(self.fd, name, pieces, None)
+
+    def join(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __enter__(self) -> "Folder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _make_folders(path: str) -> bool:
+    """Make ``path`` and any missing folder above it, each 0700 (under the
+    umask); whether ``path`` itself was made here."""
+    missing = []
+    here = os.path.abspath(path)
+    while not os.path.lexists(here):
+        missing.append(here)
+        parent = os.path.dirname(here)
+        if parent == here:
+            break
+        here = parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, PRIVATE_FOLDER)
+        except FileExistsError:
+            if folder == missing[0]:
+                return False  # made by someone else meanwhile: as given
+    return bool(missing)
 
 
 def write_stream(path: str, pieces: list[bytes]) -> int:
@@ -175,6 +286,6 @@ def trusted(info: os.stat_result) -> bool:
 
 def error_text(exc: OSError) -> str:
     """An OSError as a short phrase: 'No such file or directory'."""
-    if isinstance(exc, NotRegular):
+    if isinstance(exc, Refused):
         return str(exc)
     return exc.strerror or str(exc)

@@ -189,7 +189,7 @@ def test_textfile_written_atomically(tmp_path, monkeypatch):
     assert path.read_text() == "new\n"
     assert os.listdir(tmp_path) == ["beam.prom"]       # no temporary left
 
-    def broken_replace(src, dst):
+    def broken_replace(src, dst, **dir_fds):
         raise OSError("disk full")
     monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(OSError):

@@ -399,13 +399,31 @@ MAX_GC_OPTION = click.option(
     help="With --gc holders: collect at most COUNT processes.")
 
 
+def _snapshot_check(request: SimpleNamespace) -> None:
+    # Where the file (or folder) goes is checked before connecting: a scan
+    # of a million processes is not taken to be thrown away.
+    from beam_probe.snapshots.cluster import FOLDER_HINT
+    from beam_probe.snapshots.format import check_place
+
+    check_place(request.output, request.cluster, FOLDER_HINT)
+
+
+def _leak_hunt_check(request: SimpleNamespace) -> None:
+    from beam_probe.snapshots.format import check_place
+
+    if request.save is not None:
+        check_place(request.save, True, ": --save names a folder")
+
+
 @command("snapshot", "[NODE]", timeout=SCAN_TIMEOUT, jobs=True,
          render="diff.snapshot_text", cluster="diff.cluster_snapshot_text",
+         check=_snapshot_check,
          example="app@db1 -o a.snapshot", options=(
              click.option("--output", "-o", metavar="FILE", required=True,
                           help="The file to write (replaced if it "
-                               "exists); with --cluster, a folder for a "
-                               "file per node."),
+                               "exists; made 0600); with --cluster, a "
+                               "folder for a file per node (made 0700 if "
+                               "missing)."),
              GC_OPTION, MAX_GC_OPTION))
 def snapshot(remote: Any, request: SimpleNamespace,
              progress: Progress) -> Any:
@@ -487,6 +505,7 @@ def diff(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
 
 @command("leak-hunt", "[NODE]", timeout=SCAN_TIMEOUT, jobs=True,
          render="diff.leak_hunt_text", cluster="diff.cluster_leak_hunt_text",
+         check=_leak_hunt_check,
          example="app@db1 --interval 60", options=(
              click.option("--interval", type=Seconds(0.0), required=True,
                           metavar="SECONDS",
@@ -496,7 +515,8 @@ def diff(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
                           help="How many snapshots to take."),
              GC_OPTION, MAX_GC_OPTION,
              click.option("--save", metavar="DIR",
-                          help="Keep the snapshot files in DIR.")))
+                          help="Keep the snapshot files in DIR (made "
+                               "0700 if missing; files 0600).")))
 def leak_hunt(remote: Any, request: SimpleNamespace,
               progress: Progress) -> Any:
     """The three-snapshot method in one command.

@@ -21,10 +21,12 @@ from beam_probe.erldist.terms import Atom
 from beam_probe.errors import EndedEarly, ProbeError, UsageError
 from beam_probe.node.remote import Remote
 from beam_probe.probes import cluster
-from beam_probe.snapshots.format import write
+from beam_probe.snapshots.format import (file_name, hunt_folder,
+                                         open_folder, write_in)
 from beam_probe.snapshots.take import HELPER, args, read
 
 if TYPE_CHECKING:
+    from beam_probe.files import Folder
     from beam_probe.probes.results import (Across, AcrossGroup, ClusterDiff,
                                            ClusterLeakHunt, ClusterSnapshot,
                                            NodeFailure)
@@ -83,26 +85,31 @@ def take_all(remote: Remote, members: Sequence[str], connected: set[str],
             yield node, failed.get(node) or found[node]
 
 
-def _folder(path: str) -> str:
+# What -o names with --cluster, said when it names a file.
+FOLDER_HINT = ": with --cluster, -o names a folder for a file per node"
+
+
+def _folder(path: str) -> Folder:
     if os.path.exists(path) and not os.path.isdir(path):
-        raise UsageError(f"{path} is not a folder: with --cluster, -o names "
-                         "a folder for a file per node")
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-def _file_name(node: str, suffix: str = "") -> str:
-    # A node name is name@host: safe in a file name but for a path
-    # separator, which no node name has (refused all the same).
-    return node.replace("/", "_") + suffix + ".snapshot"
+        raise UsageError(f"{path} is not a folder{FOLDER_HINT}")
+    return open_folder(path)
 
 
 def snapshot_cluster(remote: Remote, folder: str,
                      nodes: Sequence[str] | None, include_hidden: bool,
                      gc: str, jobs: int, max_gc: int | None,
                      progress: Progress = _quiet) -> ClusterSnapshot:
-    """A snapshot of every member, each to ``folder``/NODE.snapshot."""
-    _folder(folder)
+    """A snapshot of every member, each to ``folder``/NODE.snapshot
+    (format.file_name)."""
+    with _folder(folder) as place:
+        return _snapshot_cluster(remote, place, nodes, include_hidden, gc,
+                                 jobs, max_gc, progress)
+
+
+def _snapshot_cluster(remote: Remote, place: Folder,
+                      nodes: Sequence[str] | None, include_hidden: bool,
+                      gc: str, jobs: int, max_gc: int | None,
+                      progress: Progress) -> ClusterSnapshot:
     members, connected = cluster.members(remote, nodes, include_hidden)
     rows: list[Any] = []
     for node, answer in take_all(remote, members, connected, gc, jobs,
@@ -111,14 +118,13 @@ def snapshot_cluster(remote: Remote, folder: str,
             rows.append(answer)
             continue
         header, sections = answer
-        path = os.path.join(folder, _file_name(node))
-        size = write(path, header, sections)
+        path, size = write_in(place, file_name(node), header, sections)
         rows.append({"node": node, "file": path, "bytes": size,
                      "time": header["time"], "gc": gc,
                      "processes": header["processes"],
                      "ets_tables": header["sample"]["ets_count"],
                      "ports": header["sample"]["port_count"]})
-    result: ClusterSnapshot = {"entry": remote.node, "folder": folder,
+    result: ClusterSnapshot = {"entry": remote.node, "folder": place.path,
                                "nodes": rows}
     return cluster.complete(result, rows)
 
@@ -217,12 +223,20 @@ def leak_hunt_cluster(remote: Remote, count: int, interval: float, gc: str,
     nodes. What was taken is kept (``save``, else a new temporary
     folder); Ctrl-C or the entry node failing still compares what was
     taken, as leak_hunt does."""
-    import tempfile
+    with _folder(save) if save else hunt_folder(None) as place:
+        return _leak_hunt_cluster(remote, count, interval, gc, place, jobs,
+                                  max_gc, nodes, include_hidden, progress,
+                                  sleep)
 
+
+def _leak_hunt_cluster(remote: Remote, count: int, interval: float, gc: str,
+                       place: Folder, jobs: int, max_gc: int | None,
+                       nodes: Sequence[str] | None, include_hidden: bool,
+                       progress: Progress, sleep: Callable[[float], None]
+                       ) -> ClusterLeakHunt:
     from beam_probe.snapshots.compare import diff_files
 
-    folder = _folder(save) if save else tempfile.mkdtemp(
-        prefix="beam-probe-hunt-")
+    folder = place.path
     members, connected = cluster.members(remote, nodes, include_hidden)
     files: dict[str, list[str]] = {node: [] for node in members}
     errors: dict[str, str] = {}
@@ -240,9 +254,8 @@ def leak_hunt_cluster(remote: Remote, count: int, interval: float, gc: str,
                     errors.setdefault(node, f"round {i + 1}: "
                                             f"{answer['error']}")
                     continue
-                path = os.path.join(folder, _file_name(
-                    node, f"-{stamp}-{i + 1}"))
-                write(path, *answer)
+                path, _size = write_in(place, file_name(
+                    node, f"-{stamp}-{i + 1}"), *answer)
                 files[node].append(path)
             rounds += 1
     except KeyboardInterrupt:

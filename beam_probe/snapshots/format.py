@@ -29,9 +29,12 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from beam_probe.errors import OutputFailed, UsageError
+
+if TYPE_CHECKING:
+    from beam_probe.files import Folder
 
 
 MAGIC = b"BEAMPROBE SNAPSHOT 3\n"
@@ -76,22 +79,156 @@ class SnapshotError(UsageError):
     label = "snapshot"
 
 
-def write(path: str, header: dict[Any, Any], sections: list[tuple[bytes, bytes]]
-          ) -> int:
-    """Write the file (a temporary file, then a rename: a reader never sees
-    half of one). Its size in bytes."""
-    from beam_probe.files import error_text, write_whole
-
+def encode(header: dict[Any, Any], sections: list[tuple[bytes, bytes]]
+           ) -> list[bytes]:
+    """A snapshot file's bytes, in pieces."""
     data = [MAGIC, json.dumps(header, separators=(",", ":")).encode()
             + b"\n"]
     for kind, payload in sections + [(b"E", b"")]:
         data.append(kind + struct.pack(">I", len(payload)))
         data.append(payload)
+    return data
+
+
+def write(path: str, header: dict[Any, Any], sections: list[tuple[bytes, bytes]]
+          ) -> int:
+    """Write the file the user named (a temporary file, then a rename: a
+    reader never sees half of one), 0600 under the umask (files.PRIVATE_
+    FILE says why). Its size in bytes."""
+    from beam_probe.files import error_text, write_whole
+
     try:
-        return write_whole(path, data)
+        return write_whole(path, encode(header, sections), None)
     except OSError as exc:
         raise OutputFailed(f"cannot write {path}: {error_text(exc)}") \
             from None
+
+
+def open_folder(path: str) -> Folder:
+    """The folder ``path`` for files of our naming (snapshot --cluster -o,
+    leak-hunt --save), made 0700 if missing; OutputFailed when it cannot
+    be (under a regular file, a read-only file system)."""
+    from beam_probe.files import Folder, error_text
+
+    try:
+        return Folder(path)
+    except OSError as exc:
+        raise OutputFailed(f"cannot make or open the folder {path}: "
+                           f"{error_text(exc)}") from None
+
+
+def hunt_folder(save: str | None) -> Folder:
+    """Where a leak hunt keeps its snapshots: ``save``, else a new folder
+    of the temporary directory (mkdtemp: 0700, ours alone)."""
+    if save:
+        return open_folder(save)
+    import tempfile
+
+    try:
+        path = tempfile.mkdtemp(prefix="beam-probe-hunt-")
+    except OSError as exc:
+        from beam_probe.files import error_text
+
+        raise OutputFailed(f"cannot make a folder in "
+                           f"{tempfile.gettempdir()}: {error_text(exc)}") \
+            from None
+    return open_folder(path)
+
+
+def write_in(folder: Folder, name: str, header: dict[Any, Any],
+             sections: list[tuple[bytes, bytes]]) -> tuple[str, int]:
+    """Write the snapshot to ``name`` in ``folder`` without following a
+    link planted there (files.Folder); its path and size in bytes."""
+    from beam_probe.files import error_text
+
+    path = folder.join(name)
+    try:
+        return path, folder.write(name, encode(header, sections))
+    except OSError as exc:
+        raise OutputFailed(f"cannot write {path}: {error_text(exc)}") \
+            from None
+
+
+# A file name may hold 255 bytes (NAME_MAX), and a node's name 255
+# characters of up to 4 bytes each before its host: past this many bytes
+# (or with a character a file name should not hold) a node's file is
+# named by its first bytes and a hash of the whole name. With a leak
+# hunt's suffix (-YYYYmmddTHHMMSS-NNN.snapshot) a name is at most 109
+# bytes, and the temporary it is written as is shorter still. The node's
+# own name is in the file's header, which is what diff and leak-hunt
+# read.
+MAX_NAME_BYTES = 80
+_HEAD_BYTES = 60
+
+
+def file_name(node: str, suffix: str = "") -> str:
+    """The file name for a snapshot of ``node`` (``suffix`` before
+    ".snapshot"): the node's name itself where it is short and plain, else
+    a readable start, "~" and 16 hex digits of the name's SHA-256. A plain
+    name holds no "~", so two nodes never share a file."""
+    if node.isprintable() and not any(c in node for c in "/~") and \
+            not node.startswith(".") and \
+            len(node.encode("utf-8")) <= MAX_NAME_BYTES:
+        return node + suffix + ".snapshot"
+    import hashlib
+
+    clean = "".join(c if c.isprintable() and c not in "/~" else "_"
+                    for c in node).lstrip(".")
+    head = clean.encode("utf-8")[:_HEAD_BYTES].decode("utf-8", "ignore")
+    digest = hashlib.sha256(node.encode("utf-8", "surrogatepass")
+                            ).hexdigest()[:16]
+    return f"{head}~{digest}{suffix}.snapshot"
+
+
+def check_place(path: str, folder: bool, hint: str = "") -> None:
+    """Before anything connects: whether ``path`` can take the snapshot
+    file (``folder`` False) or be the folder for files of our naming, so
+    that a scan of a million processes is not taken for nothing. A path
+    under a regular file, in a read-only file system or a folder we may
+    not write is OutputFailed (exit 11), as writing it would be; a folder
+    asked for where a file is, UsageError (``hint`` says what was meant).
+    What exists and is not a regular file (/dev/stdout, a FIFO) is
+    written as a stream and needs nothing of its folder."""
+    import stat
+
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:  # ENOTDIR, ENAMETOOLONG, EACCES...
+        raise OutputFailed(f"cannot write {path}: {exc.strerror}") from None
+    if folder:
+        if info is not None:
+            if not os.path.isdir(path):
+                raise UsageError(f"{path} is not a folder{hint}")
+            _writable(path, path)
+            return
+    elif info is not None:
+        if stat.S_ISDIR(info.st_mode):
+            raise OutputFailed(f"cannot write {path}: it is a directory")
+        if not stat.S_ISREG(info.st_mode):
+            return
+    # What is missing is made in the nearest folder that exists (a single
+    # file's folder must exist: write_whole makes none).
+    here = os.path.dirname(os.path.abspath(path))
+    while folder and not os.path.lexists(here):
+        here = os.path.dirname(here)
+    if not os.path.isdir(here):
+        reason = "Not a directory" if os.path.lexists(here) \
+            else "No such file or directory"
+        raise OutputFailed(f"cannot write {path}: {here}: {reason}")
+    _writable(path, here)
+
+
+def _writable(path: str, folder: str) -> None:
+    if os.access(folder, os.W_OK | os.X_OK):
+        return
+    try:
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    raise OutputFailed(f"cannot write {path}: {folder}: " + (
+        "Read-only file system" if read_only else "Permission denied"))
 
 
 def read(path: str) -> tuple[dict[str, Any], Iterator[tuple[str, Any]]]:
@@ -311,4 +448,7 @@ def _rows_fit(term: Any, size: int) -> bool:
     return rows <= CHUNK_ROWS and rows * MIN_BYTES_PER_ROW <= size + 64
 
 
-__all__ = ["CHUNK_ROWS", "FORMAT", "MAGIC", "MAX_ATOMS", "SnapshotError", "header_problem", "read", "section_budget", "write"]
+__all__ = ["CHUNK_ROWS", "FORMAT", "MAGIC", "MAX_ATOMS", "SnapshotError",
+           "check_place", "encode", "file_name", "header_problem",
+           "hunt_folder", "open_folder", "read", "section_budget", "write",
+           "write_in"]

@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply
 from beam_probe.probes.watch import record
 from beam_probe.snapshots.format import (CHUNK_ROWS, FORMAT, MAX_ATOMS,
-                                         write)
+                                         file_name, hunt_folder, write,
+                                         write_in)
+
+if TYPE_CHECKING:
+    from beam_probe.files import Folder
 
 
 HELPER = "beam_probe_snapshot"
@@ -125,15 +129,20 @@ def leak_hunt(remote: Remote, count: int, interval: float, gc: str,
     when the evidence matters most. Ctrl-C keeps what was taken and diffs
     it when there are two or more; so does a node that fails mid-way, and
     then EndedEarly carries that diff and the node's error."""
-    import tempfile
+    with hunt_folder(save) as place:
+        return _hunt(remote, count, interval, gc, place, bool(save), jobs,
+                     max_gc, progress, sleep)
 
+
+def _hunt(remote: Remote, count: int, interval: float, gc: str,
+          place: Folder, saved: bool, jobs: int, max_gc: int | None,
+          progress: Callable[[str], None],
+          sleep: Callable[[float], None]) -> dict[Any, Any]:
     from beam_probe.errors import EndedEarly, ProbeError
     from beam_probe.snapshots.columns import Loaded, load, taken
     from beam_probe.snapshots.compare import heap_diff
 
-    folder = save or tempfile.mkdtemp(prefix="beam-probe-hunt-")
-    if save:
-        os.makedirs(save, exist_ok=True)
+    folder = place.path
     files: list[str] = []
     # The first, the second and the latest, into columns as they are
     # taken (while the next interval passes), never read back from disk.
@@ -150,9 +159,8 @@ def leak_hunt(remote: Remote, count: int, interval: float, gc: str,
                 sleep(interval)
             progress(f"snapshot {i + 1} of {count}")
             header, sections = take(remote, gc, jobs, max_gc, progress)
-            path = os.path.join(folder, f"{remote.node}-{stamp}-"
-                                f"{i + 1}.snapshot")
-            write(path, header, sections)
+            path, _size = write_in(place, file_name(
+                remote.node, f"-{stamp}-{i + 1}"), header, sections)
             files.append(path)
             elixir = header["elixir"]
             if i >= 3:
@@ -162,7 +170,7 @@ def leak_hunt(remote: Remote, count: int, interval: float, gc: str,
         interrupted = True
     except ProbeError as exc:
         failure = exc
-    if not files and not save:
+    if not files and not saved:
         os.rmdir(folder)  # nothing taken: no folder to name
     chosen = [0, 1, len(files) - 1] if len(files) > 3 else \
         list(range(len(files)))
@@ -174,7 +182,7 @@ def leak_hunt(remote: Remote, count: int, interval: float, gc: str,
                           for i in chosen])
     result = {"node": remote.node, "interval": interval, "gc": gc,
               "taken": len(files), "files": files,
-              "saved": folder if files or save else None,
+              "saved": folder if files or saved else None,
               "interrupted": interrupted, "compared": len(chosen),
               "diff": diff}
     if failure is not None:

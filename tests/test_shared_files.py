@@ -1,0 +1,347 @@
+"""Files on a shared machine (issue 27): the files beam-probe names itself
+in a folder (snapshot --cluster -o DIR, leak-hunt --save DIR, leak-hunt
+--cluster) never follow another user's link planted under that name, are
+0600 in folders made 0700, and fit a file name whatever the node's name;
+a place that cannot take them (under a regular file, a read-only file
+system) is one line and exit 11 (2 for a file where a folder is meant),
+never exit 1.
+
+The other user is real where it matters: links planted by a child of uid
+65534 (nobody) in a world-writable sticky folder, as /tmp is."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import pytest
+
+from beam_probe.erldist.terms import Atom
+from beam_probe.errors import OutputFailed
+from beam_probe.node.remote import attach
+from beam_probe.snapshots import format as snapfile
+from conftest import one_line, run_here
+
+NOBODY = 65534
+PRECIOUS = b"root's own file\n"
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0,
+                                reason="another user's links need root")
+
+
+@pytest.fixture
+def shared_tmp():
+    """A folder as /tmp is: world-writable and sticky, reachable by
+    another user (pytest's own folders are not)."""
+    top = tempfile.mkdtemp(prefix="bp-shared-", dir="/tmp")
+    os.chmod(top, 0o1777)
+    try:
+        yield top
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture
+def victim(tmp_path):
+    """A file of ours, 0600, that a link will point at."""
+    path = tmp_path / "victim"
+    path.write_bytes(PRECIOUS)
+    os.chmod(path, 0o600)
+    return path
+
+
+def plant_links(folder: str, names: list[str], aim: str) -> None:
+    """Links named ``names`` in ``folder`` pointing at ``aim``, made by
+    another user (nobody)."""
+    code = ("import os, sys\n"
+            f"for name in {names!r}:\n"
+            f"    os.symlink({aim!r}, os.path.join({folder!r}, name))\n")
+    for python in ("/usr/bin/python3", sys.executable):
+        try:
+            subprocess.run([python, "-c", code], user=NOBODY, group=NOBODY,
+                           extra_groups=[], cwd="/", check=True,
+                           capture_output=True, timeout=30)
+            break
+        except OSError:
+            continue
+    else:
+        pytest.skip("no Python that another user may run")
+    assert all(os.lstat(os.path.join(folder, n)).st_uid == NOBODY
+               for n in names)
+
+
+def hunt_names(node: str, count: int = 3) -> list[str]:
+    """Every name a leak hunt starting in the next 30 s may give its
+    files (the stamp is the second it starts)."""
+    now = time.time()
+    stamps = {time.strftime("%Y%m%dT%H%M%S", time.localtime(now + s))
+              for s in range(-1, 30)}
+    return [snapfile.file_name(node, f"-{stamp}-{i}")
+            for stamp in sorted(stamps) for i in range(1, count + 1)]
+
+
+def assert_ours(path: str, node: str) -> None:
+    """A regular file (not a link), ours, 0600, a snapshot of ``node``."""
+    info = os.lstat(path)
+    assert stat.S_ISREG(info.st_mode), path
+    assert info.st_uid == os.geteuid()
+    assert stat.S_IMODE(info.st_mode) == 0o600, oct(info.st_mode)
+    header, _sections = snapfile.read(path)
+    assert header["node"] == node
+
+
+# --- links planted under our names -------------------------------------------
+
+@needs_root
+def test_a_link_under_a_cluster_snapshots_name_is_replaced_not_followed(
+        target, shared_tmp, victim):
+    folder = os.path.join(shared_tmp, "before")
+    os.mkdir(folder)
+    os.chmod(folder, 0o1777)
+    name = snapfile.file_name(target.node)
+    plant_links(folder, [name], str(victim))
+    r = run_here("snapshot", target.node, "--cluster", "--nodes",
+                 target.node, "-o", folder, "--gc", "none", node=target)
+    assert r.returncode == 0, r.stderr
+    assert victim.read_bytes() == PRECIOUS
+    assert stat.S_IMODE(os.stat(victim).st_mode) == 0o600
+    assert_ours(os.path.join(folder, name), target.node)
+    # Nothing else left behind (no temporary file).
+    assert os.listdir(folder) == [name]
+
+
+@needs_root
+@pytest.mark.parametrize("cluster", [False, True], ids=["node", "cluster"])
+def test_links_under_a_leak_hunts_names_are_replaced_not_followed(
+        target, shared_tmp, victim, cluster):
+    save = os.path.join(shared_tmp, "hunt")
+    os.mkdir(save)
+    os.chmod(save, 0o1777)
+    names = hunt_names(target.node)
+    plant_links(save, names, str(victim))
+    extra = ("--cluster", "--nodes", target.node) if cluster else ()
+    r = run_here("leak-hunt", target.node, "--interval", "0.2", "--gc",
+                 "none", "--save", save, "--format", "json", *extra,
+                 node=target)
+    assert r.returncode == 0, r.stderr
+    assert victim.read_bytes() == PRECIOUS
+    result = json.loads(r.stdout)
+    files = result["nodes"][0]["files"] if cluster else result["files"]
+    assert len(files) == 3
+    for path in files:
+        assert os.path.basename(path) in names
+        assert_ours(path, target.node)
+    left = [n for n in os.listdir(save) if os.path.islink(
+        os.path.join(save, n))]
+    assert len(left) == len(names) - 3
+
+
+# --- private files and folders -----------------------------------------------
+
+def test_snapshots_are_private_whatever_the_umask(target, tmp_path):
+    """0600 files in folders made 0700, under a umask of 022 (which made
+    them 0644 and 0755); a tighter umask still applies."""
+    old = os.umask(0o022)
+    try:
+        one = tmp_path / "one.snapshot"
+        r = run_here("snapshot", target.node, "-o", str(one), "--gc",
+                     "none", node=target)
+        assert r.returncode == 0, r.stderr
+        assert stat.S_IMODE(os.stat(one).st_mode) == 0o600
+        folder = tmp_path / "made" / "here"
+        r = run_here("snapshot", target.node, "--cluster", "--nodes",
+                     target.node, "-o", str(folder), "--gc", "none",
+                     node=target)
+        assert r.returncode == 0, r.stderr
+        for made in (folder, folder.parent):
+            assert stat.S_IMODE(os.stat(made).st_mode) == 0o700
+        for name in os.listdir(folder):
+            assert_ours(str(folder / name), target.node)
+        r = run_here("leak-hunt", target.node, "--interval", "0.2",
+                     "--gc", "none", "--snapshots", "2", "--format", "json",
+                     node=target)
+        assert r.returncode == 0, r.stderr
+        saved = json.loads(r.stdout)["saved"]
+        assert stat.S_IMODE(os.stat(saved).st_mode) == 0o700
+        for name in os.listdir(saved):
+            assert_ours(os.path.join(saved, name), target.node)
+        os.umask(0o077 | 0o200)
+        two = tmp_path / "two.snapshot"
+        r = run_here("snapshot", target.node, "-o", str(two), "--gc",
+                     "none", node=target)
+        assert r.returncode == 0, r.stderr
+        assert stat.S_IMODE(os.stat(two).st_mode) == 0o400
+    finally:
+        os.umask(old)
+
+
+# --- names that fit ----------------------------------------------------------
+
+def test_file_names_fit_and_never_collide():
+    plain = "app@db1"
+    assert snapfile.file_name(plain) == "app@db1.snapshot"
+    assert snapfile.file_name(plain, "-x-1") == "app@db1-x-1.snapshot"
+    long_a = "n" * 236 + "@db1"
+    long_b = "n" * 235 + "m@db1"
+    wide = "\U0001F600" * 200 + "@db1"  # 4 bytes a character
+    odd = ["a/b@h", "a_b@h", "a~b@h", ".hidden@h", "tab\there@h",
+           "nul\x00@h", "\udcff@h", long_a, long_b, wide]
+    names = [snapfile.file_name(n, "-20261124T152200-100") for n in odd]
+    assert len(set(names)) == len(names)
+    for name in names:
+        raw = os.fsencode(name)
+        assert len(raw) <= 120, name
+        assert b"/" not in raw and b"\0" not in raw
+        assert not name.startswith(".")
+        assert name.endswith("-20261124T152200-100.snapshot")
+    # A readable start, the same every time.
+    assert names[-3].startswith("n" * 40)
+    assert snapfile.file_name(long_a) == snapfile.file_name(long_a)
+
+
+def _long_node_prefix() -> str:
+    """A prefix that makes a test node's name (prefix_PID_N@host) about
+    240 characters, as the issue's member had."""
+    host = socket.gethostname().split(".")[0]
+    return "bpl" + "x" * (240 - 3 - len(f"_{os.getpid()}_000@{host}"))
+
+
+def test_a_member_with_a_240_character_name(nodes, tmp_path):
+    """leak-hunt --cluster and the diff of snapshot --cluster folders with
+    a member whose name is too long for a file name: its files are named
+    by a start and a hash, and every answer names the node from the
+    file's header."""
+    cookie = f"long{uuid.uuid4().hex[:6]}"
+    entry = nodes.start("25", prefix=f"bpe{uuid.uuid4().hex[:6]}",
+                        cookie=cookie)
+    member = nodes.start("25", prefix=_long_node_prefix(), cookie=cookie)
+    assert len(member.node) >= 230
+    with attach(entry.node, cookie.encode()) as remote:
+        assert remote.call("net_kernel", "connect_node",
+                           [Atom(member.node)]) is True
+    save = tmp_path / "hunt"
+    r = run_here("leak-hunt", entry.node, "--cluster", "--interval", "0.2",
+                 "--gc", "none", "--save", str(save), "--format", "json",
+                 node=entry)
+    assert r.returncode == 0, r.stderr
+    rows = {row["node"]: row for row in json.loads(r.stdout)["nodes"]}
+    assert set(rows) == {entry.node, member.node}
+    assert all(row["diff"] is not None and "error" not in row
+               for row in rows.values())
+    for path in rows[member.node]["files"]:
+        assert "~" in os.path.basename(path)
+        assert len(os.fsencode(os.path.basename(path))) < 255
+        assert snapfile.read(path)[0]["node"] == member.node
+    folders = [str(tmp_path / name) for name in ("a", "b")]
+    for folder in folders:
+        r = run_here("snapshot", entry.node, "--cluster", "-o", folder,
+                     "--gc", "none", node=entry)
+        assert r.returncode == 0, r.stderr
+    r = run_here("diff", *folders, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    rows = {row["node"]: row for row in json.loads(r.stdout)["nodes"]}
+    assert set(rows) == {entry.node, member.node}
+    assert "change" in rows[member.node]["diff"]
+
+
+# --- places that cannot take the files ---------------------------------------
+
+@pytest.fixture(params=["tmpfs-ro", "sys"])
+def read_only(tmp_path, request):
+    """A place no folder can be made in, root included (root ignores
+    modes, so chmod cannot make one): a tmpfs mounted read-only (where we
+    may mount), and /sys, which says nothing until a folder is made."""
+    if request.param == "sys":
+        yield "/sys"
+        return
+    place = tmp_path / "ro"
+    place.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k",
+                       "bp-ro", str(place)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a file system needs root (CAP_SYS_ADMIN)")
+    try:
+        yield str(place)
+    finally:
+        subprocess.run(["umount", str(place)], check=True)
+
+
+@pytest.fixture
+def regular(tmp_path):
+    path = tmp_path / "a-file"
+    path.write_text("not a folder\n")
+    return str(path)
+
+
+NOWHERE = "bp_nosuch_node@nohost.invalid"
+
+
+@pytest.mark.parametrize("args", [
+    ("snapshot", NOWHERE, "-o", "{regular}/x"),
+    ("snapshot", NOWHERE, "-o", "{regular}/x/y.snapshot"),
+    ("snapshot", NOWHERE, "--cluster", "-o", "{regular}/x"),
+    ("leak-hunt", NOWHERE, "--interval", "1", "--save", "{regular}/x"),
+    ("leak-hunt", NOWHERE, "--interval", "1", "--cluster", "--save",
+     "{regular}/x/y"),
+    ("snapshot", NOWHERE, "-o", "{missing}/x.snapshot"),
+], ids=["file", "file-deeper", "cluster", "save", "cluster-save",
+        "no-folder"])
+def test_a_place_under_a_regular_file_is_exit_11_before_connecting(
+        regular, tmp_path, args):
+    """Checked before anything connects (the node named does not exist:
+    a check made after connecting would say so, exit 4)."""
+    args = [a.format(regular=regular, missing=tmp_path / "missing")
+            for a in args]
+    r = run_here(*args)
+    one_line(r, 11, "cannot write")
+    assert os.path.isfile(regular)
+
+
+@pytest.mark.parametrize("args", [
+    ("snapshot", NOWHERE, "--cluster", "-o", "{regular}"),
+    ("leak-hunt", NOWHERE, "--interval", "1", "--save", "{regular}"),
+], ids=["cluster", "save"])
+def test_a_file_where_a_folder_is_meant_is_a_usage_error(regular, args):
+    r = run_here(*[a.format(regular=regular) for a in args])
+    one_line(r, 2, regular, "is not a folder")
+
+
+def test_a_read_only_place_is_exit_11(target, read_only):
+    """Before connecting where the check can tell (a read-only mount),
+    else (/sys, which says nothing until a folder is made there) when
+    the folder is made: one line either way."""
+    for args in (("-o", f"{read_only}/bp-x.snapshot"),
+                 ("--cluster", "--nodes", target.node, "-o",
+                  f"{read_only}/bp-x")):
+        r = run_here("snapshot", target.node, *args, "--gc", "none",
+                     node=target)
+        one_line(r, 11, read_only)
+    r = run_here("leak-hunt", target.node, "--interval", "0.2", "--gc",
+                 "none", "--save", f"{read_only}/bp-x", node=target)
+    one_line(r, 11, read_only)
+    r = run_here("leak-hunt", target.node, "--interval", "0.2", "--gc",
+                 "none", "--cluster", "--nodes", target.node, "--save",
+                 f"{read_only}/bp-x", node=target)
+    one_line(r, 11, read_only)
+    assert not os.path.exists(f"{read_only}/bp-x")
+
+
+def test_a_folder_that_cannot_be_made_is_output_failed(regular, tmp_path,
+                                                       monkeypatch):
+    """What the check before connecting cannot see (the place changed
+    since, or a file system that says nothing until asked) is still
+    OutputFailed when the folder is made: the hunt's own temporary
+    folder included."""
+    with pytest.raises(OutputFailed, match="Not a directory"):
+        snapfile.open_folder(f"{regular}/x")
+    with pytest.raises(OutputFailed, match="cannot make a folder in"):
+        monkeypatch.setattr(tempfile, "tempdir", f"{regular}/tmp")
+        snapfile.hunt_folder(None)
