@@ -90,8 +90,9 @@ EXIT_CODES = [
                     "tracer could forward (overload); what was traced is "
                     "shown"),
     (ClusterIncomplete.exit_code, "`--cluster`: one or more nodes did not "
-                                  "answer (down, slow, unreachable from "
-                                  "the entry node, or failing); each is "
+                                  "answer (down, slow, not connected to "
+                                  "the entry node, an answer too large, "
+                                  "or failing); each is "
                                   "named in its row, and the others' "
                                   "answers are shown"),
     (130, "interrupted (Ctrl-C, SIGINT); `watch` ends on Ctrl-C as a "

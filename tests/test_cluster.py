@@ -616,11 +616,14 @@ def test_a_members_atoms_are_never_made_on_the_entry(crowd, tmp_path):
 def _sizes(remote, nodes) -> dict[str, int]:
     """What each node's proc-count of 400 rows takes in bytes, read from
     the fan-out's own refusals with a budget of one byte."""
-    from beam_probe.probes.processes import HELPER, LOCALS
+    from beam_probe.probes.processes import COUNT_LOCALS, HELPER
 
+    args = (Atom("memory"), 400, 0, *COUNT_LOCALS)
+    # Answers, not failures (whose size would say nothing).
+    assert [kind for kind, _ in remote.fan_out(
+        nodes, HELPER, "proc_count", *args, timeout=10)] == ["ok"] * 3
     remote.fan_budget = 1
-    replies = remote.fan_out(nodes, HELPER, "proc_count", Atom("memory"),
-                             400, 0, *LOCALS, timeout=10)
+    replies = remote.fan_out(nodes, HELPER, "proc_count", *args, timeout=10)
     assert [kind for kind, _ in replies] == ["oversize"] * len(nodes)
     return {node: value[0] for node, (_, value) in zip(nodes, replies)}
 
@@ -652,7 +655,8 @@ def test_answers_that_do_not_fit_together_are_asked_again_apart(crowd):
     """Each node's answer fits in a frame, but not all three together:
     the entry passes on what fits and beam-probe asks the others again,
     in groups that fit; every node answers."""
-    from beam_probe.probes.processes import HELPER, LOCALS, proc_count_cluster
+    from beam_probe.probes.processes import (COUNT_LOCALS, HELPER,
+                                             proc_count_cluster)
 
     entry, _before, _after = crowd
     nodes = [n.node for n in crowd]
@@ -661,7 +665,7 @@ def test_answers_that_do_not_fit_together_are_asked_again_apart(crowd):
         remote.fan_budget = max(sizes.values()) * 5 // 4
         assert sum(sizes.values()) > max(sizes.values()) * 5 // 4
         once = remote.fan_out(nodes, HELPER, "proc_count", Atom("memory"),
-                              400, 0, *LOCALS, timeout=10)
+                              400, 0, *COUNT_LOCALS, timeout=10)
         assert "crowded" in [kind for kind, _ in once], once
         result = proc_count_cluster(remote, "memory", 400, nodes=nodes)
     assert all("scanned" in row for row in result["nodes"]), result["nodes"]
