@@ -670,3 +670,17 @@ def test_answers_that_do_not_fit_together_are_asked_again_apart(crowd):
         result = proc_count_cluster(remote, "memory", 400, nodes=nodes)
     assert all("scanned" in row for row in result["nodes"]), result["nodes"]
     assert {p["node"] for p in result["processes"]} == set(nodes)
+
+
+def test_a_folder_of_more_files_than_a_cluster_has_nodes_is_refused(tmp_path):
+    """A diff of folders keeps every node's diff for its answer: the files
+    a folder may hold are bounded by the nodes a cluster may have, checked
+    before any is read."""
+    from beam_probe.probes.cluster import MAX_NODES
+
+    crowded = tmp_path / "crowded"
+    crowded.mkdir()
+    for i in range(MAX_NODES + 1):
+        (crowded / f"n{i}.snapshot").write_bytes(b"")
+    one_line(run_here("diff", str(crowded), str(crowded)), 2,
+             f"{MAX_NODES + 1:,} snapshot files", f"at most {MAX_NODES:,}")

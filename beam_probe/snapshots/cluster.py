@@ -141,8 +141,16 @@ def node_files(folder: str) -> dict[str, list[str]]:
         from beam_probe.files import error_text
 
         raise UsageError(f"{folder}: {error_text(exc)}") from None
+    # A folder of snapshot --cluster holds a file a node, and a cluster
+    # is at most MAX_NODES here; each node's diff is kept for the answer,
+    # so the count of files bounds what a diff of folders holds (10,000
+    # crafted files once took it to 460 MB, and its JSON to 1.45 GB).
+    if len(names) > cluster.MAX_NODES:
+        raise UsageError(f"{folder} holds {len(names):,} snapshot files: a "
+                         "folder of snapshot --cluster holds one a node, at "
+                         f"most {cluster.MAX_NODES:,}")
     found: dict[str, list[str]] = {}
-    for name in names[:cluster.MAX_NODES * 100]:
+    for name in names:
         path = os.path.join(folder, name)
         header, _sections = read_file(path)
         found.setdefault(str(header["node"]), []).append(path)
