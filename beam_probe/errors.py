@@ -23,6 +23,16 @@ class NoCookie(CookieError):
     unsafe, unreadable or malformed (not the node's doing)."""
 
 
+class BadReply(ProtocolError):
+    """A helper's reply that no node can give (node/replies.py): a key
+    missing, a value of another type, or a figure out of range (2^2000,
+    -5, 1.5 where a count belongs). Exit 8, as other malformed data from
+    the peer; ``check`` calls it UNKNOWN (the node answered, but with no
+    figures it can judge)."""
+
+    label = "bad reply"
+
+
 class NoSuchProcess(ProbeError):
     """The pid or registered name given is not a live process on the node."""
 
@@ -70,7 +80,10 @@ EXIT_CODES = [
     (TimedOut.exit_code, "no answer within --timeout, or no connection "
                          "within --connect-timeout"),
     (ConnectionLost.exit_code, "the connection closed in the middle of a call"),
-    (ProtocolError.exit_code, "the peer sent malformed distribution data"),
+    (ProtocolError.exit_code, "the peer sent malformed distribution data, "
+                              "or a reply no node can give (a count that "
+                              "is negative, past 64 bits or not an "
+                              "integer; the line names the key)"),
     (RemoteError.exit_code, "the call failed on the node (badrpc)"),
     (NoSuchProcess.exit_code, "no live process with that pid or name on the "
                               "node; `trace-gc`: none of the processes asked "
@@ -120,7 +133,7 @@ class Terminated(BaseException):
     ``except Exception`` on the way swallows it)."""
 
 
-__all__ = ["ConnectFailed", "ConnectionLost", "CookieError", "EXIT_CODES",
+__all__ = ["BadReply", "ConnectFailed", "ConnectionLost", "CookieError", "EXIT_CODES",
            "EXIT_LEAK", "EXIT_NOT_JUDGED", "EXIT_OVERLOAD", "EndedEarly",
            "NothingToTrace",
            "HostUnknown", "NoCookie", "NoSuchProcess", "NodeNotFound",

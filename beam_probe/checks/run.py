@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from beam_probe.errors import NoCookie, ProbeError, UsageError
+from beam_probe.errors import BadReply, NoCookie, ProbeError, UsageError
 from beam_probe.text.tables import to_json
 from beam_probe.history import records as hist
 from beam_probe.checks import report as rep
@@ -62,6 +62,11 @@ def run_check(attach: Callable[[], Any], request: CheckRequest
                             request.timeout)
     except (UsageError, NoCookie) as exc:
         return UNKNOWN, _unknown(request.fmt, f"{exc.label}: {exc}")
+    except BadReply as exc:
+        # The node answered, with figures no node can have: nothing to
+        # judge, and not a node that is down (CRITICAL would page for it).
+        return UNKNOWN, _unknown(request.fmt, f"{request.node or '(node)'}"
+                                 f": {exc.label}: {exc}")
     except ProbeError as exc:
         # Unreachable, refused, cookie rejected, timed out: CRITICAL.
         measured = [{"node": request.node or "(node)",

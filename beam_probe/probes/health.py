@@ -44,7 +44,8 @@ def _allocators(types: list[AllocType]) -> dict[str, dict[str, int]]:
 
 
 def _values(reply: Reply, types: list[AllocType]) -> CheckValues:
-    memory = reply.pairs("memory")
+    memory = reply.sizes("memory", ("total", "processes", "binary", "ets",
+                                    "atom"))
     total = memory["total"]
     return {
         "total": total,
@@ -54,14 +55,15 @@ def _values(reply: Reply, types: list[AllocType]) -> CheckValues:
         "atom": memory["atom"],
         "binary_share": round(100.0 * memory["binary"] / total, 2)
         if total else 0.0,
-        "process_count": reply.int("process_count"),
-        "top_binary_memory": reply.int("top_binary_memory"),
-        "max_queue": reply.int("max_queue"),
-        "atom_use": round(100.0 * reply.int("atom_count")
-                          / reply.int("atom_limit"), 2),
-        "rss": rss_bytes(reply["rss"]),
+        "process_count": reply.count("process_count"),
+        "top_binary_memory": reply.count("top_binary_memory"),
+        "max_queue": reply.count("max_queue"),
+        # A limit of 0 is no node's (it bounds the count).
+        "atom_use": round(100.0 * reply.count("atom_count")
+                          / reply.count("atom_limit", 1), 2),
+        "rss": rss_bytes(reply["rss"], f"{reply.helper}'s rss"),
         "alloc_usage_min": usage_min(types),
-        "top_ets_memory": reply.int("top_ets_memory"),
+        "top_ets_memory": reply.count("top_ets_memory"),
     }
 
 

@@ -199,7 +199,7 @@ class TraceGc:
         started = Reply(f"{HELPER}:trace_gc's first chunk", chunk)
         if started["kind"] != Atom("started"):
             raise UsageError("the node's tracer did not start")
-        self._wordsize = started.int("wordsize")
+        self._wordsize = started.wordsize()
         self.mode = "session" if started["mode"] == Atom("session") \
             else "trace/3"
         tracing, skipped = [], []

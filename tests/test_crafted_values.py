@@ -1,0 +1,250 @@
+"""Values no node can give (2^2000, -5, 1.5, <<"x">> where a count
+belongs), sent by real nodes: each is one line and exit 8 for one node
+(check: UNKNOWN naming the cause, exit 3), and that node's row in a
+cluster while the others answer; never exit 1.
+
+How a real node is made to send them: a helper's result passed through a
+tamper fun. The helpers' parsed forms are read from the forms cache
+($BEAM_PROBE_CACHE), which beam-probe trusts when it is the user's own
+(node/forms.py); the test plants there the forms of one helper whose
+function wraps its real body, ``(fun(R) -> R#{Key := Value} end)(begin
+Body end)``, so the node runs the real helper and tampers with its own
+answer. Through a cluster's entry the same forms reach every member, and
+the tamper looks at node() to pick the one hostile member. Nothing is
+loaded on any node; the product's code is the code under test, its cache
+reader included (the planted file is what a trusted cache may hold).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import pytest
+
+from beam_probe.erldist import etf
+from beam_probe.erldist.terms import Atom
+from beam_probe.node.forms import (HelperForms, canonical_variables,
+                                   helper_path, sha256)
+from beam_probe.node.remote import attach
+from conftest import one_line, run_here
+
+# The crafted values, as Erlang expressions.
+VALUES = {"2^2000": "1 bsl 2000", "-5": "-5", "1.5": "1.5",
+          "binary": '<<"x">>'}
+
+
+def _expr(remote, text: str):
+    ok, tokens, _end = remote.call("erl_scan", "string", [text + "."])
+    assert ok == Atom("ok"), tokens
+    ok, exprs = remote.call("erl_parse", "parse_exprs", [tokens])
+    assert ok == Atom("ok"), exprs
+    return exprs[0]
+
+
+def plant(node, folder: str, module: str, function: str, tamper: str,
+          only: str | None = None) -> None:
+    """The forms cache in ``folder`` with ``module:function``'s result
+    passed through ``tamper``, an Erlang expression of R (the real
+    result); with ``only``, on that node alone."""
+    if only is not None:
+        tamper = f"case node() of '{only}' -> {tamper}; _ -> R end"
+    with attach(node.node, node.cookie.encode()) as remote:
+        with open(helper_path(module), "rb") as f:
+            source = f.read()
+        forms = {name: canonical_variables(clauses) for name, clauses in
+                 HelperForms(remote.call)._parse(module,
+                                                 source.decode()).items()}
+        fun = _expr(remote, f"fun(R) -> {tamper} end")
+    # {clause, Anno, Patterns, Guards, Body}: Body becomes
+    # Fun(begin Body end).
+    forms[function] = [
+        (c[0], c[1], c[2], c[3],
+         [(Atom("call"), 1, fun, [(Atom("block"), 1, c[4])])])
+        for c in forms[function]]
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    path = os.path.join(folder, f"{module}-"
+                        f"{sha256(source).hexdigest()[:20]}.etf")
+    with open(path, "wb") as f:
+        f.write(etf.encode(list(forms.items())))
+    os.chmod(path, 0o600)
+
+
+# (what, command, helper module and function, tamper with V for the
+# value, the key the error line must name)
+ONE_NODE = {
+    "alloc": (("alloc",), "beam_probe_alloc", "alloc",
+              "R#{memory_total := V}", "memory_total"),
+    "alloc types": (("alloc",), "beam_probe_alloc", "alloc",
+                    "R#{types := [T#{sbcs := [V, 0, 0, 0, 0, 0, 0, 0]} "
+                    "|| T <- maps:get(types, R)]}", "sbcs"),
+    "watch": (("watch", "--count", "1", "--interval", "1"),
+              "beam_probe_watch", "sample",
+              "R#{process_count := V}", "process_count"),
+    "watch memory": (("watch", "--count", "1", "--interval", "1"),
+                     "beam_probe_watch", "sample",
+                     "R#{memory := lists:keyreplace(binary, 1, "
+                     "maps:get(memory, R), {binary, V})}", "binary"),
+    "snapshot": (("snapshot", "--gc", "none"), "beam_probe_snapshot",
+                 "snapshot", "R#{atom_count := V}", "atom_count"),
+    "snapshot sample": (("snapshot", "--gc", "none"), "beam_probe_snapshot",
+                        "snapshot", "R#{sample := maps:put(ets_count, V, "
+                        "maps:get(sample, R))}", "ets_count"),
+    "ets": (("ets",), "beam_probe_ets", "largest", "R#{tables := V}",
+            "tables"),
+    "ets size": (("ets",), "beam_probe_ets", "largest",
+                 "R#{largest := [E#{info := lists:keyreplace(size, 1, "
+                 "maps:get(info, E), {size, V})} || "
+                 "E <- maps:get(largest, R)]}", "size"),
+    "proc-count": (("proc-count", "memory", "3"), "beam_probe_scan",
+                   "proc_count", "R#{scanned := V}", "scanned"),
+}
+
+
+def _args(command: tuple[str, ...], node, tmp_path) -> list[str]:
+    args = [command[0], node.node, *command[1:]]
+    if command[0] == "snapshot":
+        args += ["-o", str(tmp_path / "s.snapshot")]
+    return args
+
+
+@pytest.mark.parametrize("value", VALUES)
+@pytest.mark.parametrize("case", ONE_NODE)
+def test_a_crafted_value_is_one_line_and_exit_8(target, tmp_path,
+                                                monkeypatch, case, value):
+    command, module, function, tamper, key = ONE_NODE[case]
+    folder = str(tmp_path / "cache")
+    plant(target, folder, module, function,
+          tamper.replace("V", f"({VALUES[value]})"))
+    monkeypatch.setenv("BEAM_PROBE_CACHE", folder)
+    r = run_here(*_args(command, target, tmp_path), node=target)
+    line = one_line(r, 8, "bad reply", key)
+    assert f"{module}:{function}" in line or module in line, line
+    if value == "2^2000":
+        assert "of 2001 bits" in line, line
+    assert not os.path.exists(tmp_path / "s.snapshot")
+
+
+@pytest.mark.parametrize("value", VALUES)
+def test_check_is_unknown_naming_the_cause(target, tmp_path, monkeypatch,
+                                           value):
+    folder = str(tmp_path / "cache")
+    plant(target, folder, "beam_probe_scan", "health",
+          f"R#{{top_ets_memory := {VALUES[value]}}}")
+    monkeypatch.setenv("BEAM_PROBE_CACHE", folder)
+    r = run_here("check", target.node, node=target)
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert r.stdout.startswith("BEAM UNKNOWN - "), r.stdout
+    assert "internal error" not in r.stdout
+    assert "beam_probe_scan:health's top_ets_memory" in r.stdout, r.stdout
+    r = run_here("check", target.node, "--format", "json", node=target)
+    result = json.loads(r.stdout)
+    assert r.returncode == 3 and result["status"] == "UNKNOWN", r.stdout
+    assert "top_ets_memory" in result["error"]
+
+
+def test_a_good_plant_changes_nothing(target, tmp_path, monkeypatch):
+    """The control: a tamper that keeps the value shows the rig runs the
+    real helper (and that the planted forms are used at all)."""
+    folder = str(tmp_path / "cache")
+    plant(target, folder, "beam_probe_alloc", "alloc",
+          "R#{memory_total := 12345}")
+    monkeypatch.setenv("BEAM_PROBE_CACHE", folder)
+    r = run_here("alloc", target.node, "--format", "json", node=target)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["memory_total"] == 12345
+    assert report["types"], report
+
+
+# --- a cluster with one hostile member ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pair(session_nodes):
+    """(entry, member): two connected OTP 25 nodes of one cookie."""
+    tag = uuid.uuid4().hex[:6]
+    cookie = f"v{tag}"
+    entry, member = (session_nodes.start("25", prefix=f"{head}v{tag}",
+                                         cookie=cookie)
+                     for head in ("bp", "zz"))
+    with attach(entry.node, entry.cookie.encode()) as remote:
+        assert remote.call("net_kernel", "connect_node",
+                           [Atom(member.node)]) is True
+    return entry, member
+
+
+# (command, module, function, tamper, value): each value once at least.
+CLUSTER = {
+    "alloc": (("alloc",), "beam_probe_alloc", "alloc",
+              "R#{mseg_calls := V}", "1 bsl 2000"),
+    "ets": (("ets",), "beam_probe_ets", "largest", "R#{total_words := V}",
+            "-5"),
+    "snapshot": (("snapshot", "--gc", "none"), "beam_probe_snapshot",
+                 "snapshot", "R#{creation := V}", "1.5"),
+    "leak-hunt": (("leak-hunt", "--interval", "0", "--snapshots", "2",
+                   "--gc", "none"), "beam_probe_snapshot", "snapshot",
+                  "R#{process_count := V}", '<<"x">>'),
+    "check": (("check",), "beam_probe_scan", "health",
+              "R#{max_queue := V}", "-5"),
+}
+
+
+def _cluster_args(command, entry, tmp_path) -> list[str]:
+    args = [command[0], entry.node, *command[1:], "--cluster"]
+    if command[0] == "snapshot":
+        args += ["-o", str(tmp_path / "out")]
+    if command[0] == "leak-hunt":
+        args += ["--save", str(tmp_path / "hunt")]
+    return args
+
+
+@pytest.mark.parametrize("case", CLUSTER)
+def test_a_hostile_member_is_its_row(pair, tmp_path, monkeypatch, case):
+    entry, member = pair
+    command, module, function, tamper, value = CLUSTER[case]
+    folder = str(tmp_path / "cache")
+    plant(entry, folder, module, function,
+          tamper.replace("V", f"({value})"), only=member.node)
+    monkeypatch.setenv("BEAM_PROBE_CACHE", folder)
+    r = run_here(*_cluster_args(command, entry, tmp_path), "--format",
+                 "json", node=entry)
+    result = json.loads(r.stdout)
+    rows = {row["node"]: row for row in result["nodes"]}
+    assert set(rows) == {entry.node, member.node}, rows
+    key = tamper.split("#{")[1].split(" ")[0]
+    assert key in rows[member.node]["error"], rows[member.node]
+    assert "error" not in rows[entry.node], rows[entry.node]
+    if command[0] == "check":
+        # The node answered with no figures to judge: its row says why.
+        assert r.returncode == 2 and result["status"] == "CRITICAL", r.stdout
+        assert rows[entry.node]["status"] == "OK", rows[entry.node]
+        return
+    if command[0] == "leak-hunt":
+        # A hunt says where it kept its files first.
+        kept, _, rest = r.stderr.partition("\n")
+        assert "snapshots kept in" in kept, r.stderr
+        r.stderr = rest
+        assert rows[entry.node]["diff"] is not None
+        assert rows[member.node]["files"] == []
+    one_line(r, 15, "1 of 2 nodes", member.node, key)
+
+
+def test_watch_cluster_makes_a_hostile_member_down(pair, tmp_path,
+                                                   monkeypatch):
+    entry, member = pair
+    folder = str(tmp_path / "cache")
+    plant(entry, folder, "beam_probe_watch", "sample",
+          "R#{atom_limit := 0}", only=member.node)
+    monkeypatch.setenv("BEAM_PROBE_CACHE", folder)
+    r = run_here("watch", entry.node, "--cluster", "--count", "2",
+                 "--interval", "0.5", "--format", "json", node=entry)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    samples = [s for s in lines if "summary" not in s]
+    theirs = [s for s in samples if s["node"] == member.node]
+    ours = [s for s in samples if s["node"] == entry.node]
+    assert theirs and all(s.get("down") for s in theirs), theirs
+    assert "atom_limit is 0, not a count of at least 1" in theirs[0]["error"]
+    assert ours and not any(s.get("down") for s in ours), ours
