@@ -103,10 +103,13 @@ EXIT_CODES = [
                     "tracer could forward (overload); what was traced is "
                     "shown"),
     (ClusterIncomplete.exit_code, "`--cluster`: one or more nodes did not "
-                                  "answer (down, slow, unreachable from "
-                                  "the entry node, or failing); each is "
+                                  "answer (down, slow, not connected to "
+                                  "the entry node, an answer too large, "
+                                  "or failing); each is "
                                   "named in its row, and the others' "
-                                  "answers are shown"),
+                                  "answers are shown. `diff` of folders: "
+                                  "a node not once in every folder, named "
+                                  "in its row; the others are compared"),
     (130, "interrupted (Ctrl-C, SIGINT); `watch` ends on Ctrl-C as a "
           "normal stop, exit 0"),
     (141, "standard output is a pipe whose reader closed it (as `head` "
