@@ -71,6 +71,54 @@ def plant(node, folder: str, module: str, function: str, tamper: str,
     os.chmod(path, 0o600)
 
 
+# --- the readers alone: each value at the edges of its range ----------------
+
+GOOD_COUNTS = [0, 1, 2**64 - 1]
+BAD_COUNTS = [-1, -5, 2**64, 2**2000, 2**20000, 1.5, float("nan"), True,
+              b"x", "x", None, Atom("undefined"), [1], (1,)]
+
+
+def _id(value) -> str:
+    if type(value) is int and value.bit_length() > 64:
+        return f"2^{value.bit_length() - 1}"
+    return repr(value)
+
+
+@pytest.mark.parametrize("value", GOOD_COUNTS + BAD_COUNTS, ids=_id)
+def test_a_count_is_an_integer_within_64_bits(value):
+    from beam_probe.errors import BadReply
+    from beam_probe.node.replies import Reply
+
+    reply = Reply("h:f", {Atom("k"): value, Atom("memory"): [
+        (Atom("total"), value)]})
+    if value in GOOD_COUNTS and type(value) is int:
+        assert reply.count("k") == value
+        assert reply.sizes("memory", ["total"]) == {"total": value}
+        return
+    negative = type(value) is int and -2**63 <= value < 0
+    for read in (lambda: reply.count("k"),
+                 *(() if negative else (lambda: reply.int("k"),)),
+                 lambda: reply.sizes("memory", ["total"]),
+                 lambda: reply.counts("memory")):
+        with pytest.raises(BadReply) as caught:
+            read()
+        line = str(caught.value)
+        assert line.startswith("h:f's ") and len(line) < 120, line
+    # A change may be negative: -5 is an integer, 2^64 is not.
+    if type(value) is int and value in (-1, -5):
+        assert reply.int("k") == value
+
+
+def test_no_integer_is_too_long_to_write():
+    from beam_probe.erldist.terms import format_term, mfa
+
+    assert format_term(2**20000) == "<an integer of 20001 bits>"
+    assert format_term(2**64) == str(2**64)
+    assert mfa((Atom("m"), Atom("f"), 2**20000)) is None
+    assert mfa((1, 2, 3)) is None
+    assert mfa((Atom("m"), Atom("f"), [1, 2])) == "m:f/2"
+
+
 # (what, command, helper module and function, tamper with V for the
 # value, the key the error line must name)
 ONE_NODE = {
@@ -102,10 +150,21 @@ ONE_NODE = {
 }
 
 
+# A snapshot's table section with one crafted table: the node packs it
+# (term_to_binary) as it packs its real ones.
+TABLES = ("R#{tables := erlang:term_to_binary([{t, t, self(), V, 5, set}], "
+          "[compressed])}")
+ONE_NODE["leak-hunt tables"] = (
+    ("leak-hunt", "--interval", "0", "--snapshots", "2", "--gc", "none"),
+    "beam_probe_snapshot", "snapshot", TABLES, "rows in its tables")
+
+
 def _args(command: tuple[str, ...], node, tmp_path) -> list[str]:
     args = [command[0], node.node, *command[1:]]
     if command[0] == "snapshot":
         args += ["-o", str(tmp_path / "s.snapshot")]
+    if command[0] == "leak-hunt":
+        args += ["--save", str(tmp_path / "hunt")]
     return args
 
 
@@ -119,9 +178,14 @@ def test_a_crafted_value_is_one_line_and_exit_8(target, tmp_path,
           tamper.replace("V", f"({VALUES[value]})"))
     monkeypatch.setenv("BEAM_PROBE_CACHE", folder)
     r = run_here(*_args(command, target, tmp_path), node=target)
+    if command[0] == "leak-hunt":
+        # A hunt says where it kept what it took first.
+        kept, _, rest = r.stderr.partition("\n")
+        assert "snapshot kept in" in kept, r.stderr
+        r.stderr = rest
     line = one_line(r, 8, "bad reply", key)
     assert f"{module}:{function}" in line or module in line, line
-    if value == "2^2000":
+    if value == "2^2000" and tamper != TABLES:
         assert "of 2001 bits" in line, line
     assert not os.path.exists(tmp_path / "s.snapshot")
 
@@ -188,6 +252,10 @@ CLUSTER = {
                   "R#{process_count := V}", '<<"x">>'),
     "check": (("check",), "beam_probe_scan", "health",
               "R#{max_queue := V}", "-5"),
+    # Its files are written, and then cannot be compared: its row.
+    "leak-hunt tables": (("leak-hunt", "--interval", "0", "--snapshots",
+                          "2", "--gc", "none"), "beam_probe_snapshot",
+                         "snapshot", TABLES, "1 bsl 2000"),
 }
 
 
@@ -214,6 +282,8 @@ def test_a_hostile_member_is_its_row(pair, tmp_path, monkeypatch, case):
     rows = {row["node"]: row for row in result["nodes"]}
     assert set(rows) == {entry.node, member.node}, rows
     key = tamper.split("#{")[1].split(" ")[0]
+    if tamper == TABLES:
+        key = "values no node has"
     assert key in rows[member.node]["error"], rows[member.node]
     assert "error" not in rows[entry.node], rows[entry.node]
     if command[0] == "check":
@@ -227,7 +297,8 @@ def test_a_hostile_member_is_its_row(pair, tmp_path, monkeypatch, case):
         assert "snapshots kept in" in kept, r.stderr
         r.stderr = rest
         assert rows[entry.node]["diff"] is not None
-        assert rows[member.node]["files"] == []
+        assert len(rows[member.node]["files"]) == (2 if tamper == TABLES
+                                                   else 0)
     one_line(r, 15, "1 of 2 nodes", member.node, key)
 
 

@@ -250,5 +250,9 @@ def mfa(term: Any) -> str | None:
         m, f, a = term
         if isinstance(a, list):
             a = len(a)
+        if not (isinstance(m, Atom) and isinstance(f, Atom)
+                and isinstance(a, int) and not isinstance(a, bool)
+                and 0 <= a <= 255):
+            return None  # no function of any node: not written as one
         return f"{_format_atom(m)}:{_format_atom(f)}/{a}"
     return None

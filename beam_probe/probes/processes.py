@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Generator, Literal, Sequence, TYPE_CHECKING, overload
 
-from beam_probe.erldist.terms import Atom, format_term, mfa
-from beam_probe.errors import ProtocolError, UsageError
+from beam_probe.erldist.terms import Atom, Pid, format_term, mfa
+from beam_probe.errors import BadReply, ProtocolError, UsageError
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply
@@ -141,6 +141,13 @@ def rows(raw: Any, key: str, order: bool = False) -> list[Any]:
             distinct is not None and len(distinct) != len(values)):
         raise ProtocolError("beam_probe_scan:describe's columns are of "
                             "different lengths")
+    if not all(isinstance(pid, Pid) for pid in pids):
+        raise BadReply("beam_probe_scan:describe's pids are not all pids")
+    if not all(isinstance(info, Atom) or isinstance(info, list) and all(
+            isinstance(item, tuple) and len(item) == 2 for item in info)
+            for info in infos):
+        raise BadReply("beam_probe_scan:describe's infos are not all "
+                       "lists of pairs")
     index: Sequence[int] = range(len(values))
     if order:
         index = sorted(index, key=lambda i: (-values[i], -i))

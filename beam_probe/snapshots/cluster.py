@@ -22,8 +22,8 @@ from beam_probe.errors import (ClusterIncomplete, EndedEarly, ProbeError,
                                UsageError)
 from beam_probe.node.remote import Remote
 from beam_probe.probes import cluster
-from beam_probe.snapshots.format import (file_name, hunt_folder,
-                                         open_folder, write_in)
+from beam_probe.snapshots.format import (SnapshotError, file_name,
+                                         hunt_folder, open_folder, write_in)
 from beam_probe.snapshots.take import HELPER, args, read
 
 if TYPE_CHECKING:
@@ -285,7 +285,13 @@ def _leak_hunt_cluster(remote: Remote, count: int, interval: float, gc: str,
             # One node's files at a time, read back: the cluster's rows
             # are never all in memory at once.
             progress(f"comparing {node}")
-            row["diff"] = diff_files(chosen)
+            try:
+                row["diff"] = diff_files(chosen)
+            except SnapshotError as exc:
+                # What this node sent makes no snapshot a diff can read:
+                # its row, as a node that did not answer.
+                errors.setdefault(node, f"its snapshots sent values no "
+                                        f"node has ({exc})")
         if node in errors:
             row["error"] = errors[node]
         rows.append(row)
