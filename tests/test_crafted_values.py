@@ -199,13 +199,17 @@ def test_check_is_unknown_naming_the_cause(target, tmp_path, monkeypatch,
     monkeypatch.setenv("BEAM_PROBE_CACHE", folder)
     r = run_here("check", target.node, node=target)
     assert r.returncode == 3, (r.stdout, r.stderr)
-    assert r.stdout.startswith("BEAM UNKNOWN - "), r.stdout
-    assert "internal error" not in r.stdout
-    assert "beam_probe_scan:health's top_ets_memory" in r.stdout, r.stdout
+    assert r.stdout.startswith(f"BEAM UNKNOWN - {target.node}: bad reply: "
+                               "beam_probe_scan:health's top_ets_memory "
+                               "is "), r.stdout
+    assert len(r.stdout.splitlines()) == 1 and r.stderr == ""
     r = run_here("check", target.node, "--format", "json", node=target)
     result = json.loads(r.stdout)
     assert r.returncode == 3 and result["status"] == "UNKNOWN", r.stdout
-    assert "top_ets_memory" in result["error"]
+    assert "top_ets_memory" in result["nodes"][0]["error"]
+    r = run_here("check", target.node, "--format", "prometheus", node=target)
+    assert r.returncode == 3
+    assert f'beam_probe_up{{node="{target.node}"}} 0' in r.stdout
 
 
 def test_a_good_plant_changes_nothing(target, tmp_path, monkeypatch):
@@ -287,8 +291,10 @@ def test_a_hostile_member_is_its_row(pair, tmp_path, monkeypatch, case):
     assert key in rows[member.node]["error"], rows[member.node]
     assert "error" not in rows[entry.node], rows[entry.node]
     if command[0] == "check":
-        # The node answered with no figures to judge: its row says why.
-        assert r.returncode == 2 and result["status"] == "CRITICAL", r.stdout
+        # The node answered with no figures to judge: UNKNOWN, its row
+        # says why (a node that does not answer is CRITICAL).
+        assert r.returncode == 3 and result["status"] == "UNKNOWN", r.stdout
+        assert rows[member.node]["status"] == "UNKNOWN"
         assert rows[entry.node]["status"] == "OK", rows[entry.node]
         return
     if command[0] == "leak-hunt":

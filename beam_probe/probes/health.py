@@ -15,6 +15,7 @@ from typing import Any, TYPE_CHECKING, cast
 
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
+from beam_probe.errors import BadReply
 from beam_probe.node.replies import Reply
 from beam_probe.probes import cluster
 from beam_probe.probes.alloc import FRAGMENTED_MIN, LONG_LIVED, allocator_types, rss_bytes
@@ -98,5 +99,16 @@ def measure_cluster(remote: Remote, timeout: float, jobs: int = 0,
         timeout = max(0.1, int(10 * min(timeout, 0.8 * wait)) / 10)
     # A failure row, {"node", "error"}, is a NodeHealth without values.
     return cast("list[NodeHealth]", cluster.fan(
-        remote, nodes, HELPER, "health", (jobs, *LOCALS), _health, timeout,
-        wait=wait))
+        remote, nodes, HELPER, "health", (jobs, *LOCALS), _judgeable,
+        timeout, wait=wait))
+
+
+def _judgeable(node: str, reply: Reply) -> NodeHealth:
+    """A node's values, or its row as one that answered with figures no
+    node has (UNKNOWN in the check, where a node that does not answer is
+    CRITICAL)."""
+    try:
+        return _health(node, reply)
+    except BadReply as exc:
+        return {"node": node, "error": f"{exc.label}: {exc}",
+                "unjudged": True}
