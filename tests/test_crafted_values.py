@@ -150,6 +150,10 @@ ONE_NODE = {
 }
 
 
+ONE_NODE["trace-gc summary"] = (
+    ("trace-gc", "code_server", "--duration", "0.2", "--format", "json"),
+    "beam_probe_trace", "trace_gc", "R#{dropped := V}", "dropped")
+
 # A snapshot's table section with one crafted table: the node packs it
 # (term_to_binary) as it packs its real ones.
 TABLES = ("R#{tables := erlang:term_to_binary([{t, t, self(), V, 5, set}], "

@@ -20,9 +20,10 @@ from __future__ import annotations
 from typing import Any, Callable, Generator, Iterator
 
 from beam_probe.erldist.terms import Atom, Pid, format_term
-from beam_probe.errors import EXIT_OVERLOAD, NothingToTrace, UsageError
+from beam_probe.errors import (EXIT_OVERLOAD, BadReply, NothingToTrace,
+                               UsageError)
 from beam_probe.node.forms import LIB, Local
-from beam_probe.node.replies import Reply
+from beam_probe.node.replies import Reply, count, integer, shown
 from beam_probe.probes.ets import owner_group
 from beam_probe.probes.info import target
 
@@ -75,9 +76,10 @@ def _sizes(info: Any, wordsize: int) -> dict[str, int]:
     """A collection's trace info ([{heap_size, Words}, ...]) in bytes."""
     out = {}
     for item in info if isinstance(info, list) else ():
-        if isinstance(item, tuple) and len(item) == 2 and \
-                isinstance(item[1], int):
-            out[str(item[0])] = item[1] * wordsize
+        if isinstance(item, tuple) and len(item) == 2:
+            key = format_term(item[0])
+            out[key] = count(f"{HELPER}:trace_gc's {key}", item[1]) \
+                * wordsize
     return out
 
 
@@ -179,8 +181,9 @@ class TraceGc:
                 chunk = next(stream)
             except StopIteration as done:
                 summary = Reply(f"{HELPER}:trace_gc", done.value)
-                self.ended = {k: str(v) if isinstance(v, Atom) else v
-                              for k, v in summary.items()}
+                self.ended = {"reason": str(summary["reason"]), **{
+                    key: summary.count(key) for key in
+                    ("trace_messages", "dropped", "reductions")}}
                 return
             batch = Reply(f"{HELPER}:trace_gc chunk", chunk)
             if batch["kind"] == Atom("events"):
@@ -244,7 +247,13 @@ class TraceGc:
         return [format_term(holder)]
 
     def _event(self, event: Any) -> dict[Any, Any] | None:
+        if not (isinstance(event, tuple) and len(event) == 5
+                and isinstance(event[1], Pid)):
+            raise BadReply(f"{HELPER}:trace_gc sent {shown(event)}, not a "
+                           "trace event")
         _, pid, tag, info, ts = event
+        # erlang:monotonic_time/0's nanoseconds: negative on many nodes.
+        ts = integer(f"{HELPER}:trace_gc's event time", ts)
         kind = _GC_KINDS.get(str(tag))
         if kind is None:
             return None
