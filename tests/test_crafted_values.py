@@ -150,6 +150,13 @@ ONE_NODE = {
 }
 
 
+ONE_NODE["proc-info"] = (
+    ("proc-info", "code_server"), "beam_probe_scan", "proc_info",
+    "R#{binary_memory := V}", "binary_memory")
+ONE_NODE["proc-info items"] = (
+    ("proc-info", "code_server"), "beam_probe_scan", "proc_info",
+    "R#{items := lists:keyreplace(reductions, 1, maps:get(items, R), "
+    "{reductions, V})}", "reductions")
 ONE_NODE["trace-gc summary"] = (
     ("trace-gc", "code_server", "--duration", "0.2", "--format", "json"),
     "beam_probe_trace", "trace_gc", "R#{dropped := V}", "dropped")
@@ -214,6 +221,27 @@ def test_check_is_unknown_naming_the_cause(target, tmp_path, monkeypatch,
     r = run_here("check", target.node, "--format", "prometheus", node=target)
     assert r.returncode == 3
     assert f'beam_probe_up{{node="{target.node}"}} 0' in r.stdout
+
+
+def test_a_stack_frame_of_any_shape_is_shown(target, tmp_path,
+                                              monkeypatch):
+    """A stack is the process's to describe, not a figure: frames of other
+    shapes, and a file name of code points no text has, are shown as
+    terms, never a traceback."""
+    folder = str(tmp_path / "cache")
+    plant(target, folder, "beam_probe_scan", "proc_info",
+          "R#{items := lists:keyreplace(current_stacktrace, 1, "
+          "maps:get(items, R), {current_stacktrace, [{m, f, 1 bsl 2000, "
+          "[{file, [99999999]}, {line, 3}]}, 7, {m, f, 1, [1, 2]}, "
+          "{m, f, 0, [{file, \"caf\\x{e9}.erl\"}]}]})}")
+    monkeypatch.setenv("BEAM_PROBE_CACHE", folder)
+    r = run_here("proc-info", target.node, "code_server", "--format", "json",
+                 node=target)
+    assert r.returncode == 0, r.stderr
+    stack = json.loads(r.stdout)["location"]["current_stacktrace"]
+    assert stack[0].startswith("{m,f,<an integer of 2001 bits>") \
+        and stack[0].endswith("([99999999]:3)"), stack
+    assert stack[1:] == ["7", "m:f/1", "m:f/0 (caf\u00e9.erl)"], stack
 
 
 def test_a_good_plant_changes_nothing(target, tmp_path, monkeypatch):

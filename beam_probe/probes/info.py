@@ -103,12 +103,21 @@ def _plain(term: Any) -> Any:
 
 def _frame(frame: Any) -> str:
     """{M, F, Arity, [{file, F}, {line, L}]} as 'm:f/a (file:line)'."""
+    if not isinstance(frame, tuple) or len(frame) < 3:
+        return format_term(frame)
     text = mfa(frame[:3]) or format_term(frame)
-    location = dict(frame[3]) if len(frame) > 3 else {}
+    location = dict(item for item in frame[3] if isinstance(item, tuple)
+                    and len(item) == 2) \
+        if len(frame) > 3 and isinstance(frame[3], list) else {}
     file, line = location.get("file"), location.get("line")
     if file is not None:
-        where = "".join(chr(c) for c in file) if isinstance(file, list) \
-            else str(file)
+        # A charlist: a str when every code is below 256, else a list of
+        # code points; anything else (chr() of a crafted one would raise)
+        # is shown as a term.
+        where = file if isinstance(file, str) else "".join(map(chr, file)) \
+            if isinstance(file, list) and all(
+                type(c) is int and 0 <= c < 0x110000 for c in file) \
+            else format_term(file)
         text += f" ({where}:{line})" if line is not None else f" ({where})"
     return text
 
