@@ -35,7 +35,18 @@ def shown(value: Any) -> str:
         return f"an integer of {value.bit_length()} bits"
     if isinstance(value, (bytes, bytearray)) and len(value) > 16:
         return f"a binary of {len(value)} bytes"
-    return format_term(value)[:40]
+    return _escaped(format_term(value)[:40])
+
+
+def _escaped(text: str) -> str:
+    """Control characters escaped: an error may be a plugin's first line
+    or a JSON row, where a newline would start another, and keys and
+    values are the peer's text."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _bad(text: str) -> BadReply:
+    return BadReply(_escaped(text))
 
 
 def count(where: str, value: Any, least: int = 0) -> int:
@@ -43,7 +54,7 @@ def count(where: str, value: Any, least: int = 0) -> int:
     2^64 - 1), or a BadReply naming ``where`` (the helper and the key)."""
     if isinstance(value, bool) or not isinstance(value, int) \
             or not least <= value < COUNT_LIMIT:
-        raise BadReply(f"{where} is {shown(value)}, not a count"
+        raise _bad(f"{where} is {shown(value)}, not a count"
                        + (f" of at least {least}" if least else ""))
     return value
 
@@ -53,7 +64,7 @@ def integer(where: str, value: Any) -> int:
     bits, or a BadReply naming ``where``."""
     if isinstance(value, bool) or not isinstance(value, int) \
             or not -COUNT_LIMIT // 2 <= value < COUNT_LIMIT:
-        raise BadReply(f"{where} is {shown(value)}, not an integer of 64 "
+        raise _bad(f"{where} is {shown(value)}, not an integer of 64 "
                        "bits")
     return value
 
@@ -67,7 +78,7 @@ def counts(where: str, values: Any, length: int | None = None,
         values = [ord(c) for c in values]
     if not isinstance(values, (list, tuple)) or \
             (length is not None and len(values) != length):
-        raise BadReply(f"{where} is {shown(values)}, not "
+        raise _bad(f"{where} is {shown(values)}, not "
                        + (f"{length} counts" if length is not None
                           else "a list of counts"))
     if signed:
@@ -82,7 +93,7 @@ class Reply(Mapping[str, Any]):
 
     def __init__(self, helper: str, value: Any) -> None:
         if not isinstance(value, dict):
-            raise BadReply(f"{helper} replied {shown(value)}, not a map")
+            raise _bad(f"{helper} replied {shown(value)}, not a map")
         self.helper = helper
         self._items = {str(key) if isinstance(key, str) else format_term(key):
                        item for key, item in value.items()}
@@ -91,7 +102,7 @@ class Reply(Mapping[str, Any]):
         try:
             return self._items[key]
         except KeyError:
-            raise BadReply(f"{self.helper}'s reply has no {key!r}") \
+            raise _bad(f"{self.helper}'s reply has no {key!r}") \
                 from None
 
     def __iter__(self) -> Iterator[str]:
@@ -113,7 +124,7 @@ class Reply(Mapping[str, Any]):
         value = self[key]
         if isinstance(value, bool) or not isinstance(value, int) \
                 or value not in (4, 8):
-            raise BadReply(f"{self.helper}'s {key} is {shown(value)}, "
+            raise _bad(f"{self.helper}'s {key} is {shown(value)}, "
                            "neither 4 nor 8")
         return int(value)
 
@@ -126,7 +137,7 @@ class Reply(Mapping[str, Any]):
     def list(self, key: str) -> list[Any]:
         value = self[key]
         if not isinstance(value, list):
-            raise BadReply(f"{self.helper}'s {key} is {shown(value)}, not "
+            raise _bad(f"{self.helper}'s {key} is {shown(value)}, not "
                            "a list")
         return value
 
@@ -139,7 +150,7 @@ class Reply(Mapping[str, Any]):
         value = self.list(key)
         if not all(isinstance(pair, tuple) and len(pair) == 2
                    for pair in value):
-            raise BadReply(f"{self.helper}'s {key} is not a list of pairs")
+            raise _bad(f"{self.helper}'s {key} is not a list of pairs")
         return {str(k) if isinstance(k, str) else format_term(k): v
                 for k, v in value}
 
@@ -150,7 +161,7 @@ class Reply(Mapping[str, Any]):
         out = {}
         for name in names:
             if name not in pairs:
-                raise BadReply(f"{self.helper}'s {key} has no {name}")
+                raise _bad(f"{self.helper}'s {key} has no {name}")
             out[name] = count(f"{self.helper}'s {key} {name}", pairs[name])
         return out
 
