@@ -412,3 +412,86 @@ def test_watch_cluster_makes_a_hostile_member_down(pair, tmp_path,
     assert theirs and all(s.get("down") for s in theirs), theirs
     assert "atom_limit is 0, not a count of at least 1" in theirs[0]["error"]
     assert ours and not any(s.get("down") for s in ours), ours
+
+
+# --- trace-gc's chunks, which its tracer sends as messages -------------------
+
+def _trace(chunks, summary):
+    """A TraceGc fed ``chunks`` and ``summary`` as its node's tracer would
+    send them (the tracer's messages cannot be tampered by a wrapper)."""
+    from beam_probe.probes.trace_gc import TraceGc
+
+    def stream():
+        yield from chunks
+        return summary
+
+    probe = TraceGc(lambda: None, ["<0.1.0>"], None, 1.0, 100, 0,
+                    lambda text: None)
+    probe._stream = stream()
+    probe.node = "n@h"
+    return probe
+
+
+def _started(statuses):
+    return {Atom("kind"): Atom("started"), Atom("wordsize"): 8,
+            Atom("mode"): Atom("trace"), Atom("statuses"): statuses}
+
+
+def _status(**items):
+    return {Atom(k): v for k, v in items.items()}
+
+
+@pytest.mark.parametrize("chunk, words", [
+    (_started([_status(status=Atom("traced"), pid=2**2000, info=[])]),
+     "traced pid is an integer of 2001 bits"),
+    ({Atom("kind"): Atom("events"), Atom("events"): [(1, 2, 3)]},
+     "not a trace event"),
+    ({Atom("kind"): Atom("events"), Atom("events"): [
+        (Atom("trace_ts"), "PID", Atom("gc_minor_start"),
+         [(Atom("heap_size"), -5)], 1)]}, "heap_size is -5"),
+    ({Atom("kind"): Atom("events"), Atom("events"): [
+        (Atom("trace_ts"), "PID", Atom("gc_minor_start"), [], 1.5)]},
+     "event time is 1.5"),
+])
+def test_a_crafted_trace_chunk_is_a_bad_reply(chunk, words):
+    from beam_probe.erldist.terms import Pid
+    from beam_probe.errors import BadReply
+
+    pid = Pid("n@h", 1, 0, 1)
+
+    def real(term):
+        if term == "PID":
+            return pid
+        if isinstance(term, tuple):
+            return tuple(real(t) for t in term)
+        if isinstance(term, list):
+            return [real(t) for t in term]
+        if isinstance(term, dict):
+            return {k: real(v) for k, v in term.items()}
+        return term
+    first = _started([_status(status=Atom("traced"), pid=pid,
+                              info=Atom("undefined")),
+                      _status(status=Atom("not_found"), target=7),
+                      _status(status=Atom("held"), pid=pid, held_by=3)])
+    chunks = [real(chunk)] if chunk.get(Atom("kind")) == Atom("started") \
+        else [first, real(chunk)]
+    probe = _trace(chunks, {})
+    with pytest.raises(BadReply, match=words):
+        list(probe.samples())
+
+
+def test_odd_statuses_are_shown_as_terms():
+    from beam_probe.erldist.terms import Pid
+
+    pid = Pid("n@h", 1, 0, 1)
+    probe = _trace([_started([
+        _status(status=Atom("traced"), pid=pid, info=[1, 2]),
+        _status(status=Atom("not_found"), target=7),
+        _status(status=Atom("held"), pid=pid, held_by=3)])],
+        {Atom("reason"): Atom("duration"), Atom("trace_messages"): 0,
+         Atom("dropped"): 0, Atom("reductions"): 5})
+    head = next(probe.samples())
+    assert head["tracing"][0]["group"] == "(exited)"
+    assert head["skipped"] == [
+        {"pid": "7", "why": "not_found"},
+        {"pid": str(pid), "why": "held", "held_by": ["3"]}]

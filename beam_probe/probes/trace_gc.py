@@ -83,6 +83,16 @@ def _sizes(info: Any, wordsize: int) -> dict[str, int]:
     return out
 
 
+def _items(info: Any) -> dict[str, Any]:
+    """A traced process's process_info items by name ({} once it exited:
+    'undefined', or anything but pairs)."""
+    if not (isinstance(info, list) and all(
+            isinstance(i, tuple) and len(i) == 2 for i in info)):
+        return {}
+    return {str(k) if isinstance(k, str) else format_term(k): v
+            for k, v in info}
+
+
 def skipped_why(skipped: dict[Any, Any], mode: str) -> str:
     """Why a process asked for was not traced, from its code: the phrase
     both the text and the error that nothing could be traced use."""
@@ -209,10 +219,13 @@ class TraceGc:
         for raw in started.list("statuses"):
             status = Reply(f"{HELPER}:trace_gc's status", raw)
             kind = str(status["status"])
+            if kind in ("traced", "held") and \
+                    not isinstance(status["pid"], Pid):
+                raise BadReply(f"{HELPER}:trace_gc's {kind} pid is "
+                               f"{shown(status['pid'])}, not a pid")
             if kind == "traced":
                 pid, info = status["pid"], status["info"]
-                items = {str(k): v for k, v in info} \
-                    if isinstance(info, list) else {}
+                items = _items(info)
                 name = items.get("registered_name")
                 who = {"pid": str(pid),
                        "name": str(name) if isinstance(name, Atom) else None,
@@ -226,10 +239,15 @@ class TraceGc:
                 skipped.append({"pid": format_term(status["pid"]),
                                 "why": "not_alive"})
             else:
+                # The target as we sent it: {pid, Text} or {names, [Text]}.
                 spec = status["target"]
-                shown = spec[1] if isinstance(spec[1], str) else \
-                    " or ".join(spec[1])
-                skipped.append({"pid": shown, "why": "not_found"})
+                what = spec[1] if isinstance(spec, tuple) and len(spec) == 2 \
+                    else spec
+                if isinstance(what, list) and all(isinstance(w, str)
+                                                  for w in what):
+                    what = " or ".join(what)
+                skipped.append({"pid": what if isinstance(what, str)
+                                else format_term(what), "why": "not_found"})
         if not tracing:
             why = "; ".join(f"{s['pid']}: {skipped_why(s, self.mode)}"
                             for s in skipped)
@@ -241,8 +259,8 @@ class TraceGc:
     def _holders(self, holder: Any) -> list[str]:
         """Who traces a process already: the trace sessions (OTP 27+) or
         its tracer (25-26)."""
-        if self.mode == "session":
-            return [format_term(s[0]) if isinstance(s, tuple)
+        if self.mode == "session" and isinstance(holder, list):
+            return [format_term(s[0]) if isinstance(s, tuple) and s
                     else format_term(s) for s in holder]
         return [format_term(holder)]
 
