@@ -105,6 +105,10 @@ class Reply(Mapping[str, Any]):
             raise _bad(f"{self.helper}'s reply has no {key!r}") \
                 from None
 
+    def __contains__(self, key: object) -> bool:
+        # Mapping's own asks __getitem__, whose missing key is a BadReply.
+        return key in self._items
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)
 
