@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable, Iterator, Sequence, TYPE_CHECKING
 
-from beam_probe.errors import (EXIT_LEAK, EXIT_NOT_JUDGED, ProbeError,
-                               ProtocolError, UsageError)
+from beam_probe.errors import (EXIT_LEAK, EXIT_NOT_JUDGED, BadReply,
+                               ProbeError, ProtocolError, UsageError)
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply
@@ -326,9 +326,15 @@ class Watch(Track, Slots):
             if self.remote is None:
                 self.remote = self.connect()
             raw = sample_node(self.remote, self.gc, self.max_gc, self.jobs)
+        except BadReply:
+            # It answers, with what no node can have: no later sample of
+            # it means more (exit 8, as a bad figure in record() is).
+            self.close()
+            raise
         except ProbeError as exc:
-            # Gone (stopped, restarted, unreachable), or it answered
-            # nonsense: a gap, and a new connection at the next slot.
+            # Gone (stopped, restarted, unreachable), or its connection
+            # broke mid-frame: a gap, and a new connection at the next
+            # slot.
             self.close()
             return self.down_sample(now, f"{exc.label}: {exc}"), None
         if previous is not None and raw.count("gc_count") < previous[1].count(
