@@ -23,6 +23,16 @@ class NoCookie(CookieError):
     unsafe, unreadable or malformed (not the node's doing)."""
 
 
+class BadReply(ProtocolError):
+    """A helper's reply that no node can give (node/replies.py): a key
+    missing, a value of another type, or a figure out of range (2^2000,
+    -5, 1.5 where a count belongs). Exit 8, as other malformed data from
+    the peer; ``check`` calls it UNKNOWN (the node answered, but with no
+    figures it can judge)."""
+
+    label = "bad reply"
+
+
 class NoSuchProcess(ProbeError):
     """The pid or registered name given is not a live process on the node."""
 
@@ -70,7 +80,10 @@ EXIT_CODES = [
     (TimedOut.exit_code, "no answer within --timeout, or no connection "
                          "within --connect-timeout"),
     (ConnectionLost.exit_code, "the connection closed in the middle of a call"),
-    (ProtocolError.exit_code, "the peer sent malformed distribution data"),
+    (ProtocolError.exit_code, "the peer sent malformed distribution data, "
+                              "or a reply no node can give (a count that "
+                              "is negative, past 64 bits or not an "
+                              "integer; the line names the key)"),
     (RemoteError.exit_code, "the call failed on the node (badrpc)"),
     (NoSuchProcess.exit_code, "no live process with that pid or name on the "
                               "node; `trace-gc`: none of the processes asked "
@@ -94,7 +107,9 @@ EXIT_CODES = [
                                   "the entry node, an answer too large, "
                                   "or failing); each is "
                                   "named in its row, and the others' "
-                                  "answers are shown"),
+                                  "answers are shown. `diff` of folders: "
+                                  "a node not once in every folder, named "
+                                  "in its row; the others are compared"),
     (130, "interrupted (Ctrl-C, SIGINT); `watch` ends on Ctrl-C as a "
           "normal stop, exit 0"),
     (141, "standard output is a pipe whose reader closed it (as `head` "
@@ -121,7 +136,7 @@ class Terminated(BaseException):
     ``except Exception`` on the way swallows it)."""
 
 
-__all__ = ["ConnectFailed", "ConnectionLost", "CookieError", "EXIT_CODES",
+__all__ = ["BadReply", "ConnectFailed", "ConnectionLost", "CookieError", "EXIT_CODES",
            "EXIT_LEAK", "EXIT_NOT_JUDGED", "EXIT_OVERLOAD", "EndedEarly",
            "NothingToTrace",
            "HostUnknown", "NoCookie", "NoSuchProcess", "NodeNotFound",

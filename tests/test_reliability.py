@@ -627,7 +627,10 @@ def test_exited_rows_are_marked(target):
     from beam_probe.text.node import process_rows
     from beam_probe.text.syntax import ERLANG
 
-    reply = {"values": [5, 4], "pids": ["<0.1.0>", "<0.2.0>"],
+    from beam_probe.erldist.terms import Pid
+
+    reply = {"values": [5, 4], "pids": [Pid("n@h", 1, 0, 1),
+                                        Pid("n@h", 2, 0, 1)],
              "infos": [[(Atom("registered_name"), Atom("x"))],
                        Atom("undefined")]}
     rows = processes.rows(reply, "value")

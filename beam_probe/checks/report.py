@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from beam_probe.checks.thresholds import (BYTES, CRITICAL, KEYS, OK, PERCENT, STATUS_NAMES,
-                         WARNING, evaluate, show)
+                         UNKNOWN, WARNING, evaluate, show)
 
 _STATUS_CODES = {name: code for code, name in STATUS_NAMES.items()}
 
@@ -15,12 +15,14 @@ def judge(measured: Sequence[Mapping[str, Any]], warn: dict[str, float],
           crit: dict[str, float],
           trends: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
     """Status per node and overall: the worst decides. A node that did not
-    answer is CRITICAL; a firing trend rule is at least WARNING."""
+    answer is CRITICAL, one that answered with figures no node has
+    ("unjudged") UNKNOWN; a firing trend rule is at least WARNING."""
     rows = []
     for item in measured:
         row = dict(item)
         if "error" in item:
-            row["status"], row["problems"] = CRITICAL, [item["error"]]
+            row["status"] = UNKNOWN if item.get("unjudged") else CRITICAL
+            row["problems"] = [item["error"]]
         else:
             row["status"], row["problems"] = evaluate(item["values"], warn,
                                                       crit)

@@ -4,7 +4,8 @@ Plugin rules: every outcome is printed on stdout in the chosen format with
 its status, and the exit code is the status: 0 OK, 1 WARNING, 2 CRITICAL,
 3 UNKNOWN. Bad thresholds and problems on our side (no usable cookie) are
 UNKNOWN; a node that cannot be reached is CRITICAL (and, with --textfile,
-beam_probe_up 0 is still written, so an alert can fire on it). A history
+beam_probe_up 0 is still written, so an alert can fire on it); one that
+answers with figures no node has (a BadReply) is UNKNOWN. A history
 file or textfile that cannot be written never hides the thresholds'
 verdict: it is one more problem, and the status at least WARNING.
 """
@@ -15,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from beam_probe.errors import NoCookie, ProbeError, UsageError
+from beam_probe.errors import BadReply, NoCookie, ProbeError, UsageError
 from beam_probe.text.tables import to_json
 from beam_probe.history import records as hist
 from beam_probe.checks import report as rep
@@ -62,6 +63,11 @@ def run_check(attach: Callable[[], Any], request: CheckRequest
                             request.timeout)
     except (UsageError, NoCookie) as exc:
         return UNKNOWN, _unknown(request.fmt, f"{exc.label}: {exc}")
+    except BadReply as exc:
+        # The node answered, with figures no node can have: nothing to
+        # judge (UNKNOWN), and not a node that is down (CRITICAL).
+        measured = [{"node": request.node or "(node)", "unjudged": True,
+                     "error": f"{exc.label}: {exc}"}]
     except ProbeError as exc:
         # Unreachable, refused, cookie rejected, timed out: CRITICAL.
         measured = [{"node": request.node or "(node)",

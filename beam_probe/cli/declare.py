@@ -293,12 +293,19 @@ def run(declared: Declaration, node: str | None, request: SimpleNamespace,
 
 def run_offline(declared: Declaration, node: str | None,
                 request: SimpleNamespace, given: dict[str, Any]) -> None:
-    """Read, compute, write: no node involved."""
+    """Read, compute, write: no node involved. Part of an answer
+    (EndedEarly: diff of folders where some node is not once in each) is
+    written as any answer, then its error ends the run."""
+    from beam_probe.errors import EndedEarly
     from beam_probe.text.syntax import choose
     from beam_probe.text.tables import printable, to_json
 
+    failure: EndedEarly | None = None
     with Progress() as progress:
-        result = declared.probe(None, request, progress)
+        try:
+            result = declared.probe(None, request, progress)
+        except EndedEarly as ended:
+            failure, result = ended, ended.result
     if given["fmt"] == "json":
         write_out(to_json(result))
     else:
@@ -307,6 +314,8 @@ def run_offline(declared: Declaration, node: str | None,
         syntax = choose(given["syntax"], lambda: isinstance(result, dict)
                         and result.get("elixir") is True)
         write_out(printable(renderer(declared.render)(result, syntax)))
+    if failure is not None:
+        raise failure.error
 
 
 class Live(Protocol):

@@ -226,7 +226,15 @@ def format_term(term: Any) -> str:
         return '"' + term.replace('"', '\\"') + '"'
     if isinstance(term, (Pid, Port, Reference, Fun, ExportFun)):
         return str(term)
+    if isinstance(term, int) and term.bit_length() > _WRITTEN_BITS:
+        # Python refuses to write an integer of over 4,300 digits (a
+        # ValueError), and a peer can send one of millions.
+        return f"<an integer of {term.bit_length()} bits>"
     return repr(term)
+
+
+# Integers up to this many bits (308 digits) are written out.
+_WRITTEN_BITS = 1024
 
 
 def _format_atom(name: str) -> str:
@@ -242,5 +250,9 @@ def mfa(term: Any) -> str | None:
         m, f, a = term
         if isinstance(a, list):
             a = len(a)
+        if not (isinstance(m, Atom) and isinstance(f, Atom)
+                and isinstance(a, int) and not isinstance(a, bool)
+                and 0 <= a <= 255):
+            return None  # no function of any node: not written as one
         return f"{_format_atom(m)}:{_format_atom(f)}/{a}"
     return None

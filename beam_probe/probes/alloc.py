@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence, TYPE_CHECKING
 
-from beam_probe.erldist.terms import Atom, integers
+from beam_probe.erldist.terms import Atom
 from beam_probe.errors import OutputFailed
 from beam_probe.node.forms import Local
-from beam_probe.node.replies import Reply
+from beam_probe.node.replies import BadReply, Reply, shown
 from beam_probe.node.remote import Remote
 from beam_probe.probes import cluster
 
@@ -64,15 +64,22 @@ _KEYS = ("blocks", "blocks_max", "block_bytes", "block_bytes_max",
          "carriers", "carriers_max", "carrier_bytes", "carrier_bytes_max")
 
 
-def rss_bytes(line: Any) -> int | None:
+def rss_bytes(line: Any, where: str = "rss") -> int | None:
     """rss/0's VmRSS value, "   39540 kB", in bytes (None when unknown:
-    the node does not run Linux)."""
+    the node does not run Linux). A figure past 64 bits in bytes is no
+    node's: a BadReply naming ``where``."""
     if isinstance(line, (bytes, bytearray)):
         line = bytes(line).decode("latin-1")
     if not isinstance(line, str):
         return None
     parts = line.split()
-    if len(parts) == 2 and parts[0].isdigit() and parts[1] == "kB":
+    if len(parts) == 2 and parts[0].isascii() and parts[0].isdigit() \
+            and parts[1] == "kB":
+        # 16 digits of kB are 10^19 bytes, within 64 bits; int() of a
+        # crafted line of 5,000 digits would raise.
+        if len(parts[0]) > 16:
+            raise BadReply(f"{where} is {len(parts[0])} digits of kB, not "
+                           "a resident size")
         return int(parts[0]) * 1024
     return None
 
@@ -87,12 +94,11 @@ def _carriers(numbers: list[int]) -> Carriers:
             if row["blocks"] else 0}
 
 
-def _numbers(term: Any) -> list[int]:
-    numbers = integers(term)
-    if len(numbers) != len(_KEYS) or \
-            not all(isinstance(n, int) for n in numbers):
-        raise ValueError("allocator figures of another shape")
-    return numbers
+def _numbers(figures: Reply, key: str) -> list[int]:
+    # Each a count within 64 bits: the sums below stay within 66 bits
+    # (a type's three kinds of carriers, over ~200 types), which JSON and
+    # the text write as they are.
+    return figures.counts(key, len(_KEYS))
 
 
 def allocator_types(reply: list[Any]) -> list[AllocType]:
@@ -101,14 +107,14 @@ def allocator_types(reply: list[Any]) -> list[AllocType]:
     out: list[AllocType] = []
     for entry in reply:
         figures = Reply("beam_probe_alloc:types", entry)
-        mbcs = [a + b for a, b in zip(_numbers(figures["mbcs"]),
-                                      _numbers(figures["mbcs_pool"]))]
-        sbcs = _numbers(figures["sbcs"])
+        mbcs = [a + b for a, b in zip(_numbers(figures, "mbcs"),
+                                      _numbers(figures, "mbcs_pool"))]
+        sbcs = _numbers(figures, "sbcs")
         used = mbcs[2] + sbcs[2]
         allocated = mbcs[6] + sbcs[6]
         used_max = mbcs[3] + sbcs[3]
-        out.append({"type": str(figures["type"]),
-                    "instances": figures.int("instances"),
+        out.append({"type": _type_name(figures["type"]),
+                    "instances": figures.count("instances"),
                     "used": used, "allocated": allocated,
                     "usage": round(used / allocated, 4) if allocated else 1.0,
                     # The sums of each instance's peak: upper bounds, never
@@ -117,6 +123,13 @@ def allocator_types(reply: list[Any]) -> list[AllocType]:
                     "allocated_max": max(allocated, mbcs[7] + sbcs[7]),
                     "mbcs": _carriers(mbcs), "sbcs": _carriers(sbcs)})
     return out
+
+
+def _type_name(term: Any) -> str:
+    if not isinstance(term, Atom):
+        raise BadReply(f"beam_probe_alloc:types's type is {shown(term)}, "
+                       "not an allocator's name")
+    return str(term)
 
 
 def low_usage(types: list[AllocType]) -> list[AllocType]:
@@ -168,7 +181,7 @@ def alloc(remote: Remote, raw_path: str | None = None) -> AllocReport:
     report = read_alloc(remote.node, reply)
     if raw_path is not None:
         raw = reply["raw"]
-        if isinstance(raw, Atom) or len(raw) > MAX_RAW:
+        if not isinstance(raw, (bytes, bytearray)) or len(raw) > MAX_RAW:
             raise OutputFailed("the node sent no raw allocator data")
         _write(raw_path, bytes(raw))
         report["raw"] = raw_path
@@ -179,13 +192,13 @@ def read_alloc(node: str, reply: Reply) -> AllocReport:
     types = allocator_types(reply.list("types"))
     allocated = sum(t["allocated"] for t in types)
     used = sum(t["used"] for t in types)
-    rss = rss_bytes(reply["rss"])
-    hits, calls = reply.int("mseg_hits"), reply.int("mseg_calls")
+    rss = rss_bytes(reply["rss"], f"{reply.helper}'s rss")
+    hits, calls = reply.count("mseg_hits"), reply.count("mseg_calls")
     report: AllocReport = {
         "node": node,
         "used": used, "allocated": allocated,
         "usage": round(used / allocated, 4) if allocated else 1.0,
-        "memory_total": reply.int("memory_total"), "rss": rss,
+        "memory_total": reply.count("memory_total"), "rss": rss,
         "mseg_cache": {"hits": hits, "calls": calls,
                        "hit_rate": round(hits / calls, 4) if calls
                        else None},

@@ -13,7 +13,7 @@ from typing import Any, Sequence, TYPE_CHECKING
 from beam_probe.erldist.terms import Atom, Pid, format_term, mfa
 from beam_probe.errors import UsageError
 from beam_probe.node.remote import Remote
-from beam_probe.node.replies import Reply
+from beam_probe.node.replies import Reply, count
 from beam_probe.probes import cluster
 
 if TYPE_CHECKING:
@@ -58,14 +58,16 @@ def _table(raw: Any, wordsize: int) -> EtsTable:
     info = entry.pairs("info")
     owner = _owner_items(entry["owner"])
     name = owner.get("registered_name")
+    where = f"{entry.helper} {format_term(entry['id'])[:40]}"
     return {"id": format_term(entry["id"]),
             "name": format_term(info.get("name")),
             "owner": str(info.get("owner")) if isinstance(info.get("owner"),
                                                           Pid) else "?",
             "owner_name": str(name) if isinstance(name, Atom) else None,
             "owner_group": owner_group(owner) if owner else "(exited)",
-            "size": info.get("size", 0),
-            "memory": info.get("memory", 0) * wordsize,
+            "size": count(f"{where}'s size", info.get("size", 0)),
+            "memory": count(f"{where}'s memory", info.get("memory", 0))
+            * wordsize,
             "type": format_term(info.get("type")),
             "protection": format_term(info.get("protection"))}
 
@@ -91,10 +93,10 @@ def check_sort(sort: str) -> None:
 
 
 def read_largest(node: str, sort: str, reply: Reply) -> EtsReport:
-    wordsize = reply.int("wordsize")
+    wordsize = reply.wordsize()
     return {"node": node, "sort": sort,
-            "tables": reply.int("tables"),
-            "total_memory": reply.int("total_words") * wordsize,
+            "tables": reply.count("tables"),
+            "total_memory": reply.count("total_words") * wordsize,
             "largest": [_table(entry, wordsize)
                         for entry in reply.list("largest")]}
 

@@ -15,6 +15,7 @@ from typing import Any, TYPE_CHECKING, cast
 
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
+from beam_probe.errors import BadReply
 from beam_probe.node.replies import Reply
 from beam_probe.probes import cluster
 from beam_probe.probes.alloc import FRAGMENTED_MIN, LONG_LIVED, allocator_types, rss_bytes
@@ -44,7 +45,8 @@ def _allocators(types: list[AllocType]) -> dict[str, dict[str, int]]:
 
 
 def _values(reply: Reply, types: list[AllocType]) -> CheckValues:
-    memory = reply.pairs("memory")
+    memory = reply.sizes("memory", ("total", "processes", "binary", "ets",
+                                    "atom"))
     total = memory["total"]
     return {
         "total": total,
@@ -54,14 +56,15 @@ def _values(reply: Reply, types: list[AllocType]) -> CheckValues:
         "atom": memory["atom"],
         "binary_share": round(100.0 * memory["binary"] / total, 2)
         if total else 0.0,
-        "process_count": reply.int("process_count"),
-        "top_binary_memory": reply.int("top_binary_memory"),
-        "max_queue": reply.int("max_queue"),
-        "atom_use": round(100.0 * reply.int("atom_count")
-                          / reply.int("atom_limit"), 2),
-        "rss": rss_bytes(reply["rss"]),
+        "process_count": reply.count("process_count"),
+        "top_binary_memory": reply.count("top_binary_memory"),
+        "max_queue": reply.count("max_queue"),
+        # A limit of 0 is no node's (it bounds the count).
+        "atom_use": round(100.0 * reply.count("atom_count")
+                          / reply.count("atom_limit", 1), 2),
+        "rss": rss_bytes(reply["rss"], f"{reply.helper}'s rss"),
         "alloc_usage_min": usage_min(types),
-        "top_ets_memory": reply.int("top_ets_memory"),
+        "top_ets_memory": reply.count("top_ets_memory"),
     }
 
 
@@ -96,5 +99,16 @@ def measure_cluster(remote: Remote, timeout: float, jobs: int = 0,
         timeout = max(0.1, int(10 * min(timeout, 0.8 * wait)) / 10)
     # A failure row, {"node", "error"}, is a NodeHealth without values.
     return cast("list[NodeHealth]", cluster.fan(
-        remote, nodes, HELPER, "health", (jobs, *LOCALS), _health, timeout,
-        wait=wait))
+        remote, nodes, HELPER, "health", (jobs, *LOCALS), _judgeable,
+        timeout, wait=wait))
+
+
+def _judgeable(node: str, reply: Reply) -> NodeHealth:
+    """A node's values, or its row as one that answered with figures no
+    node has (UNKNOWN in the check, where a node that does not answer is
+    CRITICAL)."""
+    try:
+        return _health(node, reply)
+    except BadReply as exc:
+        return {"node": node, "error": f"{exc.label}: {exc}",
+                "unjudged": True}

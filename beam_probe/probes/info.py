@@ -18,7 +18,7 @@ from beam_probe.errors import (NoSuchProcess, ProtocolError, RemoteError,
                                UsageError)
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
-from beam_probe.node.replies import Reply
+from beam_probe.node.replies import Reply, count
 from beam_probe.probes.processes import HELPER
 
 if TYPE_CHECKING:
@@ -36,6 +36,10 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
                      "binary_count", "binary_memory", "binary_distinct")),
     ("work", ("reductions",)),
 )
+
+# The items that are counts or sizes, checked as such.
+COUNTS = ("memory", "message_queue_len", "heap_size", "total_heap_size",
+          "reductions")
 
 # A pid as Erlang prints it (<0.123.0>), without the brackets a shell
 # would eat (0.123.0), or as Elixir prints it (#PID<0.123.0>).
@@ -99,12 +103,21 @@ def _plain(term: Any) -> Any:
 
 def _frame(frame: Any) -> str:
     """{M, F, Arity, [{file, F}, {line, L}]} as 'm:f/a (file:line)'."""
+    if not isinstance(frame, tuple) or len(frame) < 3:
+        return format_term(frame)
     text = mfa(frame[:3]) or format_term(frame)
-    location = dict(frame[3]) if len(frame) > 3 else {}
+    location = dict(item for item in frame[3] if isinstance(item, tuple)
+                    and len(item) == 2) \
+        if len(frame) > 3 and isinstance(frame[3], list) else {}
     file, line = location.get("file"), location.get("line")
     if file is not None:
-        where = "".join(chr(c) for c in file) if isinstance(file, list) \
-            else str(file)
+        # A charlist: a str when every code is below 256, else a list of
+        # code points; anything else (chr() of a crafted one would raise)
+        # is shown as a term.
+        where = file if isinstance(file, str) else "".join(map(chr, file)) \
+            if isinstance(file, list) and all(
+                type(c) is int and 0 <= c < 0x110000 for c in file) \
+            else format_term(file)
         text += f" ({where}:{line})" if line is not None else f" ({where})"
     return text
 
@@ -148,15 +161,17 @@ def proc_info(remote: Remote, spec: str) -> ProcInfo:
         raise RemoteError(f"proc_info failed: {format_term(why)}"[:300])
     reply = Reply(f"{HELPER}:proc_info", raw)
     fields = reply.pairs("items")
-    fields["binary_count"] = reply.int("binary_count")
-    fields["binary_memory"] = reply.int("binary_memory")
+    fields["binary_count"] = reply.count("binary_count")
+    fields["binary_memory"] = reply.count("binary_memory")
     # Each binary once: a queue's 100 references to 2 binaries of 210 KB
     # are 19.4 MB of binary_memory and 420 KB of binary_distinct.
-    fields["binary_distinct"] = reply.int("binary_distinct")
+    fields["binary_distinct"] = reply.count("binary_distinct")
     missing = [key for _, keys in GROUPS for key in keys
                if key not in fields]
     if missing:
         raise ProtocolError(f"{HELPER}:proc_info's items lack {missing[0]}")
+    for key in COUNTS:
+        fields[key] = count(f"{HELPER}:proc_info's {key}", fields[key])
     # A pid of another node as the node prints it (<5.81.0>): only it knows
     # its own index for that node. Its own pids print as <0.N.M>.
     texts = {pid: "".join(text) for pid, text in reply.list("pid_texts")}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Generator, Literal, Sequence, TYPE_CHECKING, overload
 
-from beam_probe.erldist.terms import Atom, format_term, integers, mfa
-from beam_probe.errors import ProtocolError, UsageError
+from beam_probe.erldist.terms import Atom, Pid, format_term, mfa
+from beam_probe.errors import BadReply, ProtocolError, UsageError
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply
@@ -133,14 +133,21 @@ def rows(raw: Any, key: str, order: bool = False) -> list[Any]:
     ``distinct`` (proc-count by binary_memory) gives each row its
     ``binary_distinct``: its refc binaries' bytes, each binary once."""
     reply = Reply("beam_probe_scan:describe", raw)
-    values, pids, infos = integers(reply["values"]), reply.list("pids"), \
-        reply.list("infos")
-    distinct = integers(reply["distinct"]) if "distinct" in raw \
-        else None
+    # bin-leak's changes are negative: any 64-bit integer.
+    values, pids, infos = reply.counts("values", signed=True), \
+        reply.list("pids"), reply.list("infos")
+    distinct = reply.counts("distinct") if "distinct" in reply else None
     if not len(values) == len(pids) == len(infos) or (
             distinct is not None and len(distinct) != len(values)):
         raise ProtocolError("beam_probe_scan:describe's columns are of "
                             "different lengths")
+    if not all(isinstance(pid, Pid) for pid in pids):
+        raise BadReply("beam_probe_scan:describe's pids are not all pids")
+    if not all(isinstance(info, Atom) or isinstance(info, list) and all(
+            isinstance(item, tuple) and len(item) == 2 for item in info)
+            for info in infos):
+        raise BadReply("beam_probe_scan:describe's infos are not all "
+                       "lists of pairs")
     index: Sequence[int] = range(len(values))
     if order:
         index = sorted(index, key=lambda i: (-values[i], -i))
@@ -200,16 +207,22 @@ def _bin_leak_args(n: int, max_gc: int | None, dry_run: bool,
 def read_bin_leak(node: str, reply: Reply, dry_run: bool = False
                   ) -> BinLeak:
     result: BinLeak = {
-        "node": node, "scanned": reply.int("scanned"),
-        "holders": reply.int("holders"), "collected": reply.int("collected"),
-        "memory_before": reply.pairs("memory_before"),
-        "memory_after": reply.pairs("memory_after"),
+        "node": node, "scanned": reply.count("scanned"),
+        "holders": reply.count("holders"),
+        "collected": reply.count("collected"),
+        "memory_before": _memory(reply, "memory_before"),
+        "memory_after": _memory(reply, "memory_after"),
         "processes": rows(reply["rows"], "delta"),
         "labels_read": labels_read(reply["rows"])}
     if dry_run:
         result["dry_run"] = True
-        result["would_collect"] = reply.int("would_collect")
+        result["would_collect"] = reply.count("would_collect")
     return result
+
+
+def _memory(reply: Reply, key: str) -> dict[str, int]:
+    """erlang:memory()'s figures, each a count."""
+    return reply.sizes(key, reply.pairs(key))
 
 
 def proc_count(remote: Remote, attribute: str, n: int,
@@ -228,7 +241,7 @@ def proc_count(remote: Remote, attribute: str, n: int,
 
 def read_proc_count(node: str, attribute: str, reply: Reply) -> ProcCount:
     return {"node": node, "attribute": attribute,
-            "scanned": reply.int("scanned"),
+            "scanned": reply.count("scanned"),
             "processes": rows(reply["rows"], "value", order=True),
             "labels_read": labels_read(reply["rows"])}
 
@@ -253,7 +266,8 @@ def proc_count_all(remote: Remote, attribute: str,
             chunk = next(stream)
         except StopIteration as end:
             done = Reply(f"{HELPER}:proc_count_all", end.value)
-            return {"scanned": done.int("scanned"), "sent": done.int("sent")}
+            return {"scanned": done.count("scanned"),
+                    "sent": done.count("sent")}
         yield rows(chunk, "value")
 
 
@@ -296,19 +310,19 @@ def _window_args(attribute: str, n: int, millis: int,
 def read_proc_window(node: str, attribute: str, millis: int,
                      reply: Reply) -> ProcWindow:
     dead = reply.map("dead")
-    values, pids = integers(dead["values"]), dead.list("pids")
+    values, pids = dead.counts("values"), dead.list("pids")
     if len(values) != len(pids):
         raise ProtocolError(f"{HELPER}:proc_window's dead columns are of "
                             "different lengths")
     order = sorted(range(len(values)), key=lambda i: (-values[i], -i))
     return {"node": node, "attribute": attribute, "window_ms": millis,
-            "scanned_first": reply.int("scanned_first"),
-            "scanned_last": reply.int("scanned_last"),
+            "scanned_first": reply.count("scanned_first"),
+            "scanned_last": reply.count("scanned_last"),
             "processes": rows(reply["rows"], "delta", order=True),
             "labels_read": labels_read(reply["rows"]),
-            "born_count": reply.int("born_count"),
+            "born_count": reply.count("born_count"),
             "born": rows(reply["born"], "value", order=True),
-            "dead_count": reply.int("dead_count"),
+            "dead_count": reply.count("dead_count"),
             "dead": [{"pid": str(pids[i]), "value": values[i]}
                      for i in order]}
 

@@ -156,6 +156,9 @@ class NodeHealth(_NodeHealth, total=False):
 
     values: CheckValues
     error: str
+    # It answered, with figures no node has (a bad reply): UNKNOWN, not
+    # CRITICAL as a node that did not answer.
+    unjudged: bool
     # Per allocator type, used and allocated bytes (for the textfile).
     allocators: Dict[str, Dict[str, int]]
 

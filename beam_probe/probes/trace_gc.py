@@ -20,9 +20,10 @@ from __future__ import annotations
 from typing import Any, Callable, Generator, Iterator
 
 from beam_probe.erldist.terms import Atom, Pid, format_term
-from beam_probe.errors import EXIT_OVERLOAD, NothingToTrace, UsageError
+from beam_probe.errors import (EXIT_OVERLOAD, BadReply, NothingToTrace,
+                               UsageError)
 from beam_probe.node.forms import LIB, Local
-from beam_probe.node.replies import Reply
+from beam_probe.node.replies import Reply, count, integer, shown
 from beam_probe.probes.ets import owner_group
 from beam_probe.probes.info import target
 
@@ -75,10 +76,21 @@ def _sizes(info: Any, wordsize: int) -> dict[str, int]:
     """A collection's trace info ([{heap_size, Words}, ...]) in bytes."""
     out = {}
     for item in info if isinstance(info, list) else ():
-        if isinstance(item, tuple) and len(item) == 2 and \
-                isinstance(item[1], int):
-            out[str(item[0])] = item[1] * wordsize
+        if isinstance(item, tuple) and len(item) == 2:
+            key = format_term(item[0])
+            out[key] = count(f"{HELPER}:trace_gc's {key}", item[1]) \
+                * wordsize
     return out
+
+
+def _items(info: Any) -> dict[str, Any]:
+    """A traced process's process_info items by name ({} once it exited:
+    'undefined', or anything but pairs)."""
+    if not (isinstance(info, list) and all(
+            isinstance(i, tuple) and len(i) == 2 for i in info)):
+        return {}
+    return {str(k) if isinstance(k, str) else format_term(k): v
+            for k, v in info}
 
 
 def skipped_why(skipped: dict[Any, Any], mode: str) -> str:
@@ -179,8 +191,9 @@ class TraceGc:
                 chunk = next(stream)
             except StopIteration as done:
                 summary = Reply(f"{HELPER}:trace_gc", done.value)
-                self.ended = {k: str(v) if isinstance(v, Atom) else v
-                              for k, v in summary.items()}
+                self.ended = {"reason": str(summary["reason"]), **{
+                    key: summary.count(key) for key in
+                    ("trace_messages", "dropped", "reductions")}}
                 return
             batch = Reply(f"{HELPER}:trace_gc chunk", chunk)
             if batch["kind"] == Atom("events"):
@@ -199,17 +212,20 @@ class TraceGc:
         started = Reply(f"{HELPER}:trace_gc's first chunk", chunk)
         if started["kind"] != Atom("started"):
             raise UsageError("the node's tracer did not start")
-        self._wordsize = started.int("wordsize")
+        self._wordsize = started.wordsize()
         self.mode = "session" if started["mode"] == Atom("session") \
             else "trace/3"
         tracing, skipped = [], []
         for raw in started.list("statuses"):
             status = Reply(f"{HELPER}:trace_gc's status", raw)
             kind = str(status["status"])
+            if kind in ("traced", "held") and \
+                    not isinstance(status["pid"], Pid):
+                raise BadReply(f"{HELPER}:trace_gc's {kind} pid is "
+                               f"{shown(status['pid'])}, not a pid")
             if kind == "traced":
                 pid, info = status["pid"], status["info"]
-                items = {str(k): v for k, v in info} \
-                    if isinstance(info, list) else {}
+                items = _items(info)
                 name = items.get("registered_name")
                 who = {"pid": str(pid),
                        "name": str(name) if isinstance(name, Atom) else None,
@@ -223,10 +239,15 @@ class TraceGc:
                 skipped.append({"pid": format_term(status["pid"]),
                                 "why": "not_alive"})
             else:
+                # The target as we sent it: {pid, Text} or {names, [Text]}.
                 spec = status["target"]
-                shown = spec[1] if isinstance(spec[1], str) else \
-                    " or ".join(spec[1])
-                skipped.append({"pid": shown, "why": "not_found"})
+                what = spec[1] if isinstance(spec, tuple) and len(spec) == 2 \
+                    else spec
+                if isinstance(what, list) and all(isinstance(w, str)
+                                                  for w in what):
+                    what = " or ".join(what)
+                skipped.append({"pid": what if isinstance(what, str)
+                                else format_term(what), "why": "not_found"})
         if not tracing:
             why = "; ".join(f"{s['pid']}: {skipped_why(s, self.mode)}"
                             for s in skipped)
@@ -238,13 +259,19 @@ class TraceGc:
     def _holders(self, holder: Any) -> list[str]:
         """Who traces a process already: the trace sessions (OTP 27+) or
         its tracer (25-26)."""
-        if self.mode == "session":
-            return [format_term(s[0]) if isinstance(s, tuple)
+        if self.mode == "session" and isinstance(holder, list):
+            return [format_term(s[0]) if isinstance(s, tuple) and s
                     else format_term(s) for s in holder]
         return [format_term(holder)]
 
     def _event(self, event: Any) -> dict[Any, Any] | None:
+        if not (isinstance(event, tuple) and len(event) == 5
+                and isinstance(event[1], Pid)):
+            raise BadReply(f"{HELPER}:trace_gc sent {shown(event)}, not a "
+                           "trace event")
         _, pid, tag, info, ts = event
+        # erlang:monotonic_time/0's nanoseconds: negative on many nodes.
+        ts = integer(f"{HELPER}:trace_gc's event time", ts)
         kind = _GC_KINDS.get(str(tag))
         if kind is None:
             return None

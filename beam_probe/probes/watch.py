@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable, Iterator, Sequence, TYPE_CHECKING
 
-from beam_probe.errors import (EXIT_LEAK, EXIT_NOT_JUDGED, ProbeError,
-                               ProtocolError, UsageError)
+from beam_probe.errors import (EXIT_LEAK, EXIT_NOT_JUDGED, BadReply,
+                               ProbeError, ProtocolError, UsageError)
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply
@@ -58,9 +58,12 @@ def record(node: str, raw: Reply, epoch: float, gc: str,
            previous: tuple[float, Reply] | None) -> Sample:
     """The JSON line of a raw sample; rates against the previous one of
     the same node run (None for the first, or after a restart)."""
-    memory = raw.pairs("memory")
+    memory = raw.sizes("memory", MEMORY_KEYS)
     total = memory["total"]
-    used, allocated = raw.int("alloc_used"), raw.int("alloc_allocated")
+    used, allocated = raw.count("alloc_used"), raw.count("alloc_allocated")
+    atom_count = raw.count("atom_count")
+    # A limit of 0 is no node's (each is at least the count it bounds).
+    atom_limit = raw.count("atom_limit", 1)
     out: Sample = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch)),
         "epoch": round(epoch, 3), "node": node}
@@ -69,32 +72,33 @@ def record(node: str, raw: Reply, epoch: float, gc: str,
     out.update({
         "binary_share": round(100.0 * memory["binary"] / total, 2)
         if total else 0.0,
-        "process_count": raw.int("process_count"),
-        "process_limit": raw.int("process_limit"),
-        "port_count": raw.int("port_count"),
-        "port_limit": raw.int("port_limit"),
-        "atom_count": raw.int("atom_count"),
-        "atom_limit": raw.int("atom_limit"),
-        "atom_use": round(100.0 * raw.int("atom_count")
-                          / raw.int("atom_limit"), 2),
-        "ets_count": raw.int("ets_count"), "ets_limit": raw.int("ets_limit"),
+        "process_count": raw.count("process_count"),
+        "process_limit": raw.count("process_limit"),
+        "port_count": raw.count("port_count"),
+        "port_limit": raw.count("port_limit"),
+        "atom_count": atom_count,
+        "atom_limit": atom_limit,
+        "atom_use": round(100.0 * atom_count / atom_limit, 2),
+        "ets_count": raw.count("ets_count"),
+        "ets_limit": raw.count("ets_limit"),
         "alloc_used": used, "alloc_allocated": allocated,
         "alloc_usage": round(used / allocated, 4) if allocated else 0.0,
-        "rss": rss_bytes(raw["rss"]),
+        "rss": rss_bytes(raw["rss"], f"{raw.helper}'s rss"),
         "gcs_per_s": None, "reclaimed_per_s": None,
-        "gc": gc, "collected": raw.int("collected"),
-        "gc_ms": round(raw.int("gc_us") / 1000, 3),
-        "node_ms": round(raw.int("sample_us") / 1000, 3)})
+        "gc": gc, "collected": raw.count("collected"),
+        "gc_ms": round(raw.count("gc_us") / 1000, 3),
+        "node_ms": round(raw.count("sample_us") / 1000, 3)})
+    wordsize = raw.wordsize()
+    gc_count = raw.count("gc_count")
+    reclaimed = raw.count("gc_words_reclaimed")
     if previous is not None:
         then, before = previous
         seconds = epoch - then
-        gcs = raw.int("gc_count") - before.int("gc_count")
-        words = raw.int("gc_words_reclaimed") \
-            - before.int("gc_words_reclaimed")
+        gcs = gc_count - before.count("gc_count")
+        words = reclaimed - before.count("gc_words_reclaimed")
         if seconds > 0 and gcs >= 0 and words >= 0:
             out["gcs_per_s"] = round(gcs / seconds, 1)
-            out["reclaimed_per_s"] = round(words * raw.int("wordsize")
-                                           / seconds)
+            out["reclaimed_per_s"] = round(words * wordsize / seconds)
     return out
 
 
@@ -322,12 +326,18 @@ class Watch(Track, Slots):
             if self.remote is None:
                 self.remote = self.connect()
             raw = sample_node(self.remote, self.gc, self.max_gc, self.jobs)
+        except BadReply:
+            # It answers, with what no node can have: no later sample of
+            # it means more (exit 8, as a bad figure in record() is).
+            self.close()
+            raise
         except ProbeError as exc:
-            # Gone (stopped, restarted, unreachable), or it answered
-            # nonsense: a gap, and a new connection at the next slot.
+            # Gone (stopped, restarted, unreachable), or its connection
+            # broke mid-frame: a gap, and a new connection at the next
+            # slot.
             self.close()
             return self.down_sample(now, f"{exc.label}: {exc}"), None
-        if previous is not None and raw.int("gc_count") < previous[1].int(
+        if previous is not None and raw.count("gc_count") < previous[1].count(
                 "gc_count"):
             previous = None  # a restart: the counters began again
         return record(self.node, raw, now, self.gc, previous), raw
@@ -437,8 +447,8 @@ class ClusterWatch(Slots):
             return track.down_sample(now, answer["error"])
         previous = self._previous.get(node)
         try:
-            if previous is not None and answer.int("gc_count") < \
-                    previous[1].int("gc_count"):
+            if previous is not None and answer.count("gc_count") < \
+                    previous[1].count("gc_count"):
                 previous = None  # a restart: the counters began again
             sample = record(node, answer, now, self.gc, previous)
         except ProtocolError as exc:

@@ -18,11 +18,12 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from beam_probe.erldist.terms import Atom
-from beam_probe.errors import EndedEarly, ProbeError, UsageError
+from beam_probe.errors import (ClusterIncomplete, EndedEarly, ProbeError,
+                               UsageError)
 from beam_probe.node.remote import Remote
 from beam_probe.probes import cluster
-from beam_probe.snapshots.format import (file_name, hunt_folder,
-                                         open_folder, write_in)
+from beam_probe.snapshots.format import (SnapshotError, file_name,
+                                         hunt_folder, open_folder, write_in)
 from beam_probe.snapshots.take import HELPER, args, read
 
 if TYPE_CHECKING:
@@ -171,11 +172,15 @@ def diff_folders(folders: list[str], force: bool = False,
     order = list(dict.fromkeys(n for files in per_folder for n in files))
     rows: list[Any] = []
     for node in order:
-        missing = [f for f, files in zip(folders, per_folder)
-                   if len(files.get(node, ())) != 1]
-        if missing:
-            rows.append({"node": node, "error": "not once in every folder "
-                         f"(see {missing[0]})"})
+        found = [len(files.get(node, ())) for files in per_folder]
+        if found != [1] * len(folders):
+            # Not one file in each: nothing to pair its files by. Named,
+            # and the others compared (a node that joined or left between
+            # the snapshots, or a leak hunt's folder of several rounds).
+            rows.append({"node": node, "error": "; ".join(
+                f"not in {folder}" if n == 0 else
+                f"{n} snapshots in {folder}"
+                for folder, n in zip(folders, found) if n != 1)})
             continue
         paths = [files[node][0] for files in per_folder]
         progress(f"comparing {node}")
@@ -183,7 +188,15 @@ def diff_folders(folders: list[str], force: bool = False,
                      "diff": diff_files(paths, force)})
     result: ClusterDiff = {"folders": folders, "nodes": rows,
                            "across": across(rows)}
-    return cluster.complete(result, rows)
+    failures = [row for row in rows if "error" in row]
+    if failures:
+        first = failures[0]
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 \
+            else ""
+        raise EndedEarly(result, ClusterIncomplete(
+            f"compared {len(rows) - len(failures)} of {len(rows)} nodes; "
+            f"{first['node']}: {first['error']}{more}"))
+    return result
 
 
 def across(rows: Sequence[Any]) -> Across:
@@ -280,7 +293,13 @@ def _leak_hunt_cluster(remote: Remote, count: int, interval: float, gc: str,
             # One node's files at a time, read back: the cluster's rows
             # are never all in memory at once.
             progress(f"comparing {node}")
-            row["diff"] = diff_files(chosen)
+            try:
+                row["diff"] = diff_files(chosen)
+            except SnapshotError as exc:
+                # What this node sent makes no snapshot a diff can read:
+                # its row, as a node that did not answer.
+                errors.setdefault(node, f"its snapshots sent values no "
+                                        f"node has ({exc})")
         if node in errors:
             row["error"] = errors[node]
         rows.append(row)

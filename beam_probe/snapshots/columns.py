@@ -93,9 +93,17 @@ def taken(path: str, header: dict[str, Any],
           sections: list[tuple[bytes, bytes]]) -> Loaded:
     """A snapshot just taken (and written to ``path``), into columns from
     the bytes in hand: its header as the file holds it (JSON), its
-    sections decoded and checked as a file's are."""
-    return _build(path, json.loads(json.dumps(header)),
-                  decoded(path, sections))
+    sections decoded and checked as a file's are: what a file may not
+    hold, the node may not have sent (a BadReply, not a damaged file)."""
+    from beam_probe.errors import BadReply
+
+    try:
+        return _build(path, json.loads(json.dumps(header)),
+                      decoded(path, sections))
+    except SnapshotError as exc:
+        raise BadReply(f"beam_probe_snapshot's reply from "
+                       f"{header['node']} makes no snapshot: {exc}") \
+            from None
 
 
 def _build(path: str, header: dict[str, Any],
@@ -115,8 +123,8 @@ def _build(path: str, header: dict[str, Any],
                 snap.ports = [_port(p) for p in term]
         except (TypeError, ValueError, IndexError, AttributeError,
                 KeyError, OverflowError):
-            raise SnapshotError(f"{path} is damaged (unexpected rows)") \
-                from None
+            raise SnapshotError(f"{path} is damaged (unexpected rows in "
+                                f"its {kind})") from None
     if "processes" not in seen:
         raise SnapshotError(f"{path} holds no processes")
     snap.creation = header.get("creation")
@@ -367,14 +375,30 @@ def _place_by_row(snap: Loaded, unique: list[Any], indices: array[int],
         indices[row] = len(group_ids) - 1
 
 
+# A table's rows and words, a port's bytes: counts of a 64-bit node, and
+# in a file anything else is damage (a ValueError, as _build reads it).
+# Within 2^62 so that sums and the text's float never overflow.
+_MAX_COUNT = 2**62
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) \
+            or not 0 <= value < _MAX_COUNT:
+        raise ValueError("a count out of range")
+    return value
+
+
+def _gone_or_count(value: Any) -> int:
+    # ets:info answers 'undefined' for a table gone mid-snapshot.
+    return 0 if isinstance(value, Atom) else _count(value)
+
+
 def _table(snap: Loaded, t: tuple[Any, ...]) -> dict[Any, Any]:
     ident, name, owner, size, words, kind = t
     owner_key = _key(owner) if isinstance(owner, Pid) else None
     return {"id": format_term(ident), "name": format_term(name),
-            "owner": owner_key,
-            "rows": size if isinstance(size, int) else 0,
-            "bytes": words * snap.header.get("wordsize", 8)
-            if isinstance(words, int) else 0,
+            "owner": owner_key, "rows": _gone_or_count(size),
+            "bytes": _gone_or_count(words) * snap.header.get("wordsize", 8),
             "type": format_term(kind)}
 
 
@@ -383,7 +407,7 @@ def _port(p: tuple[Any, ...]) -> dict[Any, Any]:
     return {"id": str(port),
             "name": format_term(name[1]) if isinstance(name, tuple)
             else "?",
-            "bytes": memory[1] if isinstance(memory, tuple) else 0}
+            "bytes": _count(memory[1]) if isinstance(memory, tuple) else 0}
 
 
 # -- comparing ---------------------------------------------------------------

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
-from beam_probe.node.replies import Reply
+from beam_probe.erldist.terms import Atom
+from beam_probe.node.replies import BadReply, Reply, shown
 from beam_probe.probes.watch import record
 from beam_probe.snapshots.format import (CHUNK_ROWS, FORMAT, MAX_ATOMS,
-                                         file_name, hunt_folder, write,
-                                         write_in)
+                                         file_name, header_problem,
+                                         hunt_folder, write, write_in)
 
 if TYPE_CHECKING:
     from beam_probe.files import Folder
@@ -73,35 +74,69 @@ def args(jobs: int) -> tuple[Any, ...]:
 
 def read(node: str, reply: Reply, epoch: float, gc: str
          ) -> tuple[dict[str, Any], list[tuple[bytes, bytes]]]:
-    """A snapshot helper's reply as a file's header and sections."""
+    """A snapshot helper's reply as a file's header and sections, each
+    value checked as it is read, and the header as a file's is when read
+    back (format.header_problem): what the node sent that no node can have
+    is a BadReply here, never a file that diff then refuses."""
     # From the helper, whose text holds the atom: a call of our own would
     # create 'otp_release' on a node that never asked for it, and the
     # first snapshot's diff would show it as an atom added.
-    release = reply["otp_release"]
     raw_sample = reply.map("sample")
     sample = record(node, raw_sample, epoch, gc, None)
+    processes = reply.list("processes")
     header = {
         "format": FORMAT, "node": node,
-        "otp_release": release if isinstance(release, str)
-        else bytes(release).decode(),
+        "otp_release": _text(reply, "otp_release"),
         "time": sample["time"], "epoch": sample["epoch"], "gc": gc,
-        "wordsize": raw_sample.int("wordsize"),
-        "items": [str(item) for item in reply["items"]],
+        "wordsize": raw_sample.wordsize(),
+        "items": _names(reply, "items"),
         "sample": sample,
-        "atom_count": reply.int("atom_count"),
-        "creation": reply.int("creation"),
+        "atom_count": reply.count("atom_count"),
+        "creation": reply.count("creation"),
         "elixir": reply["elixir"] is True,
-        "atoms_from": reply.int("atoms_from"),
-        "atoms": [str(atom) for atom in reply["atoms"]],
+        "atoms_from": reply.count("atoms_from"),
+        "atoms": _names(reply, "atoms"),
+        "chunks": len(processes),
+        # Every process but ours, as the file holds them: one count
+        # everywhere.
+        "processes": reply.count("process_count"),
     }
-    sections = [(b"P", bytes(chunk)) for chunk in reply["processes"]]
-    sections += [(b"A", bytes(reply["ancestors"])),
-                 (b"T", bytes(reply["tables"])),
-                 (b"O", bytes(reply["ports"]))]
-    header["chunks"] = len(reply["processes"])
-    # Every process but ours, as the file holds them: one count everywhere.
-    header["processes"] = reply.int("process_count")
+    problem = header_problem(header, FORMAT)
+    if problem:
+        raise BadReply(f"{reply.helper}'s reply makes no snapshot: {problem}")
+    sections = [(b"P", _binary(reply, "processes", chunk))
+                for chunk in processes]
+    sections += [(kind, _binary(reply, key, reply[key]))
+                 for kind, key in ((b"A", "ancestors"), (b"T", "tables"),
+                                   (b"O", "ports"))]
     return header, sections
+
+
+def _text(reply: Reply, key: str) -> str:
+    """A charlist (a str as decoded) or a binary, as text."""
+    value = reply[key]
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value).decode("latin-1")
+    if not isinstance(value, str) or len(value) > 1024:
+        raise BadReply(f"{reply.helper}'s {key} is {shown(value)}, not text")
+    return str(value)
+
+
+def _names(reply: Reply, key: str) -> list[str]:
+    """A list of atoms, as text."""
+    names = reply.list(key)
+    if not all(isinstance(name, Atom) for name in names):
+        raise BadReply(f"{reply.helper}'s {key} is not a list of atoms")
+    return [str(name) for name in names]
+
+
+def _binary(reply: Reply, key: str, value: Any) -> bytes:
+    """A section as the node made it (term_to_binary's bytes): bytes(N)
+    of a crafted integer would be N zero bytes."""
+    if not isinstance(value, (bytes, bytearray)):
+        raise BadReply(f"{reply.helper}'s {key} holds {shown(value)}, not "
+                       "a binary")
+    return bytes(value)
 
 
 def snapshot(remote: Remote, path: str, gc: str, jobs: int,
