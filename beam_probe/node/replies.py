@@ -35,7 +35,7 @@ def shown(value: Any) -> str:
         return f"an integer of {value.bit_length()} bits"
     if isinstance(value, (bytes, bytearray)) and len(value) > 16:
         return f"a binary of {len(value)} bytes"
-    return _escaped(format_term(value)[:40])
+    return _escaped(format_term(value)[:40])[:40]
 
 
 def _escaped(text: str) -> str:

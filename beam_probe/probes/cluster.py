@@ -95,6 +95,18 @@ def _ours(name: str) -> bool:
     return head.startswith(OUR_PREFIX) and head[len(OUR_PREFIX):].isdigit()
 
 
+def connected_nodes(remote: Remote, args: list[Any]) -> list[str]:
+    """erlang:nodes(Args...) of the entry, checked: a list of node names
+    (a hostile entry's anything else is a ProtocolError, exit 8)."""
+    found = remote.call("erlang", "nodes", args)
+    if not isinstance(found, list) or len(found) > MAX_NODES * 100 or \
+            not all(isinstance(n, Atom) and "@" in n for n in found):
+        raise ProtocolError(f"the entry node's erlang:nodes() answered "
+                            f"{format_term(found)[:80]}, not a list of "
+                            "node names")
+    return [str(n) for n in found]
+
+
 def members(remote: Remote, chosen: Sequence[str] | None = None,
             include_hidden: bool = False) -> tuple[list[str], set[str]]:
     """The nodes to ask, the entry first, and those the entry is connected
@@ -104,7 +116,7 @@ def members(remote: Remote, chosen: Sequence[str] | None = None,
     ``include_hidden`` (never beam-probe's own)."""
     kinds = [Atom("visible"), Atom("hidden")] if include_hidden \
         else [Atom("visible")]
-    connected = {str(n) for n in remote.call("erlang", "nodes", [kinds])}
+    connected = set(connected_nodes(remote, [kinds]))
     connected.add(remote.node)
     if chosen:
         return list(chosen), connected
@@ -250,5 +262,6 @@ def top(rows: Iterable[Any], key: str, n: int, descending: bool = True
 
 
 __all__ = ["MAX_NODES", "MAX_ROWS", "check_rows", "answered", "check_names",
+           "connected_nodes",
            "complete", "describe_failure", "failed", "fan", "members",
            "merged", "parse_names", "per_node", "top"]

@@ -91,7 +91,7 @@ def measure_cluster(remote: Remote, timeout: float, jobs: int = 0,
     """
     import time
 
-    nodes = [remote.node, *map(str, remote.call("erlang", "nodes", []))]
+    nodes = [remote.node, *cluster.connected_nodes(remote, [])]
     wait = None
     if deadline is not None:
         wait = max(0.1, deadline - time.monotonic())
