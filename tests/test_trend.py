@@ -180,3 +180,32 @@ def test_the_window_is_bounded():
     window = rule.windows["process_count"]
     assert len(window.points) == len(window.ranked) == TREND_WINDOW
     assert window.s == TREND_WINDOW * (TREND_WINDOW - 1) // 2
+
+
+def test_a_tracks_verdict_names_the_rule_that_fired():
+    """What the views say of a node (one node's verdict, a cluster's rule
+    column): the rule and, for a trend, its slope."""
+    from beam_probe.probes.watch import Track
+    from beam_probe.text.watch import _rule_word, verdict_lines
+
+    track = Track("app@db1", "holders")
+    for i in range(40):
+        sample = {"epoch": 1_800_000_000.0 + i * INTERVAL,
+                  "total": 50 * MB, "processes": 10 * MB, "binary": MB,
+                  "ets": MB, "atom_count": 9000, "port_count": 5,
+                  "process_count": 700 + i // 2}
+        track.keep(sample)
+    assert track.leaked and [type(leak).__name__
+                             for leak in track.fired()] == ["Trend"]
+    assert _rule_word(track) == "leak suspected: process count (trend)"
+    track.interval = INTERVAL
+    [line] = verdict_lines(track)
+    assert line.startswith("leak suspected: process count +")
+    assert "(trend: +900/h, Mann-Kendall z " in line
+    quiet = Track("app@db2", "holders")
+    for i in range(40):
+        quiet.keep({**sample, "epoch": 1_800_000_000.0 + i * INTERVAL,
+                    "process_count": 700 + (i % 3)})
+    assert verdict_lines(quiet) == [
+        "no leak suspected (rules: 5 consecutive rises, or a trend over "
+        "the last 120 samples)"]
