@@ -185,9 +185,10 @@ def noise(category: str, value: float) -> float:
 # now and then, and a window of 12 named it at once in simulation.
 # The window is bounded: S is kept as points come and go (O(log n) a
 # sample); Theil-Sen's pairs are counted only while S says "rising", over
-# at most SLOPE_POINTS points. Measured: 0.02-0.04 ms a sample for the
-# seven categories while nothing rises, 0.87 ms while all seven do with
-# the raw values confirming (the worst case).
+# at most SLOPE_POINTS points. Measured (tests/bench_watch.py): 0.04 ms
+# a sample for the seven categories while nothing rises, 0.8 ms while all
+# seven do with the raw values confirming (the worst case; 5.6 ms with
+# Theil-Sen over all 120 points).
 TREND_WINDOW = 120
 TREND_MIN = 24
 TREND_Z = 3.09

@@ -42,8 +42,8 @@ def amount(category: str, value: float | None, signed: bool = False) -> str:
 
 def leak_line(rise: Mapping[str, Any]) -> str:
     """What a rule suspected, and which rule: 'binary +48.2 MiB over 5
-    rises (25 s), +1.4 GiB/h', or 'process count +13 over 38 samples
-    (1 m 14 s) (trend: +641/h, Mann-Kendall z 7.7)'."""
+    rises (25 s), +1.4 GiB/h', or 'process count +25 over 60 samples
+    (1 m 58 s) (trend: +771/h, Mann-Kendall z 10.7)'."""
     category = rise["category"]
     label = LABELS.get(category, category)
     growth = amount(category, rise["growth"], True)
