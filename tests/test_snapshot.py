@@ -430,3 +430,21 @@ def test_tables_rewritten_in_place_are_not_suspects(nodes, otp, tmp_path):
     assert fat["bytes"][2] - fat["bytes"][0] >= 2 * 200 * 1024
     two = _diff(paths[0], paths[2])
     assert sorted(t["name"] for t in two["ets"]) == ["bp_fat", "bp_rows"]
+
+
+def test_a_tables_wobble_with_rows_fixed_is_under_its_floor(target):
+    """The floor's figures (compare.TABLE_SHARE): rows rewritten in place
+    with small lists of another length move a table's bytes, more with
+    more rows but less in share; within 64 KiB at 1,000 rows (measured
+    11 KB) and 1% at 100,000 (97 KB, 0.43%), over 20 rounds."""
+    from beam_probe.snapshots.compare import MIN_GROWTH, table_floor
+
+    with attach(target.node, target.cookie.encode()) as r:
+        small = r.call("beam_probe_steady", "wobble", [1000, 20])
+        large = r.call("beam_probe_steady", "wobble", [100_000, 20])
+    for rounds in (small, large):
+        wobble = max(rounds) - min(rounds)
+        assert 0 < wobble < table_floor(min(rounds)), (wobble, rounds[0])
+    assert max(small) - min(small) < MIN_GROWTH / 2
+    assert max(large) - min(large) > max(small) - min(small)
+    assert (max(large) - min(large)) / min(large) < 0.01

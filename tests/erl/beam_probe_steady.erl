@@ -3,7 +3,7 @@
 %% and a process count moved a step at a time (test_watch.py).
 -module(beam_probe_steady).
 
--export([tables/0, rewrite/1, counter/0, move/2]).
+-export([tables/0, rewrite/1, wobble/2, counter/0, move/2]).
 
 -define(ROWS, 1000).
 
@@ -43,6 +43,24 @@ rewrite(Step) ->
     ets:insert(bp_rows, {Step, <<"row">>}),
     [{T, ets:info(T, size), ets:info(T, memory)}
      || T <- [bp_counters, bp_stats, bp_fat, bp_rows]].
+
+%% A table's wobble: Rows rows, each rewritten Rounds times with a list of
+%% 1 to 20 items (its length at random), the table's bytes after each
+%% round. Rows never change in number.
+wobble(Rows, Rounds) ->
+    T = ets:new(bp_wobble, [set, public]),
+    Write = fun() ->
+                    ets:insert(T, [{K, lists:seq(1, rand:uniform(20))}
+                                   || K <- lists:seq(1, Rows)])
+            end,
+    Write(),
+    Bytes = [begin
+                 Write(),
+                 Rows = ets:info(T, size),
+                 ets:info(T, memory) * erlang:system_info(wordsize)
+             end || _ <- lists:seq(1, Rounds)],
+    ets:delete(T),
+    Bytes.
 
 %% A process that holds a number of idle processes: move/2 starts N more
 %% (N > 0) or ends -N of them (N < 0), and answers how many it holds.
