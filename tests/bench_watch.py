@@ -9,6 +9,9 @@ its interval.
    bound: under 5 ms), apart from drawing a 120 x 40 frame of the live
    view (a terminal only), and its RSS after 1,000 and after 10,000
    samples: bounded buffers keep it flat.
+   The leak rules alone at their worst: every category rising at every
+   sample, so that the trend rule counts its Theil-Sen slopes each time
+   (on the floors and on the raw values), against a steady series.
 3. A watch at 0.2 s on an idle node: the intervals between samples.
    Bound: the mean within 10% of 0.2 s.
 
@@ -94,6 +97,36 @@ def own_cost(samples: int) -> tuple[float, float, int, int]:
             statistics.median(drawing) * 1000, marks[1000], marks[samples])
 
 
+def rule_cost(samples: int = 2000) -> tuple[float, float]:
+    """The trend rule's milliseconds a sample, seven categories through
+    floors confirmed by the raw values (as watch without --gc): every
+    category rising, and every one steady."""
+    import random
+    import timeit
+
+    from beam_probe.probes.trend import LEAK_CATEGORIES, TrendRule
+
+    out = []
+    rng = random.Random(1)
+    for rising in (True, False):
+        rule = TrendRule(confirm=True)
+        values = (lambda i: {c: 1000 + i for c in LEAK_CATEGORIES}) \
+            if rising else (lambda i: {c: 1000 + rng.randint(-5, 5)
+                                       for c in LEAK_CATEGORIES})
+        for i in range(200):  # a full window first
+            rule.add(i, values(i), values(i))
+        step = iter(range(200, 200 + 10 * samples))
+
+        def one() -> None:
+            i = next(step)
+            seen = values(i)
+            rule.add(i, seen, seen)
+
+        out.append(min(timeit.repeat(one, number=samples // 5, repeat=5))
+                   / (samples // 5) * 1000)
+    return out[0], out[1]
+
+
 def interval_keeping(count: int) -> tuple[float, float]:
     with start_node() as node:
         watch = Watch(lambda: attach(node.node, node.cookie.encode()),
@@ -126,6 +159,10 @@ def main() -> int:
           f"120 x 40 frame {drawing:.2f} ms more; RSS "
           f"{at_1000 / 2**20:.1f} MiB at 1000, {at_end / 2**20:.1f} MiB at "
           f"{opts.samples} ({grew:.3f}x, bound < 1.05)")
+    worst_rule, quiet_rule = rule_cost()
+    ok &= worst_rule < BOUND_MS
+    print(f"   the trend rule: {worst_rule:.2f} ms a sample with all seven "
+          f"categories rising, {quiet_rule:.3f} ms with none")
     print("3. interval at 0.2 s, 50 samples")
     mean, worst_gap = interval_keeping(50)
     ok &= abs(mean - 0.2) / 0.2 < 0.10

@@ -18,7 +18,9 @@ from beam_probe.erldist.terms import Atom
 from beam_probe.probes.trend import (NOISE_BYTES, Floor, LeakRule, Point, Series,
                               rising)
 from beam_probe.text.chart import line_chart
+from beam_probe.probes import results
 from conftest import FakeClock, interrupt_cli, run_here
+from shapes import conforms_to
 
 MB = 1024 * 1024
 
@@ -186,6 +188,85 @@ def test_a_sawtooth_is_not_a_leak(nodes, otp):
     binary = [s["binary"] for s in samples]
     assert max(binary) - min(binary) > 4 * MB  # it did saw
     assert summary["leaks"] == []
+    assert all("leaks" not in s for s in samples)
+
+
+class Counting(FakeClock):
+    """A fake clock whose every sleep moves the node's process count by
+    what ``moves`` says (idle processes started or ended), so that each
+    sample sees an exact count."""
+
+    def __init__(self, remote, moves):
+        super().__init__()
+        self.counter = remote.call("beam_probe_steady", "counter", [])
+        self.remote, self.moves, self.sleeps, self.held = remote, moves, 0, 0
+
+    def sleep(self, seconds):
+        super().sleep(seconds)
+        move = self.moves(self.sleeps, self.held)
+        self.sleeps += 1
+        if move:
+            self.held = self.remote.call("beam_probe_steady", "move",
+                                         [self.counter, move])
+            assert isinstance(self.held, int), self.held
+
+
+def test_a_count_rising_every_other_sample_is_a_trend_leak(nodes, otp):
+    """ejabberd's slow leak in steps, watched as its operator did
+    (--interval 2, no --gc): one process more every other sample. Five
+    rises in a row never happen; the trend rule names it, and says so."""
+    from beam_probe.node.remote import attach
+    from beam_probe.text.watch import summary_text
+
+    node = nodes.start(otp)
+    with attach(node.node, node.cookie.encode()) as r:
+        result = _watch(node, "--interval", "2", "--count", "50",
+                        "--fail-on-leak",
+                        clock=Counting(r, lambda i, _held: i % 2))
+    assert result.returncode == 12, result.stderr
+    samples, summary = _lines(result.stdout)
+    counts = [s["process_count"] for s in samples]
+    assert counts[-1] - counts[0] == 24  # it did step, every other sample
+    # Never five rises in a row: the rule that passed it before.
+    assert not any(counts[i] < counts[i + 1] < counts[i + 2]
+                   < counts[i + 3] < counts[i + 4] < counts[i + 5]
+                   for i in range(len(counts) - 5))
+    leaks = summary["leaks"]
+    assert [(leak["category"], leak["rule"]) for leak in leaks] == \
+        [("process_count", "trend")], leaks
+    trend = leaks[0]
+    # One every 4 s is 900 an hour, whatever the window.
+    assert trend["per_hour"] == pytest.approx(900, rel=0.15)
+    assert trend["z"] >= 3.09 and trend["samples"] >= 24
+    fired = [s for s in samples if "leaks" in s]
+    assert fired and fired[0]["leaks"][0]["rule"] == "trend"
+    # The JSON of a leak of either rule is the declared type's.
+    conforms_to(summary, results.WatchSummary)
+    conforms_to(fired[0], results.Sample)
+    text = summary_text(summary)
+    assert "leak suspected: process count +" in text
+    assert "(trend: +" in text and "/h, Mann-Kendall z " in text
+
+
+def test_a_churning_steady_count_is_no_leak(nodes, otp):
+    """The same node, its count up and down at random between 0 and 8
+    more processes, 60 samples: judged, and no leak (exit 0)."""
+    import random
+
+    from beam_probe.node.remote import attach
+
+    node = nodes.start(otp)
+    rng = random.Random(27)
+    with attach(node.node, node.cookie.encode()) as r:
+        result = _watch(node, "--interval", "2", "--count", "60",
+                        "--fail-on-leak",
+                        clock=Counting(r, lambda _i, held:
+                                       rng.randint(0, 8) - held))
+    assert result.returncode == 0, result.stderr
+    samples, summary = _lines(result.stdout)
+    counts = [s["process_count"] for s in samples]
+    assert max(counts) - min(counts) >= 6  # it did churn
+    assert summary["judged"] is True and summary["leaks"] == []
     assert all("leaks" not in s for s in samples)
 
 

@@ -247,8 +247,9 @@ def proc_info(remote: Any, request: SimpleNamespace,
                           help="Without --gc: the floor of a category is "
                                "its minimum over this many samples."),
              click.option("--fail-on-leak", is_flag=True,
-                          help="Exit 12 if a leak was suspected, 13 if the "
-                               "run ended before the rule could judge."),
+                          help="Exit 12 if a leak was suspected (either "
+                               "rule), 13 if the run ended before the rises "
+                               "could judge."),
              click.option("--output", "-o", metavar="FILE",
                           help="Also append each sample to FILE as a JSON "
                                "line (plot reads it)."),
@@ -268,6 +269,11 @@ def watch(connect: Any, request: SimpleNamespace, progress: Progress) -> Any:
     through its floor (its minimum over the last --floor samples, which a
     sawtooth leaves flat), is reported: "leak suspected: binary +48.2 MiB
     over 5 rises (25 s)", with its rate per hour over a minute or more.
+    Beside it, a trend over the last 120 samples (Mann-Kendall, with its
+    Theil-Sen slope; without --gc, the floors and the raw values alike)
+    names growth in steps that never rises five times in a row: "leak
+    suspected: process count +25 over 60 samples (1 m 58 s) (trend:
+    +771/h, Mann-Kendall z 10.7)".
 
     On a terminal the view redraws in place with a chart; piped, or with
     --format json, one JSON line per sample (the field names of check

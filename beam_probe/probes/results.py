@@ -404,14 +404,22 @@ class ClusterAlloc(TypedDict):
 # -- watch --------------------------------------------------------------------
 
 class RiseJson(TypedDict):
-    """A rise of one category: memwatch's leak event (or, unconfirmed, the
-    raw values'), as trend.Rise.as_json gives it."""
+    """A leak suspected in one category, and the rule that suspected it:
+    "rises", memwatch's leak event (or, unconfirmed, the raw values'), as
+    trend.Rise.as_json gives it: ``rises`` steps up in a row, over
+    ``samples`` (rises + 1); or "trend", a rise over the window, as
+    trend.Trend.as_json gives it: ``samples`` in the window, ``rises``
+    steps up among them, ``growth`` and ``per_hour`` from the Theil-Sen
+    slope, ``z`` Mann-Kendall's."""
 
     category: str
+    rule: str
     rises: int
+    samples: int
     growth: float
     seconds: float
     per_hour: Optional[float]
+    z: NotRequired[float]
 
 
 class CategoryStats(TypedDict):

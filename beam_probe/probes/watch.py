@@ -21,7 +21,7 @@ from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply
 from beam_probe.probes.trend import (DEFAULT_FLOOR, DEFAULT_RISES, LEAK_CATEGORIES, Floor,
-                     LeakRule, Point, Series, Stats)
+                     LeakRule, Point, Rise, Series, Stats, Trend, TrendRule)
 from beam_probe.probes import cluster
 from beam_probe.probes.alloc import rss_bytes
 
@@ -115,6 +115,10 @@ class Track:
         # that only rose is "rising, not yet confirmed" while its floor
         # cannot judge yet.
         self.raw_rule = LeakRule(rises)
+        # Beside the rises, the trend over the window: a count that rises
+        # every other sample never rises five times in a row. Through the
+        # floors, the raw values must rise too (TrendRule says why).
+        self.trend = TrendRule(confirm=gc == "none")
         self.floors = {c: Floor(floor) for c in LEAK_CATEGORIES}
         # Samples the rule needs in a row before it can judge: rises + 1
         # values after collections; without, the floor must first span
@@ -140,6 +144,7 @@ class Track:
         self.in_a_row = 0
         self.rule.gap()
         self.raw_rule.gap()
+        self.trend.gap()
         for floor in self.floors.values():
             floor.reset()
         return {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ",
@@ -167,7 +172,8 @@ class Track:
             self.raw_rule.add(epoch, raw)
         self.in_a_row += 1
         self.judged = self.judged or self.in_a_row >= self.needed
-        leaks = self.rule.add(epoch, watched)
+        leaks: list[Rise | Trend] = [*self.rule.add(epoch, watched),
+                                     *self.trend.add(epoch, watched, raw)]
         if leaks:
             sample["leaks"] = [rise.as_json() for rise in leaks]
         for category, stats in self.stats.items():
@@ -177,7 +183,12 @@ class Track:
 
     @property
     def leaked(self) -> bool:
-        return bool(self.rule.fired)
+        return bool(self.rule.fired or self.trend.fired)
+
+    def fired(self) -> list[Rise | Trend]:
+        """The leaks suspected at any point of the run: per category, the
+        largest rise, then the largest trend."""
+        return [*self.rule.fired.values(), *self.trend.fired.values()]
 
     @property
     def to_judge(self) -> int:
@@ -192,7 +203,7 @@ class Track:
             return []
         return [rise.as_json() for category, rise in
                 self.raw_rule.fired.items() if category not in
-                self.rule.fired]
+                self.rule.fired and category not in self.trend.fired]
 
     def judgment(self, started: float | None,
                  interval: float | None = None) -> dict[Any, Any]:
@@ -208,8 +219,7 @@ class Track:
                 **({} if interval is None else {"interval": interval}),
                 "categories": {c: s.as_json()
                                for c, s in self.stats.items()},
-                "leaks": [rise.as_json()
-                          for rise in self.rule.fired.values()],
+                "leaks": [leak.as_json() for leak in self.fired()],
                 "judged": self.judged, "to_judge": self.to_judge,
                 "unconfirmed": self.unconfirmed()}
 

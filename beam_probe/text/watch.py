@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 from beam_probe.text.chart import clock, line_chart
 from beam_probe.text.syntax import ERLANG, Syntax
 from beam_probe.text.tables import human_bytes, table
-from beam_probe.probes.trend import BYTE_CATEGORIES
+from beam_probe.probes.trend import BYTE_CATEGORIES, TREND_WINDOW
 
 LABELS = {"total": "total", "processes": "processes", "binary": "binary",
           "ets": "ets", "atom_count": "atoms", "process_count":
@@ -41,10 +41,18 @@ def amount(category: str, value: float | None, signed: bool = False) -> str:
 
 
 def leak_line(rise: Mapping[str, Any]) -> str:
-    """'binary +48.2 MiB over 5 rises (25 s), +1.4 GiB/h'."""
+    """What a rule suspected, and which rule: 'binary +48.2 MiB over 5
+    rises (25 s), +1.4 GiB/h', or 'process count +25 over 60 samples
+    (1 m 58 s) (trend: +771/h, Mann-Kendall z 10.7)'."""
     category = rise["category"]
-    text = (f"{LABELS.get(category, category)} "
-            f"{amount(category, rise['growth'], True)} over {rise['rises']} "
+    label = LABELS.get(category, category)
+    growth = amount(category, rise["growth"], True)
+    if rise.get("rule") == "trend":
+        return (f"{label} {growth} over {rise['samples']} samples "
+                f"({duration(rise['seconds'])}) (trend: "
+                f"{amount(category, rise['per_hour'], True)}/h, "
+                f"Mann-Kendall z {rise['z']:.1f})")
+    text = (f"{label} {growth} over {rise['rises']} "
             f"rises ({duration(rise['seconds'])})")
     if rise["per_hour"] is not None:
         text += f", {amount(category, rise['per_hour'], True)}/h"
@@ -145,7 +153,7 @@ def cluster_frame(watch: Any, width: int, height: int, colour: bool = False
         "lrrrrrl").split("\n")]
     verdict = [f"{node}: leak suspected: {leak_line(rise.as_json())}"
                for node, track in watch.tracks.items()
-               for rise in track.rule.fired.values()]
+               for rise in track.fired()]
     room = height - len(lines) - len(verdict)
     if room >= 5:
         series = [(node, list(track.series[metric]))
@@ -160,15 +168,18 @@ CHARTED_HERE = ("total", "processes", "binary", "ets")
 
 
 def _rule_word(track: Any) -> str:
-    if track.rule.fired:
-        return "leak suspected: " + ", ".join(track.rule.fired)
+    fired = [leak.as_json() for leak in track.fired()]
+    if fired:
+        return "leak suspected: " + ", ".join(
+            f"{LABELS.get(leak['category'], leak['category'])} "
+            f"({leak['rule']})" for leak in fired)
     if not track.judged:
         return f"not judged yet ({track.to_judge} more)"
     return "no leak suspected"
 
 
 def verdict_lines(watch: Any) -> list[str]:
-    return verdict_text([rise.as_json() for rise in watch.rule.fired.values()],
+    return verdict_text([leak.as_json() for leak in watch.fired()],
                         watch.judged, watch.to_judge, watch.unconfirmed(),
                         watch.gc, watch.rule.rises)
 
@@ -187,8 +198,9 @@ def verdict_text(leaks: Sequence[Mapping[str, Any]], judged: bool,
                  f"{'s' if to_judge != 1 else ''}{hint}"]
                 + ["rising, not yet confirmed: " + rising_line(rise)
                    for rise in unconfirmed])
-    return ["no leak suspected" + (f" (rule: {rises} consecutive rises)"
-                                   if rises is not None else "")]
+    return ["no leak suspected" + (
+        f" (rules: {rises} consecutive rises, or a trend over the last "
+        f"{TREND_WINDOW} samples)" if rises is not None else "")]
 
 
 def rising_line(rise: Mapping[str, Any]) -> str:
