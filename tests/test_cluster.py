@@ -684,3 +684,29 @@ def test_a_folder_of_more_files_than_a_cluster_has_nodes_is_refused(tmp_path):
         (crowded / f"n{i}.snapshot").write_bytes(b"")
     one_line(run_here("diff", str(crowded), str(crowded)), 2,
              f"{MAX_NODES + 1:,} snapshot files", f"at most {MAX_NODES:,}")
+
+
+def test_snapshot_batches_are_cut_by_bytes(crowd, tmp_path):
+    """Each node's snapshot estimated from its process count: with room
+    for one node's at a time, the nodes are asked one batch each (and
+    every snapshot is written); with the frame's room, all at once."""
+    from beam_probe.snapshots import cluster as snapshots
+
+    entry, _before, _after = crowd
+    nodes = [n.node for n in crowd]
+    said: list[str] = []
+    with attach(entry.node, entry.cookie.encode()) as remote:
+        remote.fan_budget = 2 * (snapshots.SNAPSHOT_BYTES_BASE + 4_000)
+        result = snapshots.snapshot_cluster(
+            remote, str(tmp_path / "one"), nodes, False, "none", 0, None,
+            said.append)
+        reads = [s for s in said if s.startswith("reading every process")]
+        assert reads == ["reading every process, table and port of 1 "
+                         "nodes"] * 3, said
+        assert all("file" in row for row in result["nodes"]), result
+        said.clear()
+        remote.fan_budget = 16 * 1024 * 1024
+        snapshots.snapshot_cluster(remote, str(tmp_path / "all"), nodes,
+                                   False, "none", 0, None, said.append)
+    assert [s for s in said if s.startswith("reading every process")] == \
+        ["reading every process, table and port of 3 nodes"]
