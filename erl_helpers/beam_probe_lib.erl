@@ -569,7 +569,18 @@ fan_out(Names, Form, Bindings, TimeoutMs, MaxBytes) ->
                   when erlang:is_binary(Bytes) ->
                     [Reply | Place(Rest, Got, Left - erlang:byte_size(Bytes))];
                 Place([_ | Rest], [Reply | Got], Left) ->
-                    [Reply | Place(Rest, Got, Left)]
+                    %% An error, or a size said instead of an answer: a
+                    %% few hundred bytes from a node of ours. Anything
+                    %% larger is a node that does not answer as ours do
+                    %% (its term, not bytes): only its size crosses.
+                    Size = erlang:external_size(Reply),
+                    case Size =< erlang:min(4096, Left) of
+                        true ->
+                            [Reply | Place(Rest, Got, Left - Size)];
+                        false ->
+                            [{error, {beam_probe, {unread, Size}}}
+                             | Place(Rest, Got, Left)]
+                    end
             end,
     Place(Known, Replies, MaxBytes).
 

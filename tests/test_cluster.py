@@ -710,3 +710,26 @@ def test_snapshot_batches_are_cut_by_bytes(crowd, tmp_path):
                                    False, "none", 0, None, said.append)
     assert [s for s in said if s.startswith("reading every process")] == \
         ["reading every process, table and port of 3 nodes"]
+
+
+def test_a_member_answering_with_a_huge_term_is_its_row(nodes, tmp_path):
+    """A member whose erl_eval answers with a 20 MB term instead of bytes:
+    the entry passes on only its size, its row says so, and the other
+    nodes answer (it once failed the whole command with exit 8)."""
+    from beam_probe.node.local import compile_erl
+
+    entry, before, hostile = _three(nodes, "h")
+    compile_erl([os.path.join(REPO, "tests", "erl", "hostile",
+                              "erl_eval.erl")], str(tmp_path))
+    with attach(hostile.node, hostile.cookie.encode()) as remote:
+        remote.call("code", "unstick_mod", [Atom("erl_eval")])
+        loaded = remote.call("code", "load_abs",
+                             [str(tmp_path / "erl_eval")])
+        assert loaded == (Atom("module"), Atom("erl_eval")), loaded
+    code, result, err = _json(entry, "proc-count", entry.node, "memory",
+                              "3", "--cluster")
+    assert code == 15, err
+    rows = {row["node"]: row for row in result["nodes"]}
+    assert "scanned" in rows[entry.node] and "scanned" in rows[before.node]
+    assert "not as beam-probe's helpers answer" in \
+        rows[hostile.node]["error"], rows[hostile.node]

@@ -262,3 +262,29 @@ def test_latin1_and_utf8_atom_tables_never_collide():
     assert etf.decode(b"\x83s\x00") == Atom("")
     assert etf.decode(b"\x83w\x01\x00") == Atom("\x00")
     assert etf.decode(b"\x83d\x00\x01\xe9") == etf.decode(b"\x83w\x02\xc3\xa9")
+
+
+def test_decodes_that_share_a_budget_share_its_bounds():
+    """A fan-out's answers are decoded one by one within one budget: their
+    number does not multiply what they may make or inflate to."""
+    import zlib
+
+    from beam_probe.erldist import etf
+
+    many = etf.encode([None] * 600)  # 600 items each
+    budget = etf.Budget(items=1000, inflate=1 << 20)
+    etf.decode_within(many, budget, 1 << 20)
+    assert budget.items == 400
+    with pytest.raises(etf.DecodeError):
+        etf.decode_within(many, budget, 1 << 20)
+    raw = etf.encode(b"x" * 10_000)[1:]
+    packed = bytes([131, 80]) + len(raw).to_bytes(4, "big") + \
+        zlib.compress(raw)
+    budget = etf.Budget(items=1000, inflate=15_000)
+    assert etf.decode_within(packed, budget, 1 << 20) == b"x" * 10_000
+    assert budget.inflate == 15_000 - len(raw)
+    with pytest.raises(etf.DecodeError, match="limit"):
+        etf.decode_within(packed, budget, 1 << 20)
+    # Each alone: at most inflate_each, whatever the budget holds.
+    with pytest.raises(etf.DecodeError, match="limit"):
+        etf.decode_within(packed, etf.Budget(1000, 1 << 20), 5_000)

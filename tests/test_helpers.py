@@ -83,7 +83,8 @@ def test_only_functions_reach_the_scanner_their_variables_renamed():
         "    Split = fun Split([]) -> []; Split([_H | Rest]) -> Split(Rest) end,\n"
         "    {\"Str % not a comment. Pids\", 'Quoted.Atom Pids', $%, $\", $.,\n"
         "     1.5e3, 16#FF, Pids ++ Split(Pids)}.\n"
-        "g(Pids, _) -> Pids.\n")
+        "g(Pids, _) -> Pids.\n"
+        "'h'(Ärger, Xé) -> {Ärger, Xé, ßa}.\n")
     text = functions_only(source)
     assert text.count("\n") == source.count("\n")
     assert text.splitlines()[:3] == ["", "", ""]
@@ -92,4 +93,5 @@ def test_only_functions_reach_the_scanner_their_variables_renamed():
     assert "\"Str % not a comment. Pids\", 'Quoted.Atom Pids', $%, $\", $.," \
         in text
     assert "1.5e3, 16#FF, V1 ++ V2(V1)}." in text
-    assert text.splitlines()[-1] == "g(V1, _) -> V1."
+    assert text.splitlines()[-2] == "g(V1, _) -> V1."
+    assert text.splitlines()[-1] == "'h'(V1, V2) -> {V1, V2, ßa}."

@@ -167,8 +167,8 @@ CLUSTER_OPTIONS = (
                       "answer gets a row saying why, and exit code 15."),
     click.option("--nodes", "cluster_nodes", metavar="NAME@HOST,...",
                  help="With --cluster (implied): exactly these nodes, "
-                      "through NODE (which connects to any it is not "
-                      "connected to, as an rpc would)."),
+                      "through NODE; a node NODE is not connected to is "
+                      "its row (NODE never dials one)."),
     click.option("--include-hidden", is_flag=True,
                  help="With --cluster (implied): hidden nodes connected to "
                       "NODE too (remote shells, other tools; never "

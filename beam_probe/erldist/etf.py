@@ -485,6 +485,40 @@ def _decode_versioned(data: bytes, pos: int) -> tuple[Any, int]:
         raise DecodeError("term too large to decode") from None
 
 
+class Budget:
+    """Items and inflated bytes that several decodes share: each takes
+    what it used from it (decode_within). For replies that arrive
+    together and are decoded one by one (a fan-out's nodes' answers),
+    so that their number does not multiply the bounds of one decode."""
+
+    __slots__ = ("items", "inflate")
+
+    def __init__(self, items: int, inflate: int) -> None:
+        self.items = items
+        self.inflate = inflate
+
+
+def decode_within(data: bytes, budget: Budget, inflate_each: int) -> Any:
+    """Decode exactly one versioned term that fills ``data``, within what
+    is left of ``budget`` (and at most ``inflate_each`` bytes inflated by
+    this one), and take from it what the decode used."""
+    global _items_left, _max_uncompressed, _inflate_left
+    data = bytes(data)
+    with _limits:
+        _items_left = max(0, budget.items)
+        _max_uncompressed = _inflate_left = max(0, min(inflate_each,
+                                                       budget.inflate))
+        start = _inflate_left
+        try:
+            value, end = _decode_versioned(data, 0)
+        finally:
+            budget.items = _items_left
+            budget.inflate -= start - _inflate_left
+    if end != len(data):
+        raise DecodeError(f"{len(data) - end} trailing bytes after the term")
+    return value
+
+
 def decode(data: bytes, **limits: int) -> Any:
     """Decode exactly one versioned term that fills ``data``; ``limits`` as
     for decode_from."""

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import re
 
-# One Erlang token or run of text the renaming must step over whole. Order
+# One Erlang token or run of text the renaming must step over whole
+# (Latin-1 letters are letters in Erlang names: À starts a variable, ß an
+# atom). Order
 # matters: comments, strings, quoted atoms and character literals first,
 # since each may hold what would otherwise read as a variable or a dot.
 _TOKEN = re.compile(r"""
@@ -27,8 +29,8 @@ _TOKEN = re.compile(r"""
   | (?P<quoted>'(?:\\.|[^'\\])*')
   | (?P<char>\$(?:\\(?:\^.|[0-7]{1,3}|x\{[0-9a-fA-F]+\}|x[0-9a-fA-F]{2}|.)|.))
   | (?P<number>\d[\d_]*(?:\#[0-9a-zA-Z_]+|\.\d[\d_]*(?:[eE][+-]?\d+)?)?)
-  | (?P<variable>[A-Z_][A-Za-z0-9_@]*)
-  | (?P<name>[a-z][A-Za-z0-9_@]*)
+  | (?P<variable>[A-Z_\u00c0-\u00d6\u00d8-\u00de][A-Za-z0-9_@\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u00ff]*)
+  | (?P<name>[a-z\u00df-\u00f6\u00f8-\u00ff][A-Za-z0-9_@\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u00ff]*)
   | (?P<dot>\.(?=\s|%|\Z))
   | (?P<space>\s+)
   | (?P<other>.)
@@ -46,9 +48,11 @@ def functions_only(source: str) -> str:
     def end_form() -> None:
         nonlocal first
         text = "".join(form)
-        # A function definition starts with its name; attributes (-spec,
-        # -type, -module, ...) start with '-': only their lines are kept.
-        out.append(text if first == "name" else "\n" * text.count("\n"))
+        # A function definition starts with its name (an atom, quoted or
+        # not); attributes (-spec, -type, -module, ...) start with '-':
+        # only their lines are kept.
+        out.append(text if first in ("name", "quoted")
+                   else "\n" * text.count("\n"))
         form.clear()
         names.clear()
         first = None

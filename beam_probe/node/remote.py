@@ -44,6 +44,8 @@ FAN_INFLATE = 4
 #                             in a smaller group
 #   ("oversize", (bytes, most))  its answer alone is over what a node may
 #                             send
+#   ("unread", bytes)         it answered with a large term, not bytes (no
+#                             node of ours does): the entry dropped it
 #   ("undecodable", why), ("malformed", term)
 #   ("error", (Class, Reason))  as erpc:multicall gives a failure, or as
 #                             the node's work raised it
@@ -67,6 +69,7 @@ A_ERROR = Atom("error")
 A_BEAM_PROBE = Atom("beam_probe")
 A_NOT_CONNECTED = Atom("not_connected")
 A_CROWDED = Atom("crowded")
+A_UNREAD = Atom("unread")
 A_OVERSIZE = Atom("beam_probe_oversize")
 A_FAILED = Atom("beam_probe_failed")
 
@@ -205,26 +208,29 @@ class Remote:
         order, a FanReply a node. ``timeout`` bounds each node; we wait
         ``wait`` for the whole (by default a little longer, so that slow
         nodes are reported as such rather than ending the call)."""
-        budget = self.fan_budget
+        most = self.fan_budget
         inner, bindings = self.guarded(module, function, args,
                                        Var("BeamProbeWatch"),
-                                       timeout + GUARD_MARGIN, encode=budget)
+                                       timeout + GUARD_MARGIN, encode=most)
         replies = self.run(GUARD, "fan_out",
                            [n.encode("utf-8") for n in nodes], inner,
-                           bindings, _millis(timeout), budget,
+                           bindings, _millis(timeout), most,
                            timeout=timeout + GUARD_MARGIN
                            if wait is None else wait)
         if not isinstance(replies, list) or len(replies) != len(nodes):
             raise ProtocolError("the entry node's fan-out answered "
                                 f"{format_term(replies)[:80]}, not one "
                                 "reply a node")
-        inflate = [FAN_INFLATE * self.conn.limits.max_bytes]
-        return [self._fanned(reply, inflate, budget) for reply in replies]
+        # One budget for all the nodes' answers, as for one reply: their
+        # number must not multiply what we may be made to hold.
+        budget = etf.Budget(self.conn.limits.max_items,
+                            FAN_INFLATE * self.conn.limits.max_bytes)
+        return [self._fanned(reply, budget, most) for reply in replies]
 
-    def _fanned(self, reply: Any, inflate: list[int], budget: int
+    def _fanned(self, reply: Any, budget: etf.Budget, most: int
                 ) -> FanReply:
-        """One node's reply of a fan-out, decoded. ``inflate`` holds what
-        the fan-out's answers may still inflate to, shared by its nodes."""
+        """One node's reply of a fan-out, decoded within ``budget``, which
+        the fan-out's nodes share."""
         if not (isinstance(reply, tuple) and len(reply) == 2):
             return ("malformed", reply)
         kind, value = reply
@@ -233,30 +239,28 @@ class Remote:
             if value[1] == A_NOT_CONNECTED:
                 return ("not_connected", None)
             if isinstance(value[1], tuple) and len(value[1]) == 2 \
-                    and value[1][0] == A_CROWDED \
-                    and isinstance(value[1][1], int):
-                return ("crowded", value[1][1])
+                    and _size(value[1][1]):
+                if value[1][0] == A_CROWDED:
+                    return ("crowded", value[1][1])
+                if value[1][0] == A_UNREAD:
+                    return ("unread", value[1][1])
         if kind != A_OK:
             return ("error", reply)
         if isinstance(value, tuple) and len(value) == 2 \
-                and value[0] == A_OVERSIZE and isinstance(value[1], int):
-            return ("oversize", (value[1], budget))
+                and value[0] == A_OVERSIZE and _size(value[1]):
+            return ("oversize", (value[1], most))
         if not isinstance(value, bytes):
             return ("malformed", value)
-        most = min(inflate[0], self.conn.limits.max_bytes)
         try:
-            decoded = etf.decode(value, max_items=self.conn.limits.max_items,
-                                 max_uncompressed=most)
+            decoded = etf.decode_within(value, budget,
+                                        self.conn.limits.max_bytes)
         except etf.DecodeError as exc:
             return ("undecodable", str(exc))
-        # A compressed answer (131, 80, Size:32, zlib) names what it
-        # inflated to; a plain one is its own size.
-        inflate[0] -= int.from_bytes(value[2:6], "big") \
-            if value[1:2] == b"P" else len(value)
         if isinstance(decoded, tuple) and len(decoded) == 3 \
                 and decoded[0] == A_FAILED:
             return ("error", (decoded[1], decoded[2]))
         return ("ok", decoded)
+
 
     def _watch(self) -> tuple[Any, ...]:
         return (A_NODE, Atom(self.conn.our_node))
@@ -269,6 +273,13 @@ class Remote:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _size(value: Any) -> bool:
+    """Whether ``value`` is a byte count a node may say (a peer's integer
+    of thousands of digits cannot even be written)."""
+    return isinstance(value, int) and not isinstance(value, bool) \
+        and 0 <= value < 1 << 64
 
 
 def _shape(arg: Any) -> tuple[Any, ...]:

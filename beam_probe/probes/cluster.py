@@ -28,7 +28,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator,
 from beam_probe.erldist.terms import Atom, format_term
 from beam_probe.errors import (ClusterIncomplete, EndedEarly, ProtocolError,
                                UsageError)
-from beam_probe.node.replies import Reply
+from beam_probe.node.replies import Reply, shown
 
 if TYPE_CHECKING:
     from beam_probe.node.remote import FanReply, Remote
@@ -102,16 +102,21 @@ def connected_nodes(remote: Remote, args: list[Any]) -> list[str]:
     if not isinstance(found, list) or len(found) > MAX_NODES * 100 or \
             not all(isinstance(n, Atom) and "@" in n for n in found):
         raise ProtocolError(f"the entry node's erlang:nodes() answered "
-                            f"{format_term(found)[:80]}, not a list of "
-                            "node names")
+                            f"{shown(found)}, not a list of node names")
+    if len(found) >= MAX_NODES:
+        # Every node's answer is kept for ours: the cluster's size bounds
+        # what we hold, as --nodes's own bound does.
+        raise UsageError(f"the entry node is connected to {len(found):,} "
+                         f"nodes; beam-probe asks at most {MAX_NODES:,} at "
+                         "once: name them with --nodes")
     return [str(n) for n in found]
 
 
 def members(remote: Remote, chosen: Sequence[str] | None = None,
             include_hidden: bool = False) -> tuple[list[str], set[str]]:
     """The nodes to ask, the entry first, and those the entry is connected
-    to now. ``chosen``: exactly those (the entry dials any it is not
-    connected to, as an rpc would). Otherwise the entry and
+    to now. ``chosen``: exactly those (the fan-out asks only those the
+    entry is connected to: it never dials one). Otherwise the entry and
     erlang:nodes(): visible nodes, hidden ones too with
     ``include_hidden`` (never beam-probe's own)."""
     kinds = [Atom("visible"), Atom("hidden")] if include_hidden \
@@ -139,6 +144,11 @@ def fan(remote: Remote, nodes: Sequence[str], helper: str, function: str,
     replies = dict(zip(nodes, remote.fan_out(list(nodes), helper, function,
                                              *args, timeout=timeout,
                                              wait=wait)))
+    for node, (kind, size) in list(replies.items()):
+        if kind == "crowded" and size > remote.fan_budget:
+            # No node of ours sends that (encoded/2 drops it): not asked
+            # again, it would only cross the entry twice.
+            replies[node] = ("oversize", (size, remote.fan_budget))
     for group in _regroup({n: r[1] for n, r in replies.items()
                            if r[0] == "crowded"},
                           remote.fan_budget):
@@ -190,13 +200,16 @@ def describe_failure(reply: FanReply, timeout: float,
         size, most = value
         return (f"its answer is {size:,} bytes, over the {most:,} one node "
                 "may send through the entry: probe it directly")
+    if kind == "unread":
+        return (f"it answered with a term of {value:,} bytes, not as "
+                "beam-probe's helpers answer: the entry did not pass it on")
     if kind in ("undecodable", "malformed"):
         return f"its answer could not be read: {_cut(value)}"
     reason = value[1] if isinstance(value, tuple) and len(value) > 1 \
         else value
     if isinstance(reason, tuple) and reason[:1] == (Atom("erpc"),) \
             and len(reason) > 1:
-        what = str(reason[1])
+        what = _cut(reason[1])
         if what == "timeout":
             return f"no answer within {timeout:g} s"
         if what == "noconnection":
@@ -208,8 +221,11 @@ def describe_failure(reply: FanReply, timeout: float,
 
 
 def _cut(value: Any) -> str:
+    """A peer's term or text as part of one line: cut, control characters
+    escaped (a row may be a plugin's line)."""
     text = value if isinstance(value, str) else format_term(value)
-    return text[:200]
+    return "".join(c if c.isprintable() else repr(c)[1:-1]
+                   for c in text[:200])[:200]
 
 
 def failed(answer: Any) -> bool:
