@@ -615,14 +615,16 @@ def test_a_members_atoms_are_never_made_on_the_entry(crowd, tmp_path):
 
 def _sizes(remote, nodes) -> dict[str, int]:
     """What each node's proc-count of 400 rows takes in bytes, read from
-    the fan-out's own refusals with a budget of one byte."""
+    the fan-out's own refusals with a budget too small for any answer."""
     from beam_probe.probes.processes import COUNT_LOCALS, HELPER
 
     args = (Atom("memory"), 400, 0, *COUNT_LOCALS)
     # Answers, not failures (whose size would say nothing).
     assert [kind for kind, _ in remote.fan_out(
         nodes, HELPER, "proc_count", *args, timeout=10)] == ["ok"] * 3
-    remote.fan_budget = 1
+    # Room for the three nodes' notes of their sizes (~40 bytes each),
+    # none for an answer (hundreds of bytes at least).
+    remote.fan_budget = 200
     replies = remote.fan_out(nodes, HELPER, "proc_count", *args, timeout=10)
     assert [kind for kind, _ in replies] == ["oversize"] * len(nodes)
     return {node: value[0] for node, (_, value) in zip(nodes, replies)}

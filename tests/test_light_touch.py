@@ -181,10 +181,11 @@ def test_first_contact_adds_few_atoms_of_ours(nodes, tmp_path):
             or re.fullmatch(r"V\d+|BeamProbeArg\d+|beam_probe_\d+@.*", a)}
     renamed = {a for a in ours if re.fullmatch(r"V\d+", a)}
     assert not (gained & (written - renamed)), sorted(gained & (written - renamed))
-    # 267 when written (OTP 25): V1..V82, 8 pool names at most, the rest
-    # the map keys and literals of the helpers; the node's own (allocator
-    # names, dist_util's, what erl_eval loads) are the other 300-400.
+    # 208 when written (OTP 25): V1..V83 (the most variables one helper
+    # function has), 8 pool names at most, the names of bindings, the map
+    # keys and literals of the helpers; the node's own (dist_util's, what
+    # erl_eval loads) are the other ~300.
     print(f"first contact: {len(gained)} atoms, {len(ours)} ours, "
           f"{len(renamed)} renamed variables")
-    assert len(renamed) <= 82
+    assert len(renamed) <= 100
     assert len(ours) <= 300, sorted(ours)
