@@ -168,28 +168,32 @@ others() ->
            end,
     lists:subtract(erlang:processes(), Ours).
 
-%% Fun over slices of List, each slice in a fresh process of its own, so
-%% one pass runs on several schedulers at once. Results in slice order.
-%% Jobs is how many slices run at once; 0 means two per online scheduler:
-%% a worker spends most of its pass waiting for the process it asked, and
-%% with two per scheduler one is always ready to run (measured at 100,000
-%% processes on 2 schedulers: 1 worker 248 ms, 2: 217 ms, 4: 151 ms, 8:
-%% 171 ms). Jobs is clamped to four per online scheduler and to the length
-%% of List: more only costs memory (a --jobs of 100,000 once took a small
-%% node to 357 MB).
+%% Fun over slices of List in Jobs processes of their own, so one pass
+%% runs on several schedulers at once. Results in slice order. Jobs 0
+%% means two workers per online scheduler: a worker spends most of its
+%% pass waiting for the process it asked, and with two per scheduler one
+%% is always ready to run (measured at 100,000 processes on 2 schedulers:
+%% 1 worker 248 ms, 2: 217 ms, 4: 151 ms, 8: 171 ms). Jobs is clamped to
+%% four per online scheduler and to the length of List: more only costs
+%% memory (a --jobs of 100,000 once took a small node to 357 MB).
 %%
-%% A piece of List at a time (32,768 elements, or 2,048 a job where that is
-%% more), each piece in Jobs slices, the next piece once the last is done:
-%% a pass builds lists as long as its slice (process_info's answers, the
-%% zips, the matches: ~580 bytes a process at its peak, measured), and the
-%% node's memory bears them only for the processes of one piece at a time,
-%% whatever the node's size (measured at 300,000 processes: proc-count
-%% raised the node's memory by 174 MB at its peak in one piece, by
-%% 30 MB in pieces; recon's proc_count, 78 MB). So Fun must give a result
-%% that does not grow with its slice (a top N, a count, compressed chunks)
-%% for the bound to hold, and callers combine the results of every slice
-%% of every piece (lists:append, a top of tops).
+%% A piece of List at a time (32,768 elements, or 2,048 a worker where
+%% that is more), each piece in Jobs slices, the next piece once the last
+%% is done: a pass builds lists as long as its slice (process_info's
+%% answers, the zips, the matches: ~580 bytes a process at its peak,
+%% measured), and the node's memory bears them only for the processes of
+%% one piece at a time, whatever the node's size (measured at 300,000
+%% processes: proc-count raised the node's memory by 174 MB at its peak in
+%% one piece, by 55-73 MB in pieces; recon's proc_count, 77 MB). So Fun
+%% must give a result that does not grow with its slice (a top N, a count,
+%% compressed chunks) for the bound to hold, and callers combine the
+%% results of every slice of every piece (lists:append, a top of tops).
 %%
+%% Why the workers live for the whole pass and are sent their slices: a
+%% fun made by erl_eval is copied whole into each process spawned with it,
+%% and copying flattens what it shares; the snapshot's fun is ~13,000
+%% words shared and 1.15 million flat (measured), so a fresh process a
+%% slice made a snapshot of 1M processes 2.6x slower (31 pieces x 4).
 %% Why processes: process_info(P, binary) on another process is a signal
 %% that P must be scheduled to answer (about 1.5-2.5 us each, measured), so
 %% one caller walking every process is bound to one scheduler; several
@@ -198,11 +202,11 @@ others() ->
 %% the slice; grown from the default heap, the garbage collections that
 %% copy them cost more than the rest of the pass besides process_info
 %% (measured: 340 ms against 60 ms over 100,000 processes). 16 words per
-%% pid covers the live lists; the heap is freed when the worker exits.
+%% pid covers the live lists.
 %% Why links: killing this process (guard/3) kills the workers with it.
-%% This process traps exits meanwhile, so a worker's end is a message: its
-%% result, or the reason it failed, which fails the call. A worker that
-%% cannot be spawned (the node is at its process limit) is done here.
+%% This process traps exits meanwhile, so a worker's end is a message: a
+%% failure fails the call. A worker that cannot be spawned (the node is at
+%% its process limit) has its slices done here.
 -spec pmap(fun((list()) -> R), list(), non_neg_integer()) -> [R].
 pmap(Fun, List, Jobs0) ->
     Schedulers = erlang:system_info(schedulers_online),
@@ -214,6 +218,7 @@ pmap(Fun, List, Jobs0) ->
     Jobs = erlang:max(1, erlang:min(erlang:min(Wanted, 4 * Schedulers),
                                     Length)),
     PieceLength = erlang:max(32768, 2048 * Jobs),
+    SliceLength = (erlang:min(Length, PieceLength) + Jobs - 1) div Jobs,
     %% The first K slices of Count elements of Rest, each at most Size long.
     Split = fun Split(1, _, _, Rest) ->
                     [Rest];
@@ -222,37 +227,53 @@ pmap(Fun, List, Jobs0) ->
                     [Slice | Split(K - 1, Size, Count - erlang:length(Slice),
                                    Tail)]
             end,
-    %% erl_eval funs keep only the variables they use, so a worker copies
-    %% its slice and Fun, not List.
-    Run = fun(Slice) -> erlang:exit({beam_probe_done, Fun(Slice)}) end,
+    Caller = erlang:self(),
+    %% erl_eval funs keep only the variables they use: a worker holds Fun
+    %% and Caller, not List.
+    Work = fun Work() ->
+                   receive
+                       {beam_probe_slice, Slice} ->
+                           Caller ! {beam_probe_done, erlang:self(),
+                                     Fun(Slice)},
+                           Work();
+                       beam_probe_stop ->
+                           ok
+                   end
+           end,
+    Options = [link, {min_heap_size, 16 * erlang:max(1, SliceLength) + 1000}],
+    Trapping = erlang:process_flag(trap_exit, true),
+    Workers = lists:map(fun(_) ->
+                                try
+                                    erlang:spawn_opt(Work, Options)
+                                catch
+                                    error:system_limit -> here
+                                end
+                        end,
+                        lists:seq(1, Jobs)),
+    Run = fun(here, Slice) ->
+                  {done, Fun(Slice)};
+             (Worker, Slice) ->
+                  Worker ! {beam_probe_slice, Slice},
+                  Worker
+          end,
+    Result = fun({done, Done}) ->
+                     Done;
+                (Worker) ->
+                     receive
+                         {beam_probe_done, Worker, Done} ->
+                             Done;
+                         {'EXIT', Worker, Reason} ->
+                             erlang:error({beam_probe_worker, Reason})
+                     end
+             end,
     Piece = fun(Elements, Count) ->
-                    Size = erlang:max(1, (Count + Jobs - 1) div Jobs),
-                    Options = [link, {min_heap_size, 16 * Size + 1000}],
-                    Started =
-                        lists:map(
-                          fun(Slice) ->
-                                  try
-                                      erlang:spawn_opt(erlang, apply,
-                                                       [Run, [Slice]], Options)
-                                  catch
-                                      error:system_limit -> {done, Fun(Slice)}
-                                  end
-                          end,
-                          Split(erlang:min(Jobs, erlang:max(1, Count)), Size,
-                                Count, Elements)),
-                    lists:map(fun({done, Result}) ->
-                                      Result;
-                                 (Pid) ->
-                                      receive
-                                          {'EXIT', Pid,
-                                           {beam_probe_done, Result}} ->
-                                              Result;
-                                          {'EXIT', Pid, Reason} ->
-                                              erlang:error({beam_probe_worker,
-                                                            Reason})
-                                      end
-                              end,
-                              Started)
+                    K = erlang:min(Jobs, erlang:max(1, Count)),
+                    Slices = Split(K, (Count + K - 1) div K, Count, Elements),
+                    Started = lists:zipwith(Run, lists:sublist(Workers,
+                                                               erlang:length(
+                                                                 Slices)),
+                                            Slices),
+                    lists:map(Result, Started)
             end,
     Pieces = fun Pieces(Rest, Left) when Left =< PieceLength ->
                      Piece(Rest, Left);
@@ -261,8 +282,17 @@ pmap(Fun, List, Jobs0) ->
                      Done = Piece(Elements, PieceLength),
                      Done ++ Pieces(Tail, Left - PieceLength)
              end,
-    Trapping = erlang:process_flag(trap_exit, true),
     Results = Pieces(List, Length),
+    %% Each worker ends, and its heap with it, before the caller goes on.
+    lists:foreach(fun(here) ->
+                          ok;
+                     (Worker) ->
+                          Worker ! beam_probe_stop,
+                          receive
+                              {'EXIT', Worker, _} -> ok
+                          end
+                  end,
+                  Workers),
     erlang:process_flag(trap_exit, Trapping),
     Results.
 

@@ -746,8 +746,10 @@ def test_helper_atoms_are_few(target, remote):
     # A node that never met beam-probe (no pool name, nothing parsed).
     fresh = run_fresh_check(target, sorted(seen))
     # 61 when written: 32 shared variable names, the rest map keys and
-    # literals (README, "What it costs the node").
-    assert len(fresh) <= 70, fresh
+    # literals; 79 with the fan-out's, the workers' messages and the
+    # dictionary keys that name a process (README, "What it costs the
+    # node", counts every helper: test_first_contact_adds_few_atoms_of_ours).
+    assert len(fresh) <= 90, fresh
 
 
 def run_fresh_check(target, names):
