@@ -184,7 +184,7 @@ others() ->
 %% measured), and the node's memory bears them only for the processes of
 %% one piece at a time, whatever the node's size (measured at 300,000
 %% processes: proc-count raised the node's memory by 174 MB at its peak in
-%% one piece, by 55-73 MB in pieces; recon's proc_count, 77 MB). So Fun
+%% one piece, by 96-109 MB in pieces; recon's proc_count, 73-78 MB). So Fun
 %% must give a result that does not grow with its slice (a top N, a count,
 %% compressed chunks) for the bound to hold, and callers combine the
 %% results of every slice of every piece (lists:append, a top of tops).
@@ -194,6 +194,10 @@ others() ->
 %% and copying flattens what it shares; the snapshot's fun is ~13,000
 %% words shared and 1.15 million flat (measured), so a fresh process a
 %% slice made a snapshot of 1M processes 2.6x slower (31 pieces x 4).
+%% (Fresh processes cost the node less memory, +78-81 MB against +100 MB
+%% for proc-count at 300k, measured side by side; giving each worker its
+%% next slice without waiting for the piece, or collecting its heap after
+%% each slice, cost more, +104-201 MB, or time, 3.9 s at 1M.)
 %% Why processes: process_info(P, binary) on another process is a signal
 %% that P must be scheduled to answer (about 1.5-2.5 us each, measured), so
 %% one caller walking every process is bound to one scheduler; several
