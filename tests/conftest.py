@@ -490,3 +490,16 @@ def run_in_terminal(*args: str, env: dict, timeout: float = 60
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def shared_tmp():
+    """A folder as /tmp is: world-writable and sticky, under /tmp, so that
+    another user can reach it (pytest's own folders are not): for the
+    tests of what beam-probe does on a machine it shares."""
+    top = tempfile.mkdtemp(prefix="bp-shared-", dir="/tmp")
+    os.chmod(top, 0o1777)
+    try:
+        yield top
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

@@ -111,21 +111,6 @@ class Squatter:
         self.proc.wait()
 
 
-@pytest.fixture
-def shared_tmp(tmp_path_factory):
-    """A stand-in for /tmp that another user can reach: world-writable and
-    sticky, under a folder they may traverse."""
-    import shutil
-    import tempfile
-
-    top = tempfile.mkdtemp(prefix="bp-shared-", dir="/tmp")
-    os.chmod(top, 0o1777)
-    try:
-        yield top
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
-
-
 @needs_root
 def test_the_old_socket_names_bound_by_another_user_stop_no_probe(target):
     """Another user binds every abstract-socket name the old scheme would

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import stat
 import subprocess
@@ -35,18 +34,6 @@ PRECIOUS = b"root's own file\n"
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="another user's links need root")
-
-
-@pytest.fixture
-def shared_tmp():
-    """A folder as /tmp is: world-writable and sticky, reachable by
-    another user (pytest's own folders are not)."""
-    top = tempfile.mkdtemp(prefix="bp-shared-", dir="/tmp")
-    os.chmod(top, 0o1777)
-    try:
-        yield top
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
 
 
 @pytest.fixture

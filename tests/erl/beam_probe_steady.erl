@@ -68,15 +68,7 @@ counter() ->
     spawn(fun() -> counter_loop([]) end).
 
 move(Pid, N) ->
-    Ref = erlang:monitor(process, Pid),
-    Pid ! {move, self(), Ref, N},
-    receive
-        {Ref, Held} ->
-            erlang:demonitor(Ref, [flush]),
-            Held;
-        {'DOWN', Ref, process, Pid, Reason} ->
-            {error, Reason}
-    end.
+    beam_probe_workload:ask(Pid, move, N).
 
 counter_loop(Held) ->
     receive

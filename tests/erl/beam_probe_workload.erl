@@ -12,7 +12,8 @@
 -module(beam_probe_workload).
 
 -export([start/3, refill/1, stop/1, probes_running/1, named/1,
-         fill/1, linked_to/1, grow/1, sawtooth/2, stepper/0, step/2]).
+         fill/1, linked_to/1, grow/1, sawtooth/2, stepper/0, step/2,
+         ask/3]).
 %% The three-snapshot scenario (test_snapshot.py).
 -export([scene/0, plant/3, tick/2, noise/1, stop_noise/1]).
 %% alloc, ets and trace-gc (test_alloc_ets.py, test_trace_gc.py).
@@ -176,12 +177,18 @@ stepper() ->
     spawn(fun() -> stepper_loop([]) end).
 
 step(Pid, What) ->
+    ask(Pid, step, What).
+
+%% {Tag, self(), Ref, What} to Pid and its answer {Ref, Answer}, or
+%% {error, Reason} if it is gone first (the steppers and counters of the
+%% tests answer so).
+ask(Pid, Tag, What) ->
     Ref = erlang:monitor(process, Pid),
-    Pid ! {step, self(), Ref, What},
+    Pid ! {Tag, self(), Ref, What},
     receive
-        {Ref, Held} ->
+        {Ref, Answer} ->
             erlang:demonitor(Ref, [flush]),
-            Held;
+            Answer;
         {'DOWN', Ref, process, Pid, Reason} ->
             {error, Reason}
     end.
