@@ -735,3 +735,40 @@ def test_a_member_answering_with_a_huge_term_is_its_row(nodes, tmp_path):
     assert "scanned" in rows[entry.node] and "scanned" in rows[before.node]
     assert "not as beam-probe's helpers answer" in \
         rows[hostile.node]["error"], rows[hostile.node]
+
+
+def test_connect_dials_only_named_nodes_whose_hosts_resolve(crowd, nodes):
+    """--connect: the entry dials a named node it was not connected to
+    (same cookie, resolvable host) and asks it; a name whose host does not
+    resolve here is never dialled, its row says it is not connected."""
+    entry, _before, _after = crowd
+    loner = nodes.start("25", prefix="zzl", cookie=entry.cookie)
+    stray = f"n{uuid.uuid4().hex[:6]}@nohost-{uuid.uuid4().hex[:6]}.invalid"
+    code, result, err = _json(entry, "proc-count", entry.node, "memory", "3",
+                              "--nodes", f"{loner.node},{stray}")
+    assert code == 15, err
+    rows = {row["node"]: row for row in result["nodes"]}
+    assert rows[loner.node]["error"].startswith("not connected")
+    code, result, err = _json(entry, "proc-count", entry.node, "memory", "3",
+                              "--nodes", f"{loner.node},{stray}",
+                              "--connect")
+    assert code == 15, err
+    rows = {row["node"]: row for row in result["nodes"]}
+    assert "scanned" in rows[loner.node], rows
+    assert rows[stray]["error"].startswith("not connected")
+
+
+@pytest.mark.parametrize("args,words", [
+    (("proc-count", "x@h", "memory", "3", "--connect"),
+     ["--connect", "--nodes"]),
+])
+def test_connect_without_nodes_is_one_line(args, words):
+    one_line(run_here(*args), 2, *words)
+
+
+def test_connect_dials_at_most_a_few(crowd):
+    entry, _before, _after = crowd
+    names = ",".join(f"n{i}@h{i}.invalid" for i in range(17))
+    r = run_here("proc-count", entry.node, "memory", "3", "--nodes", names,
+                 "--connect", node=entry)
+    one_line(r, 2, "--connect dials at most 16")

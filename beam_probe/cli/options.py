@@ -173,16 +173,27 @@ CLUSTER_OPTIONS = (
                  help="With --cluster (implied): hidden nodes connected to "
                       "NODE too (remote shells, other tools; never "
                       "beam-probe's own)."),
+    click.option("--connect", "dial", is_flag=True,
+                 help="With --nodes: NODE dials the named nodes it is not "
+                      "connected to, at most 16, each host looked up here "
+                      "first (one that does not resolve within --timeout "
+                      "is not dialled)."),
 )
 
 
 def cluster_request(request: Any) -> None:
     """--nodes and --include-hidden imply --cluster; --nodes read into a
     list of names, checked before anything connects."""
-    from beam_probe.probes.cluster import parse_names
+    from beam_probe.errors import UsageError
+    from beam_probe.probes.cluster import Chosen, parse_names
 
     names = getattr(request, "cluster_nodes", None)
-    request.cluster_nodes = parse_names(names) if names is not None else None
+    dial = bool(getattr(request, "dial", False))
+    if dial and names is None:
+        raise UsageError("--connect goes with --nodes: it dials the nodes "
+                         "named there")
+    request.cluster_nodes = Chosen(parse_names(names), dial) \
+        if names is not None else None
     request.cluster = bool(getattr(request, "cluster", False)
                            or names is not None
                            or getattr(request, "include_hidden", False))

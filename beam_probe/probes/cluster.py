@@ -26,8 +26,8 @@ from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator,
                     Sequence, TypeVar, cast)
 
 from beam_probe.erldist.terms import Atom, format_term
-from beam_probe.errors import (ClusterIncomplete, EndedEarly, ProtocolError,
-                               UsageError)
+from beam_probe.errors import (ClusterIncomplete, EndedEarly, ProbeError,
+                               ProtocolError, UsageError)
 from beam_probe.node.replies import Reply, shown
 
 if TYPE_CHECKING:
@@ -66,6 +66,24 @@ def check_names(names: Sequence[str]) -> None:
             # spawn request would go unanswered until the timeout.
             raise UsageError(f"--nodes: {name} is a beam-probe connection, "
                              "not a node of the cluster")
+
+
+class Chosen(list[str]):
+    """A --nodes list; ``dial``: the entry may connect to those of them it
+    is not connected to (--connect), within MAX_DIAL and after their hosts
+    resolved here."""
+
+    def __init__(self, names: Iterable[str], dial: bool = False) -> None:
+        super().__init__(names)
+        self.dial = dial
+
+
+# --connect: how many nodes the entry may be asked to dial at once. An
+# entry dialling looks each host up itself, inside net_kernel, and
+# accepts no connection meanwhile (1,000 unresolvable names: ~90 s, and
+# global cut off its cluster); a few, resolved here first, cost it a
+# moment.
+MAX_DIAL = 16
 
 
 def parse_names(text: str) -> list[str]:
@@ -123,10 +141,61 @@ def members(remote: Remote, chosen: Sequence[str] | None = None,
         else [Atom("visible")]
     connected = set(connected_nodes(remote, [kinds]))
     connected.add(remote.node)
+    if chosen and getattr(chosen, "dial", False):
+        connected |= _dial(remote, [n for n in chosen if n not in connected])
     if chosen:
         return list(chosen), connected
     others = sorted(n for n in connected - {remote.node} if not _ours(n))
     return [remote.node, *others], connected
+
+
+def _dial(remote: Remote, names: list[str]) -> set[str]:
+    """--connect: the entry dials those of ``names`` whose hosts resolve
+    here within the timeout; the ones it connected to."""
+    if not names:
+        return set()
+    if len(names) > MAX_DIAL:
+        raise UsageError(f"--connect dials at most {MAX_DIAL} nodes at "
+                         f"once, not {len(names)}: connect the others "
+                         "first, or name fewer")
+    resolved = _resolving(sorted({n.split("@", 1)[1] for n in names}),
+                          remote.timeout)
+    asked = [n for n in names if n.split("@", 1)[1] in resolved]
+    if not asked:
+        return set()
+    try:
+        answers = remote.calls([("net_kernel", "connect_node", [Atom(n)])
+                                for n in asked])
+    except ProbeError:
+        return set()  # each is then its row: not connected
+    return {n for n, ok in zip(asked, answers) if ok is True}
+
+
+def _resolving(hosts: list[str], timeout: float) -> set[str]:
+    """The hosts that resolve here within ``timeout`` seconds in all
+    (looked up at once: getaddrinfo has no timeout of its own, so a slow
+    resolver's thread is left to finish by itself)."""
+    import socket
+    import threading
+    import time
+
+    found: set[str] = set()
+
+    def look(host: str) -> None:
+        try:
+            socket.getaddrinfo(host, None)
+            found.add(host)
+        except (OSError, UnicodeError):
+            pass
+
+    threads = [threading.Thread(target=look, args=(host,), daemon=True)
+               for host in hosts]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return set(found)
 
 
 def fan(remote: Remote, nodes: Sequence[str], helper: str, function: str,
@@ -277,7 +346,7 @@ def top(rows: Iterable[Any], key: str, n: int, descending: bool = True
 
 
 
-__all__ = ["MAX_NODES", "MAX_ROWS", "check_rows", "answered", "check_names",
+__all__ = ["Chosen", "MAX_DIAL", "MAX_NODES", "MAX_ROWS", "check_rows", "answered", "check_names",
            "connected_nodes",
            "complete", "describe_failure", "failed", "fan", "members",
            "merged", "parse_names", "per_node", "top"]
