@@ -30,7 +30,7 @@
 
 -export([guard/3, others/0, pmap/3, values/3, top/2, describe/1,
          distinct/1, settled/1, snapshots/6, resolve/1, fan_out/5,
-         encoded/2]).
+         encoded/5, piece/4]).
 -export_type([memory/0, rows/0]).
 
 -type watch() :: {node, node()} | {process, pid(), [pid() | port()]}.
@@ -552,7 +552,7 @@ resolve({names, Names}) ->
 %%     accepting connections for ~90 s, and global then disconnected every
 %%     member (measured on a 22-node cluster). Its reply is
 %%     {error, {beam_probe, not_connected}}.
-%%   * Form is built (encoded/2) so that a member replies with the bytes of
+%%   * Form is built (encoded/5) so that a member replies with the bytes of
 %%     its answer, never the term: this node passes them through without
 %%     decoding, so no atom of a member's (a name registered there alone)
 %%     is ever made here.
@@ -570,8 +570,15 @@ fan_out(Names, Form, Bindings, TimeoutMs, MaxBytes) ->
                undefined -> [erlang:self()];
                List -> List
            end,
-    Watching = orddict:store('BeamProbeWatch',
-                             {process, erlang:self(), Ours}, Bindings),
+    %% Ours is [Watcher, Worker | Connection] (guard/3): the last are our
+    %% connection's processes, which live as long as it does; a member's
+    %% holder of a large answer (encoded/5) watches them.
+    Watching = orddict:store(
+                 'BeamProbeWatch', {process, erlang:self(), Ours},
+                 orddict:store('BeamProbeConnection',
+                               lists:nthtail(erlang:min(2, erlang:length(Ours)),
+                                             Ours),
+                               Bindings)),
     Connected = [erlang:node() | erlang:nodes(connected)],
     Known = lists:map(
               fun(Name) ->
@@ -622,18 +629,78 @@ fan_out(Names, Form, Bindings, TimeoutMs, MaxBytes) ->
 %% term format (compressed: rankings shrink severalfold, and snapshot
 %% chunks, already compressed, cost little more), or why not. Whatever
 %% Work() raises is encoded too, as {beam_probe_failed, Class, Reason}, so
-%% that the entry node decodes nothing of a member's. Over MaxBytes, the
-%% answer is dropped here and only its size crosses the cluster.
--spec encoded(fun(() -> term()), pos_integer()) ->
-          binary() | {beam_probe_oversize, non_neg_integer()}.
-encoded(Work, MaxBytes) ->
+%% that the entry node decodes nothing of a member's.
+%%
+%% Over MaxBytes (what one frame of the entry's reply may carry), the
+%% bytes stay here, in a process of their own, for beam-probe to fetch a
+%% piece at a time (piece/4, each piece a fan-out to this node alone), and
+%% {beam_probe_held, Holder, Size} crosses instead: a large node's answer
+%% streams through the entry rather than ending as a row. The holder
+%% watches our connection's processes on the entry node (Connection), so
+%% it ends when we go, and ends after the last piece or IdleMs without a
+%% request. Over MostBytes, only the size crosses:
+%% {beam_probe_oversize, Size}.
+-spec encoded(fun(() -> term()), pos_integer(), [pid() | port()],
+              pos_integer(), timeout()) ->
+          binary() | {beam_probe_oversize, non_neg_integer()} |
+          {beam_probe_held, pid(), non_neg_integer()}.
+encoded(Work, MaxBytes, Connection, MostBytes, IdleMs) ->
     Value = try
                 Work()
             catch
                 Class:Reason -> {beam_probe_failed, Class, Reason}
             end,
     Bytes = erlang:term_to_binary(Value, [{compressed, 1}]),
-    case erlang:byte_size(Bytes) of
-        Size when Size =< MaxBytes -> Bytes;
-        Size -> {beam_probe_oversize, Size}
+    Size = erlang:byte_size(Bytes),
+    Hold = fun Hold() ->
+                   receive
+                       {beam_probe_piece, From, Ref, Offset, Length}
+                         when Offset >= 0, Length >= 0,
+                              Offset + Length =< Size ->
+                           From ! {Ref, erlang:binary_part(Bytes, Offset,
+                                                           Length)},
+                           case Offset + Length < Size of
+                               true -> Hold();
+                               false -> ok
+                           end;
+                       {'DOWN', _, process, _, _} ->
+                           ok
+                   after IdleMs ->
+                       ok
+                   end
+           end,
+    if
+        Size =< MaxBytes ->
+            Bytes;
+        Size =< MostBytes ->
+            Holder = erlang:spawn(
+                       fun() ->
+                               lists:foreach(
+                                 fun(Ours) ->
+                                         erlang:monitor(process, Ours)
+                                 end,
+                                 [P || P <- Connection, erlang:is_pid(P),
+                                       erlang:node(P) =/= erlang:node()]),
+                               Hold()
+                       end),
+            {beam_probe_held, Holder, Size};
+        true ->
+            {beam_probe_oversize, Size}
+    end.
+
+%% A piece of what a holder of encoded/5 holds: Length bytes from Offset,
+%% or why not ({beam_probe_gone, Reason} for a holder that ended).
+-spec piece(pid(), non_neg_integer(), non_neg_integer(), timeout()) ->
+          binary() | {beam_probe_gone, term()}.
+piece(Holder, Offset, Length, WaitMs) ->
+    Ref = erlang:monitor(process, Holder),
+    Holder ! {beam_probe_piece, erlang:self(), Ref, Offset, Length},
+    receive
+        {Ref, Bytes} ->
+            erlang:demonitor(Ref, [flush]),
+            Bytes;
+        {'DOWN', Ref, process, Holder, Reason} ->
+            {beam_probe_gone, Reason}
+    after WaitMs ->
+        {beam_probe_gone, timeout}
     end.

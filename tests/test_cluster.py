@@ -624,16 +624,18 @@ def _sizes(remote, nodes) -> dict[str, int]:
         nodes, HELPER, "proc_count", *args, timeout=10)] == ["ok"] * 3
     # Room for the three nodes' notes of their sizes (~40 bytes each),
     # none for an answer (hundreds of bytes at least).
-    remote.fan_budget = 200
+    held_most = remote.held_most
+    remote.fan_budget, remote.held_most = 200, 1
     replies = remote.fan_out(nodes, HELPER, "proc_count", *args, timeout=10)
+    remote.held_most = held_most
     assert [kind for kind, _ in replies] == ["oversize"] * len(nodes)
     return {node: value[0] for node, (_, value) in zip(nodes, replies)}
 
 
-def test_one_nodes_oversized_answer_is_its_row_alone(crowd):
-    """The node after answers more than one node may send: its row says
-    so and how much; the other two answer."""
-    from beam_probe.errors import EndedEarly
+def test_a_large_answer_is_fetched_in_pieces(crowd):
+    """The node after answers more than a frame may carry (the frame
+    lowered here): its answer stays on it and is fetched a piece at a
+    time through the entry; every node answers, the large one in full."""
     from beam_probe.probes.processes import proc_count_cluster
 
     entry, before, after = crowd
@@ -643,14 +645,56 @@ def test_one_nodes_oversized_answer_is_its_row_alone(crowd):
         small = max(sizes[entry.node], sizes[before.node])
         assert sizes[after.node] > 2 * small, sizes
         remote.fan_budget = (small + sizes[after.node]) // 2
+        result = proc_count_cluster(remote, "memory", 400, nodes=nodes)
+    assert all("scanned" in row for row in result["nodes"]), result["nodes"]
+    assert sum(p["node"] == after.node for p in result["processes"]) >= 300
+
+
+def test_one_nodes_answer_over_what_we_take_is_its_row_alone(crowd):
+    """Over what beam-probe takes from one node even in pieces, only the
+    answer's size crosses: that node's row says so, the others answer."""
+    from beam_probe.errors import EndedEarly
+    from beam_probe.probes.processes import proc_count_cluster
+
+    entry, before, after = crowd
+    nodes = [n.node for n in crowd]
+    with attach(entry.node, entry.cookie.encode()) as remote:
+        sizes = _sizes(remote, nodes)
+        small = max(sizes[entry.node], sizes[before.node])
+        remote.fan_budget = remote.held_most = \
+            (small + sizes[after.node]) // 2
         with pytest.raises(EndedEarly) as ended:
             proc_count_cluster(remote, "memory", 400, nodes=nodes)
     rows = {row["node"]: row for row in ended.value.result["nodes"]}
     assert "scanned" in rows[entry.node] and "scanned" in rows[before.node]
-    assert "over the" in rows[after.node]["error"], rows[after.node]
-    assert "probe it directly" in rows[after.node]["error"]
+    assert "beam-probe takes from one node" in rows[after.node]["error"], \
+        rows[after.node]
     assert {p["node"] for p in ended.value.result["processes"]} == {
         entry.node, before.node}
+
+
+def test_a_held_answer_ends_when_we_go(crowd, monkeypatch):
+    """A large answer waiting on its node for us to fetch it: when our
+    connection goes, its holder ends within a second or so."""
+    from beam_probe.node.remote import Remote
+    from beam_probe.probes.processes import COUNT_LOCALS, HELPER
+
+    entry, _before, after = crowd
+    held = []
+    monkeypatch.setattr(Remote, "_fetched", lambda self, node, answer,
+                        budget, timeout: held.append(answer[0])
+                        or ("undecodable", "not fetched"))
+    with attach(entry.node, entry.cookie.encode()) as remote:
+        remote.fan_budget = 200
+        remote.fan_out([after.node], HELPER, "proc_count", Atom("memory"),
+                       400, 0, *COUNT_LOCALS, timeout=10)
+    assert len(held) == 1
+    with attach(after.node, after.cookie.encode()) as remote:
+        for _ in range(50):
+            if remote.call("erlang", "is_process_alive", held) is False:
+                break
+            time.sleep(0.05)
+        assert remote.call("erlang", "is_process_alive", held) is False
 
 
 def test_answers_that_do_not_fit_together_are_asked_again_apart(crowd):
@@ -693,12 +737,13 @@ def test_snapshot_batches_are_cut_by_bytes(crowd, tmp_path):
     for one node's at a time, the nodes are asked one batch each (and
     every snapshot is written); with the frame's room, all at once."""
     from beam_probe.snapshots import cluster as snapshots
+    from beam_probe.snapshots import take
 
     entry, _before, _after = crowd
     nodes = [n.node for n in crowd]
     said: list[str] = []
     with attach(entry.node, entry.cookie.encode()) as remote:
-        remote.fan_budget = 2 * (snapshots.SNAPSHOT_BYTES_BASE + 4_000)
+        remote.fan_budget = 2 * (take.SNAPSHOT_BYTES_BASE + 4_000)
         result = snapshots.snapshot_cluster(
             remote, str(tmp_path / "one"), nodes, False, "none", 0, None,
             said.append)
@@ -772,3 +817,26 @@ def test_connect_dials_at_most_a_few(crowd):
     r = run_here("proc-count", entry.node, "memory", "3", "--nodes", names,
                  "--connect", node=entry)
     one_line(r, 2, "--connect dials at most 16")
+
+
+def test_one_nodes_large_snapshot_is_fetched_in_pieces(crowd, monkeypatch):
+    """A snapshot larger than half a frame by estimate (the frame lowered
+    here) is asked as a fan-out to the node itself and fetched a piece at
+    a time: the same snapshot as one reply gives."""
+    from beam_probe.node.remote import Remote
+    from beam_probe.snapshots.take import take
+
+    _entry, _before, after = crowd
+    fetched = []
+    real = Remote._fetched
+    monkeypatch.setattr(Remote, "_fetched", lambda self, *a: fetched.append(
+        a[1][1]) or real(self, *a))
+    with attach(after.node, after.cookie.encode()) as remote:
+        whole = take(remote, "none")
+        assert fetched == []
+        remote.fan_budget = 4_000
+        pieces = take(remote, "none")
+    assert len(fetched) == 1 and fetched[0] > 3 * 4_000, fetched
+    assert abs(pieces[0]["processes"] - whole[0]["processes"]) <= 5
+    assert pieces[0]["processes"] > 400
+    assert [kind for kind, _ in pieces[1]] == [kind for kind, _ in whole[1]]

@@ -43,13 +43,23 @@ FAN_INFLATE = 4
 #                             the frame beside the others': ask it again
 #                             in a smaller group
 #   ("oversize", (bytes, most))  its answer alone is over what a node may
-#                             send
+#                             send, even a piece at a time
 #   ("unread", bytes)         it answered with a large term, not bytes (no
 #                             node of ours does): the entry dropped it
 #   ("undecodable", why), ("malformed", term)
 #   ("error", (Class, Reason))  as erpc:multicall gives a failure, or as
 #                             the node's work raised it
 FanReply = tuple[str, Any]
+
+# A node's answer over a frame stays on the node, in a process of its own,
+# and is fetched a piece at a time (beam_probe_lib:encoded/5, piece/4): up
+# to this many frames' worth (a snapshot of ~40 million idle processes;
+# 5 million fit in one frame), which we hold whole to decode. The holder
+# ends when we go, after its last piece, or after this long unasked.
+HELD_MOST = 8
+HELD_IDLE = 30.0
+A_HELD = Atom("beam_probe_held")
+A_GONE = Atom("beam_probe_gone")
 
 # The node stops a helper this long after we would have given up waiting
 # for it: we time out first and say so, then close the connection (which
@@ -90,6 +100,8 @@ class Remote:
         # What a fan-out's answers may take in all, and one node's alone:
         # they cross the attached node in one frame.
         self.fan_budget = conn.limits.max_bytes - FAN_MARGIN
+        # What one node's answer may be in all, fetched a piece at a time.
+        self.held_most = HELD_MOST * conn.limits.max_bytes
 
     def _plain_call(self, module: str, function: str, args: list[Any]) -> Any:
         return self.call(module, function, args)
@@ -131,8 +143,10 @@ class Remote:
                                  (watch, _millis(deadline), work_fun(inner)),
                                  bindings)
         if encode is not None:
-            form = self.helpers.call(GUARD, "encoded",
-                                     (work_fun(form), encode), bindings)
+            form = self.helpers.call(
+                GUARD, "encoded",
+                (work_fun(form), encode, Var("BeamProbeConnection"),
+                 self.held_most, _millis(HELD_IDLE)), bindings)
         key = (module, function, encode is not None,
                tuple(_shape(a) for a in (*args, watch)))
         encoded = self._encoded.get(key)
@@ -225,7 +239,33 @@ class Remote:
         # number must not multiply what we may be made to hold.
         budget = etf.Budget(self.conn.limits.max_items,
                             FAN_INFLATE * self.conn.limits.max_bytes)
-        return [self._fanned(reply, budget, most) for reply in replies]
+        answers = [self._fanned(reply, budget, most) for reply in replies]
+        return [self._fetched(node, answer[1], budget, timeout)
+                if answer[0] == "held" else answer
+                for node, answer in zip(nodes, answers)]
+
+    def _fetched(self, node: str, held: tuple[Pid, int],
+                 budget: etf.Budget, timeout: float) -> FanReply:
+        """A node's answer held on it (over a frame), fetched a piece at a
+        time through the attached node, then decoded within ``budget``."""
+        holder, size = held
+        step = self.fan_budget * 15 // 16  # a piece's own encoding grows it
+        pieces: list[bytes] = []
+        for offset in range(0, size, step):
+            (kind, piece), = self.fan_out(
+                [node], GUARD, "piece", holder, offset,
+                min(step, size - offset), _millis(timeout), timeout=timeout)
+            if kind != "ok" or not isinstance(piece, bytes):
+                why = piece[1] if isinstance(piece, tuple) and \
+                    len(piece) == 2 and piece[0] == A_GONE else (kind, piece)
+                return ("undecodable", f"its answer of {size:,} bytes "
+                        f"could not be fetched: {format_term(why)[:80]}")
+            pieces.append(piece)
+        try:
+            return ("ok", etf.decode_within(b"".join(pieces), budget,
+                                            budget.inflate))
+        except etf.DecodeError as exc:
+            return ("undecodable", str(exc))
 
     def _fanned(self, reply: Any, budget: etf.Budget, most: int
                 ) -> FanReply:
@@ -248,7 +288,12 @@ class Remote:
             return ("error", reply)
         if isinstance(value, tuple) and len(value) == 2 \
                 and value[0] == A_OVERSIZE and _size(value[1]):
-            return ("oversize", (value[1], most))
+            return ("oversize", (value[1], self.held_most))
+        if isinstance(value, tuple) and len(value) == 3 \
+                and value[0] == A_HELD and isinstance(value[1], Pid) \
+                and _size(value[2]) \
+                and value[2] <= self.held_most:
+            return ("held", (value[1], value[2]))
         if not isinstance(value, bytes):
             return ("malformed", value)
         try:

@@ -267,8 +267,8 @@ def describe_failure(reply: FanReply, timeout: float,
                 "others' twice")
     if kind == "oversize":
         size, most = value
-        return (f"its answer is {size:,} bytes, over the {most:,} one node "
-                "may send through the entry: probe it directly")
+        return (f"its answer is {size:,} bytes, over the {most:,} "
+                "beam-probe takes from one node")
     if kind == "unread":
         return (f"it answered with a term of {value:,} bytes, not as "
                 "beam-probe's helpers answer: the entry did not pass it on")

@@ -24,7 +24,7 @@ from beam_probe.node.remote import Remote
 from beam_probe.probes import cluster
 from beam_probe.snapshots.format import (SnapshotError, file_name,
                                          hunt_folder, open_folder, write_in)
-from beam_probe.snapshots.take import HELPER, args, read
+from beam_probe.snapshots.take import HELPER, args, estimate, read
 
 if TYPE_CHECKING:
     from beam_probe.files import Folder
@@ -89,13 +89,6 @@ def take_all(remote: Remote, members: Sequence[str], connected: set[str],
             yield node, failed.get(node) or found[node]
 
 
-# What a node's snapshot takes on the wire: its compressed chunks, ~3.4
-# bytes a process (3.3 MiB for 1,000,043 idle processes, measured), and
-# its tables, ports and atoms (tens of KB on a bare node).
-SNAPSHOT_BYTES_A_PROCESS = 4
-SNAPSHOT_BYTES_BASE = 64 * 1024
-
-
 def _batches(remote: Remote, members: Sequence[str], connected: set[str]
              ) -> tuple[list[list[str]], dict[str, NodeFailure]]:
     """The members in batches whose snapshots should cross the entry in
@@ -119,7 +112,7 @@ def _batches(remote: Remote, members: Sequence[str], connected: set[str]
     for node, answer in zip(members, counts):
         size = 0
         if isinstance(answer, int):
-            size = SNAPSHOT_BYTES_BASE + SNAPSHOT_BYTES_A_PROCESS * answer
+            size = estimate(answer)
         else:
             failed[node] = answer
         if used + size > most or len(batches[-1]) >= BATCH:
