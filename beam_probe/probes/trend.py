@@ -15,7 +15,8 @@ import math
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from itertools import combinations
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple, Sequence
+from typing import (TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple,
+                    Sequence, TypeVar)
 
 if TYPE_CHECKING:
     from beam_probe.probes.results import RiseJson
@@ -386,7 +387,7 @@ class TrendRule:
 
     def add(self, epoch: float, values: dict[str, float],
             raw: dict[str, float] | None = None) -> list[Trend]:
-        found = []
+        found: list[Trend] = []
         for category, window in self.windows.items():
             value = values.get(category)
             if value is None:
@@ -405,10 +406,7 @@ class TrendRule:
                             category, confirming.points[0].value)) is None:
                     trend = None
             if trend is not None:
-                found.append(trend)
-                best = self.fired.get(category)
-                if best is None or trend.growth >= best.growth:
-                    self.fired[category] = trend
+                _keep(self.fired, found, category, trend)
         return found
 
     def gap(self) -> None:
@@ -417,6 +415,19 @@ class TrendRule:
             window.clear()
         for window in (self.raw or {}).values():
             window.clear()
+
+
+L = TypeVar("L", Rise, Trend)
+
+
+def _keep(fired: dict[str, L], found: list[L], category: str, leak: L
+          ) -> None:
+    """A rule's finding at this sample: said now, and kept as the
+    category's verdict when it grew most so far."""
+    found.append(leak)
+    best = fired.get(category)
+    if best is None or leak.growth >= best.growth:
+        fired[category] = leak
 
 
 class Floor:
@@ -448,7 +459,7 @@ class LeakRule:
         self.fired: dict[str, Rise] = {}
 
     def add(self, epoch: float, values: dict[str, float]) -> list[Rise]:
-        found = []
+        found: list[Rise] = []
         for category, points in self.points.items():
             value = values.get(category)
             if value is None:
@@ -457,10 +468,7 @@ class LeakRule:
             rise = rising(category, list(points), self.rises,
                           noise(category, points[0].value))
             if rise is not None:
-                found.append(rise)
-                best = self.fired.get(category)
-                if best is None or rise.growth >= best.growth:
-                    self.fired[category] = rise
+                _keep(self.fired, found, category, rise)
         return found
 
     def gap(self) -> None:
