@@ -35,10 +35,10 @@ def shown(value: Any) -> str:
         return f"an integer of {value.bit_length()} bits"
     if isinstance(value, (bytes, bytearray)) and len(value) > 16:
         return f"a binary of {len(value)} bytes"
-    return _escaped(format_term(value)[:40])[:40]
+    return escaped(format_term(value)[:40])[:40]
 
 
-def _escaped(text: str) -> str:
+def escaped(text: str) -> str:
     """Control characters escaped: an error may be a plugin's first line
     or a JSON row, where a newline would start another, and keys and
     values are the peer's text."""
@@ -46,7 +46,7 @@ def _escaped(text: str) -> str:
 
 
 def _bad(text: str) -> BadReply:
-    return BadReply(_escaped(text))
+    return BadReply(escaped(text))
 
 
 def count(where: str, value: Any, least: int = 0) -> int:
@@ -170,5 +170,5 @@ class Reply(Mapping[str, Any]):
         return out
 
 
-__all__ = ["BadReply", "COUNT_LIMIT", "Reply", "count", "counts", "integer",
-           "shown"]
+__all__ = ["BadReply", "COUNT_LIMIT", "Reply", "count", "counts", "escaped",
+           "integer", "shown"]

@@ -28,7 +28,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator,
 from beam_probe.erldist.terms import Atom, format_term
 from beam_probe.errors import (ClusterIncomplete, EndedEarly, ProbeError,
                                ProtocolError, UsageError)
-from beam_probe.node.replies import Reply, shown
+from beam_probe.node.replies import Reply, escaped, shown
 
 if TYPE_CHECKING:
     from beam_probe.node.remote import FanReply, Remote
@@ -293,8 +293,7 @@ def _cut(value: Any) -> str:
     """A peer's term or text as part of one line: cut, control characters
     escaped (a row may be a plugin's line)."""
     text = value if isinstance(value, str) else format_term(value)
-    return "".join(c if c.isprintable() else repr(c)[1:-1]
-                   for c in text[:200])[:200]
+    return escaped(text[:200])[:200]
 
 
 def failed(answer: Any) -> bool:
