@@ -57,10 +57,13 @@ def take(remote: Remote, gc: str = "holders", jobs: int = 0,
     epoch = time.time()
     if gc != "none":
         progress(f"collecting ({gc})")
-        sample_node(remote, gc, max_gc, jobs)
+        processes = sample_node(remote, gc, max_gc, jobs).count(
+            "process_count")
+    else:
+        processes = remote.call("erlang", "system_info",
+                                [Atom("process_count")])
     progress("reading every process, table and port")
-    if estimate(remote.call("erlang", "system_info",
-                            [Atom("process_count")])) > remote.fan_budget // 2:
+    if estimate(processes) > remote.fan_budget // 2:
         return read(remote.node, _through_a_fan_out(remote, jobs), epoch, gc)
     return read(remote.node, remote.ask(HELPER, "snapshot", *args(jobs)),
                 epoch, gc)
