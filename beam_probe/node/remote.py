@@ -30,12 +30,6 @@ GUARD = LIB
 # may take the frame's bytes (ReplyLimits.max_bytes) less this much for
 # the list and tuples around them (13 bytes a node: 64 KiB covers 5,000).
 FAN_MARGIN = 64 * 1024
-# What the nodes' answers of one fan-out may inflate to, in all, as a
-# multiple of the frame: each node's alone at most a frame's worth (as any
-# reply), and together no more than a few, whatever the number of nodes
-# (a snapshot batch of 8 nodes of a million processes: ~24 MB).
-FAN_INFLATE = 4
-
 # One node's reply of a fan-out:
 #   ("ok", value)
 #   ("not_connected", None)   the attached node is not connected to it
@@ -54,8 +48,11 @@ FanReply = tuple[str, Any]
 # A node's answer over a frame stays on the node, in a process of its own,
 # and is fetched a piece at a time (beam_probe_lib:encoded/5, piece/4): up
 # to this many frames' worth (a snapshot of ~40 million idle processes;
-# 5 million fit in one frame), which we hold whole to decode. The holder
-# ends when we go, after its last piece, or after this long unasked.
+# 5 million fit in one frame), which we hold whole to decode. The same
+# bound holds what all the answers of one fan-out may inflate to, whatever
+# the number of nodes, so that such an answer can be decoded at all. The
+# holder ends when we go, after its last piece, or after this long
+# unasked.
 HELD_MOST = 8
 HELD_IDLE = 30.0
 A_HELD = Atom("beam_probe_held")
@@ -238,7 +235,7 @@ class Remote:
         # One budget for all the nodes' answers, as for one reply: their
         # number must not multiply what we may be made to hold.
         budget = etf.Budget(self.conn.limits.max_items,
-                            FAN_INFLATE * self.conn.limits.max_bytes)
+                            self.held_most)
         answers = [self._fanned(reply, budget, most) for reply in replies]
         return [self._fetched(node, answer[1], budget, timeout)
                 if answer[0] == "held" else answer
