@@ -235,7 +235,7 @@ class Remote:
         # One budget for all the nodes' answers, as for one reply: their
         # number must not multiply what we may be made to hold.
         budget = etf.Budget(self.conn.limits.max_items,
-                            self.held_most)
+                            HELD_MOST * self.conn.limits.max_bytes)
         answers = [self._fanned(reply, budget, most) for reply in replies]
         return [self._fetched(node, answer[1], budget, timeout)
                 if answer[0] == "held" else answer
