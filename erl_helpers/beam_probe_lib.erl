@@ -227,9 +227,9 @@ pmap(Fun, List, Jobs0) ->
     Split = fun Split(1, _, _, Rest) ->
                     [Rest];
                 Split(K, Size, Count, Rest) ->
-                    {Slice, Tail} = lists:split(erlang:min(Size, Count), Rest),
-                    [Slice | Split(K - 1, Size, Count - erlang:length(Slice),
-                                   Tail)]
+                    Taken = erlang:min(Size, Count),
+                    {Slice, Tail} = lists:split(Taken, Rest),
+                    [Slice | Split(K - 1, Size, Count - Taken, Tail)]
             end,
     Caller = erlang:self(),
     %% erl_eval funs keep only the variables they use: a worker holds Fun
@@ -273,9 +273,7 @@ pmap(Fun, List, Jobs0) ->
     Piece = fun(Elements, Count) ->
                     K = erlang:min(Jobs, erlang:max(1, Count)),
                     Slices = Split(K, (Count + K - 1) div K, Count, Elements),
-                    Started = lists:zipwith(Run, lists:sublist(Workers,
-                                                               erlang:length(
-                                                                 Slices)),
+                    Started = lists:zipwith(Run, lists:sublist(Workers, K),
                                             Slices),
                     lists:map(Result, Started)
             end,
