@@ -107,7 +107,7 @@ def _batches(remote: Remote, members: Sequence[str], connected: set[str]
         remote.timeout, connected)
     most = remote.fan_budget // 2
     batches: list[list[str]] = []
-    used = most + 1
+    used = 0
     failed: dict[str, NodeFailure] = {}
     for node, answer in zip(members, counts):
         size = 0
@@ -115,7 +115,7 @@ def _batches(remote: Remote, members: Sequence[str], connected: set[str]
             size = estimate(answer)
         else:
             failed[node] = answer
-        if used + size > most or len(batches[-1]) >= BATCH:
+        if not batches or used + size > most or len(batches[-1]) >= BATCH:
             batches.append([])
             used = 0
         batches[-1].append(node)
