@@ -226,7 +226,10 @@ def test_a_count_rising_every_other_sample_is_a_trend_leak(nodes, otp):
     assert result.returncode == 12, result.stderr
     samples, summary = _lines(result.stdout)
     counts = [s["process_count"] for s in samples]
-    assert counts[-1] - counts[0] == 24  # it did step, every other sample
+    # It did step, every other sample: 24 more, give or take one process
+    # of the node's own that came or went meanwhile (seen once on OTP 27:
+    # 23).
+    assert abs(counts[-1] - counts[0] - 24) <= 1, counts
     # Never five rises in a row: the rule that passed it before.
     assert not any(counts[i] < counts[i + 1] < counts[i + 2]
                    < counts[i + 3] < counts[i + 4] < counts[i + 5]
