@@ -105,6 +105,8 @@ def main(ctx: click.Context) -> None:
       bin-leak     would a collection free it?
       leak-hunt    what was made between snapshots and kept?
       proc-info    one process, closer; trace-gc its collections
+      inspect      inside it: which part of its state, or of a table,
+                   holds the bytes (pinned binaries named)
       alloc        leak, or fragmentation? ets: the largest tables
       check        the same figures for cron, Nagios, Prometheus
 

@@ -217,6 +217,87 @@ def proc_info(remote: Any, request: SimpleNamespace,
     return info.proc_info(remote, request.pid)
 
 
+def _inspect_check(request: SimpleNamespace) -> None:
+    from beam_probe.probes.info import target
+    from beam_probe.probes.inspect import check_bounds, table_spec
+
+    if request.table is not None and request.process is not None:
+        raise UsageError("give a PROCESS or --table TABLE, not both")
+    if request.table is None and request.process is None:
+        raise UsageError("expected [NODE] PROCESS or [NODE] --table TABLE, "
+                         "e.g. beam-probe inspect app@db1 my_cache")
+    check_bounds(request.depth, request.width, request.budget,
+                 request.table is not None)
+    if request.table is not None:
+        table_spec(request.table)
+    else:
+        target(request.process)
+
+
+@command("inspect", "[NODE] [PROCESS]", render="inspect.inspect_text",
+         check=_inspect_check, alone="table",
+         example="app@db1 my_cache", options=(
+             click.option("--table", metavar="TABLE",
+                          help="Inspect this ETS table (its name, or its "
+                               "id as ets prints it) instead of a "
+                               "process."),
+             click.option("--depth", type=int, default=3, show_default=True,
+                          help="Levels of the size tree shown (0 to 10)."),
+             click.option("--width", type=int, default=10, show_default=True,
+                          help="Largest children shown per part, or "
+                               "largest objects of a table (1 to 100)."),
+             click.option("--budget", type=int, metavar="TERMS",
+                          help="Work the walk may do: terms inside the "
+                               "process (default 1,000, which pauses it "
+                               "for tens of milliseconds; 1 to "
+                               "1,000,000), objects of a table (default "
+                               "20,000; 1 to 10,000,000). Past it, the "
+                               "answer is a sample and says so.")))
+def inspect(remote: Any, request: SimpleNamespace,
+            progress: Progress) -> Any:
+    """What in a process, or in a table, holds the memory.
+
+    The step after proc-count, bin-leak and leak-hunt: a size tree of
+    what PROCESS holds, largest first: its state (gen_server, gen_statem
+    as State and Data, gen_event handlers, supervisors, Elixir GenServer
+    and Agent), its dictionary (get()), its mailbox when short. Each part
+    with its path in the node's syntax, kind, element count, bytes (its
+    flat copy's words), binary (the refc binary bytes it keeps alive) and
+    share; then pinned binaries: small slices that keep a large binary
+    alive, the classic BEAM binary leak, with the fix.
+
+    Values are never shown, only shapes, sizes and short keys. The state
+    is measured inside the process (a replace_state system request whose
+    fun measures and throws: the state stays as it was and is never
+    copied out), so only processes that read system messages are asked;
+    for any other, the dictionary and mailbox are read from outside and
+    the reason is given. Large parts are sampled within --budget.
+
+    With --table: the table's objects grouped by key family (a tuple
+    key's first element, a record's tag, else the key's type), with
+    their bytes, refc binaries and pinned slices, and its largest
+    objects; read in chunks, the table usable throughout, sampled past
+    --budget objects.
+
+    PROCESS is a pid (<0.123.0>, #PID<0.123.0>, 0.123.0) or a registered
+    name in Erlang's or Elixir's syntax (my_cache, MyApp.Cache).
+
+    \b
+    Examples:
+      beam-probe inspect app@db1 my_cache
+      beam-probe inspect app@db1 '<0.4612.0>' --depth 4 --width 5
+      beam-probe inspect app@db1 MyApp.Cache --format json
+      beam-probe inspect app@db1 --table sessions
+    """
+    from beam_probe.probes import inspect as probe
+
+    if request.table is not None:
+        return probe.table(remote, request.table, request.width,
+                           request.budget)
+    return probe.process(remote, request.process, request.depth,
+                         request.width, request.budget)
+
+
 @command("watch", "[NODE]", kind="live", jobs=True, render="watch.frame",
          summary="watch.summary_text", line="watch.sample_line",
          cluster="watch.cluster_frame", options=(
@@ -593,9 +674,9 @@ def _name_kept(result: Mapping[str, Any]) -> None:
                   f"{result['saved']}")
 
 
-__all__ = ["DECLARED", "bin_leak", "diff", "leak_hunt", "memory", "ping",
-           "plot", "proc_count", "proc_info", "proc_window", "snapshot",
-           "watch"]
+__all__ = ["DECLARED", "bin_leak", "diff", "inspect", "leak_hunt", "memory",
+           "ping", "plot", "proc_count", "proc_info", "proc_window",
+           "snapshot", "watch"]
 
 
 def _alloc_check(request: SimpleNamespace) -> None:

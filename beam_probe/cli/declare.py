@@ -79,6 +79,7 @@ ARGUMENTS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "ATTRIBUTE": ("attribute", str),
     "MILLISECONDS": ("millis", _whole("MILLISECONDS")),
     "PID": ("pid", str),
+    "PROCESS": ("process", str),
     "FILE...": ("files", str),
     "TARGET...": ("targets", str),
 }
@@ -104,9 +105,13 @@ class Declaration:
                  check: Callable[[SimpleNamespace], None] | None,
                  kind: str = "call", summary: Render | None = None,
                  line: Render | None = None,
-                 cluster: Render | None = None) -> None:
+                 cluster: Render | None = None,
+                 alone: str | None = None) -> None:
         self.name, self.args, self.probe, self.render = name, args, probe, \
             render
+        # An option that takes the place of the positional arguments
+        # (inspect's --table): with it given, a lone bare word is NODE.
+        self.alone = alone
         # The renderer of the --cluster answer; a command that has one
         # takes --cluster, --nodes and --include-hidden.
         self.cluster = cluster
@@ -120,7 +125,8 @@ class Declaration:
         if self.takes_node:
             self.words = self.words[1:]
 
-    def parse(self, args: tuple[str, ...]) -> tuple[str | None, dict[Any, Any]]:
+    def parse(self, args: tuple[str, ...], given: dict[str, Any] | None = None
+              ) -> tuple[str | None, dict[Any, Any]]:
         """NODE (or None) and the positional arguments by name; every error
         is a UsageError, raised before anything connects.
 
@@ -134,6 +140,9 @@ class Declaration:
         if self.kind == "offline":
             return None, self.values(list(args))
         node, rest = opt.split_node(args)
+        if node is None and len(rest) == 1 and self.takes_node and \
+                self.alone and (given or {}).get(self.alone) is not None:
+            return rest[0], self.values([])
         if node is not None or not rest or not self.takes_node:
             return node, self.values(rest)
         try:
@@ -193,7 +202,7 @@ class Declaration:
 
     def click_command(self) -> click.Command:
         def callback(args: tuple[str, ...], **given: Any) -> None:
-            node, values = self.parse(args)
+            node, values = self.parse(args, given)
             request = SimpleNamespace(**given, **values)
             if self.cluster is not None:
                 opt.cluster_request(request)
@@ -228,7 +237,8 @@ def command(name: str, args: str, *, render: Render,
             check: Callable[[SimpleNamespace], None] | None = None,
             kind: str = "call", summary: Render | None = None,
             line: Render | None = None,
-            cluster: Render | None = None) -> Callable[[Probe], Probe]:
+            cluster: Render | None = None,
+            alone: str | None = None) -> Callable[[Probe], Probe]:
     """Declare a command; its function is the probe it calls, and its
     docstring the command's help. ``check`` looks at the whole request
     (arguments and options together) before anything connects. A ``live``
@@ -243,7 +253,7 @@ def command(name: str, args: str, *, render: Render,
     def declare(probe: Probe) -> Probe:
         DECLARED.append(Declaration(name, args, probe, render, timeout,
                                     jobs, options, example, metavar, check,
-                                    kind, summary, line, cluster))
+                                    kind, summary, line, cluster, alone))
         return probe
     return declare
 

@@ -748,10 +748,103 @@ class CheckReport(TypedDict):
     history_skipped_lines: NotRequired[int]
 
 
+class InspectPart(TypedDict):
+    """One part of what a process holds. ``path`` in Erlang's syntax
+    (``State#state.cache#{<<"k">>}``), ``path_elixir`` in Elixir's; a
+    child's path extends its parent's, ``depth`` 0 is a root (State,
+    Data, a gen_event handler, get(), Messages). ``bytes``: the words
+    of its flat copy times the word size; ``binary_bytes``: the refc
+    binary bytes it keeps alive; ``share`` of all the roots hold."""
+
+    path: str
+    path_elixir: str
+    depth: int
+    kind: str
+    count: int
+    bytes: int
+    binary_bytes: int
+    share: float
+
+
+class InspectPin(TypedDict):
+    """Slices that keep a much larger binary alive, by where they are."""
+
+    path: str
+    path_elixir: str
+    count: int
+    bytes: int
+    referenced_bytes: int
+
+
+class InspectTotal(TypedDict):
+    bytes: int
+    binary_bytes: int
+    memory: int
+    message_queue_len: int
+    sampled: bool
+    pause_ms: float
+
+
+class ProcessInspection(TypedDict):
+    node: str
+    pid: str
+    name: Optional[str]
+    kind: str
+    current_function: Optional[str]
+    initial_call: Optional[str]
+    parts: List[InspectPart]
+    pinned: List[InspectPin]
+    total: InspectTotal
+    # Why a part was not read (None: it was).
+    state: Optional[str]
+    dictionary: Optional[str]
+    mailbox: Optional[str]
+
+
+class TablePins(TypedDict):
+    count: int
+    bytes: int
+    referenced_bytes: int
+
+
+class TableFamily(TypedDict):
+    family: str
+    count: int
+    bytes: int
+    binary_bytes: int
+    pinned: TablePins
+
+
+class TableObject(TypedDict):
+    key: str
+    family: str
+    bytes: int
+    binary_bytes: int
+
+
+class TableInspection(TypedDict):
+    node: str
+    table: str
+    name: Optional[str]
+    type: str
+    owner: Optional[str]
+    size: int
+    memory: int
+    compressed: bool
+    families: List[TableFamily]
+    largest: List[TableObject]
+    sampled: bool
+    seen: int
+    fraction: float
+    late: bool
+
+
 __all__ = ["AllocReport", "AllocType", "BinLeak", "Carriers", "CategoryStats",
            "Change", "CheckNode", "CheckReport", "CheckValues",
            "Collection", "DeadRow", "DeltaRow", "Diff", "EtsReport",
-           "EtsTable", "GroupChange", "KeptGroup", "LeakHunt", "Memory",
+           "EtsTable", "GroupChange", "InspectPart", "InspectPin",
+           "InspectTotal", "ProcessInspection", "TableFamily",
+           "TableInspection", "TableObject", "TablePins", "KeptGroup", "LeakHunt", "Memory",
            "MemoryResult", "MsegCache", "NodeHealth", "Ping", "PlotData",
            "ProcCount", "ProcCountAllSummary", "ProcInfo", "ProcWindow",
            "ProcessRow", "RiseJson", "Sample", "SnapshotSummary",

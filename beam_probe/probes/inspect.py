@@ -1,0 +1,524 @@
+"""inspect: which part of one process, or of one table, holds the memory.
+
+The step the heap-snapshot guides end on ("expand the largest object
+until you find what holds it"), taken on the node: one call to
+erl_helpers/beam_probe_inspect.erl. A process's state is measured inside
+the process, by the fun of a replace_state system request that throws
+(its state is never copied out, and stays as it was); its dictionary
+there too; its mailbox, when short, by our worker. A table is read in
+chunks by our worker. What comes back is shapes and sizes: kinds,
+counts, words, refc binary bytes, short keys; never a value.
+
+Paths are written in both languages here (JSON carries Erlang's as
+``path`` and Elixir's as ``path_elixir``), because the steps that make them
+(a record's field names, a map's key) are not text once rendered.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator, TYPE_CHECKING
+
+from beam_probe.erldist.terms import Atom, Pid, format_term, mfa
+from beam_probe.errors import NoSuchProcess, ProbeError, RemoteError, UsageError
+from beam_probe.node.forms import LIB, Local
+from beam_probe.node.remote import Remote
+from beam_probe.node.replies import Reply, count, escaped
+from beam_probe.probes.info import target
+
+if TYPE_CHECKING:
+    from beam_probe.probes.results import (InspectPart, InspectPin,
+                                           ProcessInspection,
+                                           TableFamily, TableInspection,
+                                           TableObject)
+
+HELPER = "beam_probe_inspect"
+
+# The walk runs inside the target and blocks it: a budget of terms. A
+# leaf costs one (the leaves of a container are measured in compiled
+# passes, ~1 us each), a container walked 16 and more (erl_eval walks
+# it: 0.5-2 ms on OTP 25 here). 1,000 holds a process for 30-60 ms on
+# this 2-core machine, "tens of milliseconds"; a map of a million
+# entries is then sampled (its first ~1,000 keys in hash order, ~15 of
+# their values walked).
+DEFAULT_BUDGET = 1_000
+MAX_BUDGET = 1_000_000
+# A table is read by our worker (the table stays usable): objects, read
+# in chunks of 500 with ets:select/3, each walked for its binaries
+# (~50 us an object here: 20,000 objects take about a second).
+DEFAULT_TABLE_BUDGET = 20_000
+MAX_TABLE_BUDGET = 10_000_000
+MAX_DEPTH = 10
+MAX_WIDTH = 100
+# The mailbox is read only below this many messages: process_info's
+# messages copies all of them in one uninterruptible call.
+MAILBOX_MOST = 10_000
+# Copied into our worker (a plain process's dictionary, a mailbox) only
+# from a process of at most this many words (8 MB on 64 bits).
+COPY_MOST = 1_000_000
+
+A_ERROR = Atom("error")
+A_NONE = Atom("none")
+A_STATE = Atom("state")
+A_HANDLER = Atom("handler")
+A_TOO_LONG = Atom("too_long")
+A_TOO_LARGE = Atom("too_large")
+
+_WHY = {
+    "not_proc_lib": "it was not started by proc_lib, so it may be a plain "
+                    "receive loop, which would keep a system message forever",
+    "not_in_gen_loop": "it was started by proc_lib but runs no gen_server, "
+                       "gen_statem or gen_event loop (a plain loop would "
+                       "keep a system message forever)",
+    "hibernating": "it hibernates, and its module is no gen behaviour",
+    "hibernating_unknown": "it hibernates, and which loop it wakes into is "
+                           "not known without copying its dictionary (it "
+                           "is over the copy bound)",
+}
+
+
+def check_bounds(depth: int, width: int, budget: int | None,
+                 table: bool) -> None:
+    if not 0 <= depth <= MAX_DEPTH:
+        raise UsageError(f"--depth is 0 to {MAX_DEPTH}, not {depth}")
+    if not 1 <= width <= MAX_WIDTH:
+        raise UsageError(f"--width is 1 to {MAX_WIDTH}, not {width}")
+    most = MAX_TABLE_BUDGET if table else MAX_BUDGET
+    if budget is not None and not 1 <= budget <= most:
+        raise UsageError(f"--budget is 1 to {most:,}, not {budget}")
+
+
+_TABLE_ID = re.compile(r"#Ref<\d+\.\d+\.\d+\.\d+>")
+
+
+def table_spec(spec: str) -> tuple[Atom, str]:
+    """A table as the user gives it: its name (Erlang or Elixir form) or
+    its id as ``ets`` prints it (#Ref<0.1.2.3>)."""
+    spec = spec.strip()
+    if _TABLE_ID.fullmatch(spec):
+        return Atom("id"), spec
+    name = spec[1:] if spec.startswith(":") else spec
+    if len(name) >= 2 and name[0] == name[-1] and name[0] in "'\"":
+        name = name[1:-1]
+    if not name or len(name) > 255 or any(ord(c) < 32 for c in name):
+        raise UsageError(f"TABLE is a table's name or its id as ets prints "
+                         f"it (#Ref<0.1.2.3>), not {spec!r}")
+    return Atom("name"), name
+
+
+def _options(depth: int, width: int, budget: int,
+             timeout: float) -> dict[Atom, int]:
+    # The walk stops at 40% of the wait, the wait at 80% of --timeout: a
+    # late answer still arrives before we give up on the call.
+    wait_ms = max(100, int(timeout * 800))
+    return {Atom("depth"): depth, Atom("width"): width,
+            Atom("budget"): budget, Atom("walk_ms"): max(50, wait_ms // 2),
+            Atom("wait_ms"): wait_ms, Atom("mailbox_most"): MAILBOX_MOST,
+            Atom("copy_most"): COPY_MOST}
+
+
+# -- paths ------------------------------------------------------------------
+
+def _key_text(key: Any, elixir: bool) -> str:
+    """A short key as the helper sent it: an atom, a small integer,
+    {binary, Cut, Size}, {string, Cut, Length}, {kind, Kind}."""
+    if isinstance(key, Atom):
+        if not elixir:
+            return format_term(key)
+        if str(key).startswith("Elixir."):
+            return str(key)[7:]
+        if re.fullmatch(r"[a-z_][A-Za-z0-9_@]*[?!]?", str(key)):
+            return f":{key}"
+        return ':"' + escaped(str(key)).replace('"', '\\"') + '"'
+    if isinstance(key, tuple) and len(key) == 2 and key[0] == Atom(
+            "tuple") and isinstance(key[1], list):
+        return "{" + (", " if elixir else ",").join(
+            _key_text(item, elixir) for item in key[1]) + "}"
+    if isinstance(key, int) and not isinstance(key, bool):
+        return str(key)
+    if isinstance(key, tuple) and len(key) == 3 and key[0] in (
+            Atom("binary"), Atom("string")):
+        cut, size = key[1], key[2]
+        text = cut.decode("utf-8", "replace") if isinstance(cut, bytes) \
+            else cut if isinstance(cut, str) else ""
+        text = escaped(text).replace('"', '\\"')
+        more = "..." if isinstance(size, int) and size > len(text) else ""
+        if key[0] == Atom("string"):
+            return f"'{text}{more}'" if elixir else f'"{text}{more}"'
+        return f'"{text}{more}"' if elixir else f'<<"{text}{more}">>'
+    if isinstance(key, tuple) and len(key) == 2 and key[0] == Atom("kind"):
+        return f"<{key[1]}>"
+    return "<key>"
+
+
+class _Names:
+    """Record field names the node found in the callback module."""
+
+    def __init__(self, records: Any) -> None:
+        self.fields: dict[tuple[str, int], list[str]] = {}
+        for item in records if isinstance(records, list) else []:
+            if isinstance(item, tuple) and len(item) == 2 and \
+                    isinstance(item[0], Atom) and isinstance(item[1], list):
+                names = [str(f) for f in item[1] if isinstance(f, Atom)]
+                self.fields[(str(item[0]), len(names) + 1)] = names
+
+    def field(self, tag: str, size: int, index: int) -> str | None:
+        names = self.fields.get((tag, size))
+        if names and 2 <= index <= len(names) + 1:
+            return names[index - 2]
+        return None
+
+
+def _step(step: Any, elixir: bool, names: _Names, size: int) -> str:
+    """One step of a path, in the node's syntax. ``size`` is the parent's
+    element count (a record's arity picks its definition)."""
+    if step == Atom("keys"):
+        return " |> Map.keys()" if elixir else " (keys)"
+    if step == Atom("list"):
+        return "[_]" if not elixir else " |> Enum.at(_)"
+    if step == Atom("env"):
+        return " (closure)"
+    if isinstance(step, tuple) and len(step) == 2:
+        kind, arg = step
+        if kind == Atom("elem"):
+            return f" |> elem({arg - 1})" if elixir else f"{{{arg}}}"
+        if kind == Atom("list"):
+            return f" |> Enum.at({arg - 1})" if elixir else f"[{arg}]"
+        if kind == Atom("key"):
+            if arg == Atom("_"):
+                return "[_]" if elixir else "#{_}"
+            if elixir:
+                if isinstance(arg, Atom) and re.fullmatch(
+                        r"[a-z_][A-Za-z0-9_]*[?!]?", str(arg)):
+                    return f".{arg}"
+                return f"[{_key_text(arg, True)}]"
+            return f"#{{{_key_text(arg, False)}}}"
+    if isinstance(step, tuple) and len(step) == 3 and \
+            step[0] == Atom("field"):
+        tag, index = str(step[1]), step[2]
+        name = names.field(tag, size, index)
+        if elixir:
+            return f" |> elem({index - 1})"
+        return f"#{format_term(step[1])}.{name}" if name else f"{{{index}}}"
+    return f" {format_term(step)[:40]}"
+
+
+def _kind(kind: Any) -> str:
+    if isinstance(kind, tuple) and len(kind) == 2:
+        return f"{kind[0]} {kind[1]}"
+    return str(kind) if isinstance(kind, Atom) else format_term(kind)[:60]
+
+
+class _Tree:
+    """Reads one walk's tree into rows: a part, then its children,
+    largest first, then the rest of its elements in one row."""
+
+    def __init__(self, where: str, wordsize: int, names: _Names) -> None:
+        self.where = where
+        self.wordsize = wordsize
+        self.names = names
+
+    def rows(self, node: Any, path: tuple[str, str], depth: int
+             ) -> Iterator["InspectPart"]:
+        tree = Reply(self.where, node)
+        kind = tree["kind"]
+        size = tree.count("count")
+        if depth and not tree.count("words") and not tree.count("binary"):
+            return  # an immediate (a small integer, an atom): nothing held
+        yield {"path": path[0], "path_elixir": path[1], "depth": depth,
+               "kind": _kind(kind), "count": size,
+               "bytes": tree.count("words") * self.wordsize,
+               "binary_bytes": tree.count("binary"), "share": 0.0}
+        children = tree.list("children")
+        for item in children:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise RemoteError(f"{self.where}: a malformed child")
+            step, child = item
+            yield from self.rows(child, (
+                path[0] + _step(step, False, self.names, size),
+                path[1] + _step(step, True, self.names, size)), depth + 1)
+        others = tree.map("others")
+        rest = others.count("count")
+        if children and rest and (others.count("words")
+                                  or others.count("binary")):
+            is_map = kind == Atom("map") or (isinstance(kind, tuple)
+                                             and kind[0] == Atom("struct"))
+            erl, ex = (("#{_}", "[_]") if is_map else
+                       ("[_]", " |> Enum.at(_)") if kind == Atom("list")
+                       else ("{_}", " |> elem(_)"))
+            yield {"path": path[0] + erl, "path_elixir": path[1] + ex,
+                   "depth": depth + 1,
+                   "kind": f"{rest:,} other{'s' if rest != 1 else ''}",
+                   "count": rest,
+                   "bytes": others.count("words") * self.wordsize,
+                   "binary_bytes": others.count("binary"), "share": 0.0}
+
+
+def _pin_path(steps: Any, root: tuple[str, str], names: _Names
+              ) -> tuple[str, str]:
+    erl, ex = root
+    for step in steps if isinstance(steps, list) else []:
+        erl += _step(step, False, names, 0)
+        ex += _step(step, True, names, 0)
+    return erl, ex
+
+
+def _pins(walk: Reply, root: tuple[str, str], names: _Names
+          ) -> list["InspectPin"]:
+    out: list["InspectPin"] = []
+    for item in walk.list("pins"):
+        if not (isinstance(item, tuple) and len(item) == 4):
+            raise RemoteError(f"{walk.helper}: a malformed pin")
+        erl, ex = _pin_path(item[0], root, names)
+        out.append({"path": erl, "path_elixir": ex,
+                    "count": count(f"{walk.helper}'s pin count", item[1]),
+                    "bytes": count(f"{walk.helper}'s pin bytes", item[2]),
+                    "referenced_bytes": count(f"{walk.helper}'s pin",
+                                              item[3])})
+    return out
+
+
+def _roots(kind: str, part: Any) -> tuple[str, str]:
+    if part == A_STATE:
+        return ("State", "state")
+    if isinstance(part, tuple) and len(part) == 3 and part[0] == A_HANDLER:
+        module = format_term(part[1])
+        who = f"{module}" if part[2] is False else \
+            f"{module} {_key_text(part[2], False)}"
+        return (f"Handler({who})", f"handler({who})")
+    return (format_term(part)[:40],) * 2
+
+
+def process(remote: Remote, spec: str, depth: int = 3, width: int = 10,
+            budget: int | None = None) -> ProcessInspection:
+    """What the process ``spec`` holds: its state (where it can be read
+    from outside), dictionary and short mailbox, as a size tree."""
+    budget = budget or DEFAULT_BUDGET
+    check_bounds(depth, width, budget, table=False)
+    kind_arg, text = target(spec)
+    raw = remote.run(HELPER, "process", (kind_arg, text),
+                     Local("resolve", LIB), Local("walker"),
+                     _options(depth, width, budget, remote.timeout))
+    if isinstance(raw, tuple) and len(raw) == 2 and raw[0] == A_ERROR:
+        _refused(raw[1], spec, remote.node)
+    reply = Reply(f"{HELPER}:process", raw)
+    wordsize = reply.wordsize()
+    names = _Names(reply["records"])
+    where = f"{HELPER}:process"
+    info = reply.pairs("info")
+    kind = str(reply["kind"])
+    parts: list[InspectPart] = []
+    pinned: list[InspectPin] = []
+    sampled = False
+
+    def add(walk_raw: Any, root: tuple[str, str], split: bool) -> None:
+        nonlocal sampled
+        walk = Reply(where, walk_raw)
+        tree = _Tree(where, wordsize, names)
+        rows = list(tree.rows(walk["tree"], root, 0))
+        pins = _pins(walk, root, names)
+        if split and rows and rows[0]["count"] == 2:
+            rows = [row for row in map(_statem, rows) if row is not None]
+            pins = [pin for pin in map(_statem, pins) if pin is not None]
+        parts.extend(rows)
+        pinned.extend(pins)
+        sampled = sampled or walk["sampled"] is True or walk["late"] is True
+
+    for item in reply.list("parts"):
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise RemoteError(f"{where}: a malformed part")
+        part, walk_raw = item
+        add(walk_raw, _roots(kind, part), kind == "gen_statem")
+    dictionary = reply["dictionary"]
+    dictionary_note = None
+    if isinstance(dictionary, dict):
+        add(dictionary, ("get()", "Process.get()"), False)
+    elif isinstance(dictionary, tuple) and dictionary[0] == A_TOO_LARGE:
+        dictionary_note = (f"not read: the process's heap is "
+                           f"{count(where, dictionary[1]) * wordsize:,} "
+                           "bytes, and reading a dictionary from outside "
+                           "copies it")
+    mailbox = reply["mailbox"]
+    mailbox_note = None
+    if isinstance(mailbox, dict):
+        add(mailbox, ("Messages", "messages"), False)
+    elif isinstance(mailbox, tuple) and mailbox[0] == A_TOO_LONG:
+        mailbox_note = (f"{count(where, mailbox[1]):,} messages: over "
+                        f"{MAILBOX_MOST:,}, only its length is read "
+                        "(reading copies every message)")
+    elif isinstance(mailbox, tuple) and mailbox[0] == A_TOO_LARGE:
+        mailbox_note = (f"not read: the process holds "
+                        f"{count(where, mailbox[1]):,} bytes, and reading a "
+                        "mailbox copies it")
+    roots = [row for row in parts if row["depth"] == 0]
+    total_bytes = sum(row["bytes"] for row in roots)
+    total_binary = sum(row["binary_bytes"] for row in roots)
+    held = total_bytes + total_binary
+    for row in parts:
+        row["share"] = round((row["bytes"] + row["binary_bytes"]) / held, 4) \
+            if held else 0.0
+    pinned.sort(key=lambda pin: -pin["referenced_bytes"])
+    timed_out = reply["timed_out"]
+    state_note = None
+    if kind == "plain":
+        why = str(reply["why"])
+        state_note = ("its loop state cannot be read from outside: "
+                      + _WHY.get(why, why))
+    elif timed_out == Atom("exited"):
+        state_note = "the process exited while we waited for its state"
+    elif timed_out is True:
+        state_note = ("it did not handle our request in time (busy, or a "
+                      "long mailbox); nothing of ours stays: the request "
+                      "finds us gone and measures nothing")
+    name = info.get("registered_name")
+    current = info.get("current_function")
+    initial = info.get("initial_call")
+    memory = info.get("memory")
+    queue = info.get("message_queue_len")
+    return {"node": remote.node, "pid": str(reply["pid"]),
+            "name": str(name) if isinstance(name, Atom) else None,
+            "kind": kind,
+            "current_function": mfa(current) if current else None,
+            "initial_call": mfa(initial) if initial else None,
+            "parts": parts, "pinned": pinned,
+            "total": {"bytes": total_bytes, "binary_bytes": total_binary,
+                      "memory": count(f"{where}'s memory", memory),
+                      "message_queue_len": count(f"{where}'s queue", queue),
+                      "sampled": sampled,
+                      "pause_ms": round(reply.count("pause_us") / 1000, 1)},
+            "state": state_note, "dictionary": dictionary_note,
+            "mailbox": mailbox_note}
+
+
+_STATEM = ((("State{1}", "state |> elem(0)"), ("State", "state")),
+           (("State{2}", "state |> elem(1)"), ("Data", "data")))
+
+
+def _statem(row: Any) -> Any:
+    """gen_statem's {State, Data} as the two parts its docs name: a row
+    (or pin) under one of them renamed, the tuple itself None."""
+    for (erl, ex), (erl_name, ex_name) in _STATEM:
+        if row["path"].startswith(erl) and row["path_elixir"].startswith(ex):
+            row = dict(row)
+            row["path"] = erl_name + row["path"][len(erl):]
+            row["path_elixir"] = ex_name + row["path_elixir"][len(ex):]
+            if "depth" in row:
+                row["depth"] -= 1
+            return row
+    return None
+
+
+def _refused(why: Any, spec: str, node: str) -> None:
+    if why == Atom("not_a_pid"):
+        raise UsageError(f"{spec!r} is not a pid of {node}; give pids as it "
+                         "prints them, <0.N.M>")
+    if why == Atom("no_such_name"):
+        raise NoSuchProcess(f"no process registered as {spec} on {node}")
+    if why == Atom("ours"):
+        raise UsageError(f"{spec} is one of beam-probe's own processes on "
+                         f"{node}")
+    if isinstance(why, tuple) and why and why[0] == Atom("other_node"):
+        raise UsageError(f"{spec} is a pid of another node ({why[1]}); give "
+                         f"pids as {node} prints them")
+    if isinstance(why, tuple) and why and why[0] == Atom("not_alive"):
+        raise NoSuchProcess(f"{why[1]} is not alive on {node} (it exited, "
+                            "or never existed)")
+    raise RemoteError(f"inspect failed: {format_term(why)}"[:300])
+
+
+def _family(family: Any) -> str:
+    """A key family as Erlang writes it: {user, _} for tuple keys led by
+    user, #session{} for records tagged session, else the key's type."""
+    if isinstance(family, tuple) and len(family) == 2:
+        kind, what = family
+        if kind == Atom("tuple"):
+            return "{" + _key_text(what, False) + ", ...}"
+        if kind == Atom("record"):
+            return f"#{format_term(what)}{{}}"
+        if kind == Atom("type"):
+            return f"<{_kind(what)}>"
+    return format_term(family)[:60]
+
+
+def table(remote: Remote, spec: str, width: int = 10,
+          budget: int | None = None) -> TableInspection:
+    """The table ``spec``'s objects grouped by key family, and its
+    largest objects, exact up to ``budget`` objects and sampled past it."""
+    budget = budget or DEFAULT_TABLE_BUDGET
+    check_bounds(0, width, budget, table=True)
+    kind_arg, text = table_spec(spec)
+    raw = remote.run(HELPER, "table", (kind_arg, text), Local("walker"),
+                     _options(0, width, budget, remote.timeout))
+    if isinstance(raw, tuple) and len(raw) == 2 and raw[0] == A_ERROR:
+        if raw[1] == Atom("no_such_table"):
+            raise NoSuchTable(f"no table {spec} on {remote.node}")
+        if raw[1] == Atom("private"):
+            raise UsageError(f"table {spec} is private: only its owner can "
+                             "read it")
+        raise RemoteError(f"inspect failed: {format_term(raw[1])}"[:300])
+    where = f"{HELPER}:table"
+    reply = Reply(where, raw)
+    wordsize = reply.wordsize()
+    info = reply.pairs("info")
+    size = count(f"{where}'s size", info.get("size"))
+    stored = count(f"{where}'s memory", info.get("memory")) * wordsize
+    seen = reply.count("seen")
+    families = []
+    for item in reply.list("families"):
+        if not (isinstance(item, tuple) and len(item) == 4):
+            raise RemoteError(f"{where}: a malformed family")
+        families.append((item[0], count(where, item[1]),
+                         count(where, item[2]) * wordsize,
+                         count(where, item[3])))
+    # What we read is flat copies; a compressed table stores less: sizes
+    # are scaled to the table's own memory figure, which is what it holds.
+    compressed = info.get("compressed") is True
+    read = sum(f[2] for f in families)
+    factor = size / seen if seen else 1.0
+    scale = (stored / (read * factor)) if compressed and read else 1.0
+    pins: dict[Any, list[int]] = {}
+    for item in reply.list("pins"):
+        if not (isinstance(item, tuple) and len(item) == 5):
+            raise RemoteError(f"{where}: a malformed pin")
+        pins.setdefault(item[0], [0, 0, 0])
+        for i in range(3):
+            pins[item[0]][i] += count(where, item[2 + i])
+    out: list[TableFamily] = []
+    for family, n, words, binary in families:
+        pin = pins.get(family, [0, 0, 0])
+        out.append({"family": _family(family),
+                    "count": round(n * factor),
+                    "bytes": round(words * factor * scale),
+                    "binary_bytes": round(binary * factor),
+                    "pinned": {"count": round(pin[0] * factor),
+                               "bytes": round(pin[1] * factor),
+                               "referenced_bytes": round(pin[2] * factor)}})
+    out.sort(key=lambda f: -(f["bytes"] + f["binary_bytes"]))
+    largest: list[TableObject] = []
+    for item in reply.list("largest"):
+        if not (isinstance(item, tuple) and len(item) == 4):
+            raise RemoteError(f"{where}: a malformed object")
+        largest.append({"key": _key_text(item[0], False),
+                        "family": _family(item[1]),
+                        "bytes": round(count(where, item[2]) * wordsize
+                                       * scale),
+                        "binary_bytes": count(where, item[3])})
+    name = info.get("name")
+    return {"node": remote.node, "table": format_term(reply["table"]),
+            "name": format_term(name) if name is not None else None,
+            "type": format_term(info.get("type")),
+            "owner": str(info.get("owner")) if isinstance(info.get("owner"),
+                                                          Pid) else None,
+            "size": size, "memory": stored, "compressed": compressed,
+            "families": out, "largest": largest,
+            "sampled": seen < size,
+            "seen": seen, "fraction": round(seen / size, 4) if size else 1.0,
+            "late": reply["late"] is True}
+
+
+class NoSuchTable(NoSuchProcess):
+    label = "no such table"
+
+
+__all__ = ["DEFAULT_BUDGET", "DEFAULT_TABLE_BUDGET", "check_bounds",
+           "process", "table", "table_spec"]

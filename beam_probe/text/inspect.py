@@ -1,0 +1,127 @@
+"""inspect's answers as text: a process's size tree and pinned binaries,
+a table's key families. Paths in the node's syntax (the probe wrote
+both; Syntax picks)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from beam_probe.text.syntax import Syntax
+from beam_probe.text.tables import human_bytes, printable, table
+
+if TYPE_CHECKING:
+    from beam_probe.probes.results import ProcessInspection, TableInspection
+
+# How a path is cut on screen (JSON keeps it whole).
+PATH_WIDTH = 72
+
+
+def _kind(kind: str, syntax: Syntax) -> str:
+    """'record state' as #state{}, 'struct Elixir.X' as %X{}."""
+    if kind.startswith("record "):
+        tag = kind[len("record "):]
+        return f"{{:{tag}, ...}}" if syntax.elixir else f"#{tag}{{}}"
+    if kind.startswith("struct "):
+        name = kind[len("struct "):]
+        return f"%{syntax.code(name)}{{}}"
+    return kind
+
+
+def _path(path: str) -> str:
+    path = printable(path)
+    return path if len(path) <= PATH_WIDTH else path[:PATH_WIDTH - 3] + "..."
+
+
+def process_text(result: ProcessInspection, syntax: Syntax) -> str:
+    total = result["total"]
+    name = syntax.name(result["name"]) or ""
+    key = "path_elixir" if syntax.elixir else "path"
+    lines = [
+        f"{result['node']}: {syntax.code(result['pid'])} {name}".rstrip()
+        + f" ({result['kind']}; process memory "
+        f"{human_bytes(total['memory'])}, "
+        f"{total['message_queue_len']:,} messages)",
+        f"what it holds: {human_bytes(total['bytes'])} of terms and "
+        f"{human_bytes(total['binary_bytes'])} of refc binaries kept alive"
+        + ("; sampled: an estimate from part of it" if total["sampled"]
+           else "")
+        + (f"; the process paused {total['pause_ms']:g} ms"
+           if total["pause_ms"] else "")]
+    rows = []
+    for part in result["parts"]:
+        rows.append(("  " * part["depth"] + _path(part[key]),  # type: ignore[literal-required]
+                     _kind(part["kind"], syntax),
+                     f"{part['count']:,}" if part["count"] else "",
+                     human_bytes(part["bytes"]),
+                     human_bytes(part["binary_bytes"]),
+                     f"{part['share']:.0%}"))
+    if rows:
+        lines.append("")
+        lines.append(table(("part", "kind", "count", "bytes", "binary",
+                            "share"), rows, "llrrrr"))
+    if result["pinned"]:
+        lines.append("")
+        lines.append("pinned binaries: small slices that keep a much larger "
+                     "binary alive")
+        for pin in result["pinned"]:
+            lines.append(
+                f"  {_path(pin[key])}: {pin['count']:,} slices "  # type: ignore[literal-required]
+                f"using {human_bytes(pin['bytes'])} keep "
+                f"{human_bytes(pin['referenced_bytes'])} alive")
+        copy = "binary:copy/1" if not syntax.elixir else ":binary.copy/1"
+        lines.append(f"  fix: store a copy of the slice ({copy}) where it "
+                     "is kept, so the large binary it came from can be "
+                     "freed")
+    for what in ("state", "dictionary", "mailbox"):
+        note = result[what]
+        if note:
+            lines.append(f"{what}: {note}")
+    return "\n".join(lines)
+
+
+def table_text(result: TableInspection, syntax: Syntax) -> str:
+    lines = [
+        f"{result['node']}: table {syntax.code(result['table'])} "
+        f"({result['type']}, owner {syntax.code(result['owner'] or '?')}; "
+        f"{result['size']:,} objects, {human_bytes(result['memory'])}"
+        + (", compressed: sizes as stored" if result["compressed"] else "")
+        + ")"]
+    if result["sampled"]:
+        lines.append(f"sampled: {result['seen']:,} of {result['size']:,} "
+                     f"objects read ({result['fraction']:.1%}), the figures "
+                     "scaled to the whole"
+                     + (" (stopped at the deadline)" if result["late"]
+                        else ""))
+    rows = [(printable(f["family"]), f"{f['count']:,}",
+             human_bytes(f["bytes"]), human_bytes(f["binary_bytes"]),
+             f"{f['pinned']['count']:,}" if f["pinned"]["count"] else "",
+             human_bytes(f["pinned"]["referenced_bytes"])
+             if f["pinned"]["count"] else "")
+            for f in result["families"]]
+    lines.append("")
+    lines.append(table(("key family", "objects", "bytes", "binary",
+                        "pinned", "kept alive"), rows, "lrrrrr"))
+    if result["largest"]:
+        lines.append("")
+        lines.append("largest objects:")
+        lines.append(table(("key", "family", "bytes", "binary"),
+                           [(printable(o["key"]), printable(o["family"]),
+                             human_bytes(o["bytes"]),
+                             human_bytes(o["binary_bytes"]))
+                            for o in result["largest"]], "llrr"))
+    if any(f["pinned"]["count"] for f in result["families"]):
+        copy = "binary:copy/1" if not syntax.elixir else ":binary.copy/1"
+        lines.append("")
+        lines.append(f"pinned: slices stored in the table keep their whole "
+                     f"binary alive; store a copy ({copy}) instead")
+    return "\n".join(lines)
+
+
+def inspect_text(result: ProcessInspection | TableInspection,
+                 syntax: Syntax) -> str:
+    if "families" in result:
+        return table_text(result, syntax)  # type: ignore[arg-type]
+    return process_text(result, syntax)
+
+
+__all__ = ["inspect_text", "process_text", "table_text"]

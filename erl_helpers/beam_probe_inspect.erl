@@ -1,0 +1,1160 @@
+%% What `beam-probe inspect` asks the node: which part of one process's
+%% state, dictionary or mailbox holds its memory, and which family of keys
+%% of one table does. Sizes and shapes only: a value is never sent back,
+%% only its kind, its size, and keys short enough to name it (state holds
+%% passwords).
+%%
+%% Sent as text and run by the node's erl_eval under the rules at the top
+%% of beam_probe_lib.erl. The walk of a state runs *inside* the target, in
+%% the fun that sys's replace_state request applies to it: the state is
+%% never copied out (sys:get_state would copy all of it into the caller,
+%% on a node that may be short of memory). The fun measures, sends its
+%% small summary to our worker, and throws, which leaves a gen_server's
+%% and a gen_statem's state as it was (sys documents it) and a gen_event
+%% handler's too (gen_event catches per handler).
+%%
+%% The walk is interpreted (erl_eval, ~5-11 us a term here), so it visits
+%% at most Budget terms and stops at a deadline; a container with more
+%% elements than its share of the budget is sampled (evenly for tuples
+%% and lists, the first entries in a map's hash order), its sizes
+%% extrapolated, and the answer says so. Sizes come from the layout of
+%% each term (a tuple is 1 + N words, a cons 2, a map 4 + 2N words up to
+%% 32 keys and ~3.75 words a key above, measured) and from
+%% erts_debug:flat_size/1 on leaves only, so no call of ours takes time in
+%% proportion to the whole (flat_size never yields, and on a term that
+%% shares subterms it takes exponential time).
+-module(beam_probe_inspect).
+
+-export([walker/1, process/4, table/3]).
+
+-type step() :: {elem, pos_integer()} | {field, atom(), pos_integer()}
+              | {key, term()} | keys | {list, pos_integer()} | list | env.
+-type tree() :: #{kind := term(),
+                  count := non_neg_integer(),
+                  words := non_neg_integer(),
+                  binary := non_neg_integer(),
+                  children := [{step(), tree()}],
+                  others := #{count := non_neg_integer(),
+                              words := non_neg_integer(),
+                              binary := non_neg_integer()}}.
+%% A pinned binary group: the path pattern of the slices (map keys other
+%% than atoms and list positions summarised), their count, the bytes they
+%% use and the bytes they keep alive.
+-type pin() :: {[step()], non_neg_integer(), non_neg_integer(),
+                non_neg_integer()}.
+-type walk() :: #{tree := tree(), pins := [pin()],
+                  visits := integer(), sampled := boolean(),
+                  late := boolean()}.
+-type options() :: #{depth := non_neg_integer(),
+                     width := pos_integer(),
+                     budget := pos_integer(),
+                     walk_ms := pos_integer(),
+                     wait_ms := pos_integer(),
+                     mailbox_most := non_neg_integer(),
+                     copy_most := non_neg_integer()}.
+-type inspector() :: fun((tuple()) -> term()).
+
+%% The inspector: one named fun whose first argument names the operation.
+%% One fun, not one per operation, because a fun made by erl_eval carries
+%% every binding around it, funs included: a chain of a dozen funs would
+%% carry each other over and over once copied into the target with the
+%% system message (copying flattens what they share). This one carries
+%% Depth and Width alone, and refers to itself by name.
+%%
+%% Operations:
+%%   {measure, Term, Budget, DeadlineMs} -> walk()
+%%   {inside, ReplyTo, Ref, Budget, DeadlineMs, Kind} -> the fun for
+%%       sys's replace_state: measures the state (and, once, the
+%%       dictionary) where it is, sends {Ref, self(), Part, walk()} to
+%%       ReplyTo, and throws. It measures nothing when ReplyTo is gone or
+%%       the deadline has passed (a late system message, after we gave up).
+%%   {family, Key, Object, Keypos} -> a table object's key family
+-spec walker(options()) -> inspector().
+walker(Options) ->
+    #{depth := Depth, width := Width} = Options,
+    %% Compiled match specifications do the per-element work of a
+    %% container in one compiled pass each (ets:match_spec_run/2), as
+    %% lists:map/2 does with the BIFs. erl_eval keeps its bindings in an
+    %% orddict on OTP 25 and merges them after every case: a clause with
+    %% thirty variables cost ~1 ms a container (measured), so the walk
+    %% is many small clauses, each with few variables, and elements are
+    %% never visited one at a time by interpreted code.
+    Ms = fun ets:match_spec_compile/1,
+    Nested = fun(V) -> [{'orelse', {is_tuple, V}, {is_map, V},
+                         {is_function, V},
+                         {'andalso', {is_list, V}, {'=/=', V, []}}}]
+             end,
+    %% A leaf as itself, a container as 0 (whose flat_size is 0): so
+    %% erts_debug:flat_size/1 is never applied to a container, whose flat
+    %% size may be far larger than what it holds (shared subterms), and
+    %% its time with it.
+    LeafOnly = Ms([{'$1', Nested('$1'), [0]}, {'$1', [], ['$1']}]),
+    BinaryOnly = Ms([{'$1', [{is_binary, '$1'}], ['$1']},
+                     {'_', [], [<<>>]}]),
+    %% Binaries up to 64 bytes live on the heap (flat_size counts them);
+    %% larger ones off it.
+    OffHeap = Ms([{'$1', [{'>', '$1', 64}], ['$1']}, {'_', [], [0]}]),
+    %% OTP's rule for a slice worth copying: it keeps alive more than
+    %% twice its own size.
+    Pinned = Ms([{{'$1', '$2', '$3'},
+                  [{'>', '$3', 64}, {'>', '$3', {'*', 2, '$2'}}],
+                  [{{'$1', '$2', '$3'}}]}]),
+    Containers = Ms([{{'$1', '$2'}, Nested('$2'), [{{'$1', '$2'}}]}]),
+    Held = Ms([{{'$1', '$2'}, [], [{'+', {'*', '$1', 8}, '$2'}]}]),
+    Config = {Depth, Width, LeafOnly, BinaryOnly, OffHeap, Pinned, Containers,
+           Held},
+    %% The inspector: one named fun whose first argument names the
+    %% operation. erl_eval keeps in a fun only the variables it uses:
+    %% this one carries Cfg and its clauses, and refers to itself by name.
+    %% No variable inside may share a name with one above (it would be
+    %% taken as bound).
+    %%
+    %% Operations:
+    %%   {measure, Term, Budget, DeadlineMs} -> walk()
+    %%   {inside, ReplyTo, Ref, Budget, DeadlineMs, Kind} -> the fun for
+    %%       sys's replace_state: measures the state (and, once, the
+    %%       dictionary) where it is, sends {Ref, self(), Part, walk(),
+    %%       Dictionary, Microseconds} to ReplyTo, and throws. It measures
+    %%       nothing when ReplyTo is gone or the deadline has passed (a
+    %%       late system message, after we gave up).
+    %%   {dictionary, Entries, Budget, DeadlineMs} -> walk()
+    %%   {family, Key, Object, Keypos} -> a table object's key family
+    %%
+    %% A walk gives {Tree, Pins, Left, Sampled, Late}. Tree is {Kind,
+    %% Count, Words, Binary, Children, Others}, children (the Width
+    %% largest, Others the rest) down to Depth levels. Left is what
+    %% remains of the budget of terms: a container takes as many
+    %% children as its share allows (a map entry is worth eight terms,
+    %% any other child four; a small tuple, a pair or a short record, is
+    %% taken whole: sampling one of a pair misses half), and each nested
+    %% container at most its fair share of what its elder siblings left.
+    Ops = #{
+          walk => fun(Inspect, _, {walk, [_ | _] = T, Level, Left, Path, Deadline}) ->
+                      Inspect({container, T, Level, Left, Path, Deadline});
+                     (Inspect, _, {walk, T, Level, Left, Path, Deadline})
+                    when erlang:is_tuple(T); erlang:is_map(T) ->
+                      Inspect({container, T, Level, Left, Path, Deadline});
+                     (Inspect, _, {walk, T, Level, Left, Path, Deadline})
+                    when erlang:is_function(T) ->
+                      Inspect({walk_fun, erlang:fun_info(T, type), T, Level, Left,
+                               Path, Deadline});
+                     (Inspect, _, {walk, T, _, Left, Path, _}) ->
+                      Inspect({leaf, T, Left, Path})
+                  end,
+          walk_fun => fun(Inspect, _, {walk_fun, {type, local}, T, Level, Left, Path, Deadline}) ->
+                          Inspect({container, T, Level, Left, Path, Deadline});
+                         (Inspect, _, {walk_fun, _, T, _, Left, Path, _}) ->
+                          Inspect({leaf, T, Left, Path})
+                      end,
+          %% A term alone that is no container (a root, an external fun).
+          leaf => fun(Inspect, _, {leaf, T, Left, Path}) ->
+                      {[{W, B, _}], _, _, Pins, _, _} =
+                          Inspect({leaves, [T], [1], Path, root}),
+                      {{Inspect({kind, T}), 0, W, B, [], {0, 0, 0}}, Pins, Left - 1,
+                       false, false}
+                  end,
+          %% A container costs 16 terms of the budget (walking one takes
+          %% ~0.5-1 ms of erl_eval on OTP 25 here, a leaf ~1 us in the
+          %% compiled passes), and samples at most as many elements as
+          %% what is left, 4,096 at most; a small tuple (a pair, a short
+          %% record) is taken whole: sampling one of a pair misses half.
+          container =>
+              fun(Inspect, _, {container, T, Level, Left, Path, Deadline}) ->
+                      {N, Own} = Inspect({shape, T}),
+                      K = Inspect({k, erlang:monotonic_time(millisecond)
+                                   > Deadline, Left, N}),
+                      Inspect({sample, K, T, N, Own, Level, Left - 16, Path,
+                               Deadline})
+              end,
+          k => fun(_, _, {k, true, _, _}) -> late;
+                  (_, _, {k, _, Left, _}) when Left < 16 -> 0;
+                  (_, _, {k, _, Left, N}) ->
+                       erlang:min(N, erlang:max(erlang:min(N, 4),
+                                                erlang:min(4096, Left - 16)))
+               end,
+          %% The sampled children, as groups {Values, Positions, Spec}; a
+          %% map's keys and values are two groups whose positions are the
+          %% entries'. Spec names their steps ({step, Spec, Position}).
+          sample => fun(Inspect, _, {sample, late, T, N, Own, _, Left, _, _}) ->
+                        {{Inspect({kind, T}), N, Own, 0, [], {N, 0, 0}}, #{}, Left,
+                         N > 0, true};
+                       (Inspect, _, {sample, 0, T, N, Own, _, Left, _, _}) ->
+                        {{Inspect({kind, T}), N, Own, 0, [], {N, 0, 0}}, #{}, Left,
+                         N > 0, false};
+                       (Inspect, _, {sample, K, T, N, Own, Level, Left, Path, Deadline})
+                      when erlang:is_map(T) ->
+                        {Keys, Values} = Inspect({entries, K >= N, T, K}),
+                        Idx = lists:seq(1, erlang:length(Keys)),
+                        Inspect({groups, T, N, Own, Level, Left, Path, Deadline,
+                                 [{Keys, Idx, keys}, {Values, Idx, {values, Keys}}]});
+                       (Inspect, _, {sample, K, T, N, Own, Level, Left, Path, Deadline})
+                      when erlang:is_tuple(T) ->
+                        Stride = erlang:max(1, N div K),
+                        Idx = lists:seq(1, erlang:min(N, Stride * K), Stride),
+                        Inspect({groups, T, N, Own, Level, Left, Path, Deadline,
+                                 [{Inspect({elements, Stride, T, Idx}), Idx,
+                                   Inspect({tuple_spec, erlang:element(1, T), N})}]});
+                       (Inspect, _, {sample, K, T, N, Own, Level, Left, Path, Deadline})
+                      when erlang:is_list(T) ->
+                        %% An improper list (Own 0) is read cell by cell.
+                        Stride = Inspect({stride, Own > 0, N, K}),
+                        Values = Inspect({every, Stride, T, K, N}),
+                        Idx = lists:seq(1, 1 + Stride * (erlang:length(Values) - 1),
+                                        Stride),
+                        Inspect({groups, T, N, Own, Level, Left, Path, Deadline,
+                                 [{Values, Idx, list}]});
+                       (Inspect, _, {sample, K, T, N, Own, Level, Left, Path, Deadline}) ->
+                        {env, Env} = erlang:fun_info(T, env),
+                        Values = lists:sublist(Env, K),
+                        Inspect({groups, T, N, Own, Level, Left, Path, Deadline,
+                                 [{Values, lists:seq(1, erlang:length(Values)), env}]})
+                    end,
+          entries => fun(_, _, {entries, true, T, _}) ->
+                         lists:unzip(maps:to_list(T));
+                        (Inspect, _, {entries, false, T, K}) ->
+                         Inspect({next, maps:next(maps:iterator(T)), K, [], []})
+                     end,
+          next => fun(Inspect, _, {next, {Key, Value, More}, Left, Keys, Values})
+                    when Left > 0 ->
+                      Inspect({next, maps:next(More), Left - 1, [Key | Keys],
+                               [Value | Values]});
+                     (_, _, {next, _, _, Keys, Values}) ->
+                      {lists:reverse(Keys), lists:reverse(Values)}
+                  end,
+          elements => fun(_, _, {elements, 1, T, _}) ->
+                          erlang:tuple_to_list(T);
+                         (_, _, {elements, _, T, Idx}) ->
+                          [erlang:element(I, T) || I <- Idx]
+                      end,
+          tuple_spec => fun(_, _, {tuple_spec, Tag, N}) when erlang:is_atom(Tag), N > 1 ->
+                            {field, Tag};
+                           (_, _, {tuple_spec, _, _}) ->
+                            elem
+                        end,
+          stride => fun(_, _, {stride, true, N, K}) ->
+                        erlang:max(1, N div K);
+                       (_, _, {stride, false, _, _}) ->
+                        1
+                    end,
+          %% The first K cells (compiled when the list is proper), or every
+          %% Stride-th element from the start: lists:nthtail skips in
+          %% compiled code, only where I + Stride =< N says it can.
+          every => fun(Inspect, _, {every, 1, T, K, _}) ->
+                       try lists:sublist(T, K)
+                       catch error:_ -> Inspect({cells_of, T, K, []})
+                       end;
+                      (Inspect, _, {every, Stride, T, K, N}) ->
+                       Inspect({take, T, 1, K, N, Stride, []})
+                   end,
+          cells_of => fun(Inspect, _, {cells_of, [H | T], K, Acc}) when K > 0 ->
+                          Inspect({cells_of, T, K - 1, [H | Acc]});
+                         (_, _, {cells_of, _, _, Acc}) ->
+                          lists:reverse(Acc)
+                      end,
+          take => fun(Inspect, _, {take, [H | _] = T, I, Left, N, Stride, Acc})
+                    when Left > 1, I + Stride =< N ->
+                      Inspect({take, lists:nthtail(Stride, T), I + Stride, Left - 1,
+                               N, Stride, [H | Acc]});
+                     (_, _, {take, [H | _], _, _, _, _, Acc}) ->
+                      lists:reverse([H | Acc]);
+                     (_, _, {take, _, _, _, _, _, Acc}) ->
+                      lists:reverse(Acc)
+                  end,
+          %% A child's step on show, and in a pin's path (map keys other
+          %% than atoms and list positions summarised there).
+          step => fun(_, _, {step, {field, Tag}, P}) -> {field, Tag, P};
+                     (_, _, {step, elem, P}) -> {elem, P};
+                     (_, _, {step, list, P}) -> {list, P};
+                     (_, _, {step, Spec, _}) -> Spec
+                  end,
+          pin => fun(_, _, {pin, list, _}) -> list;
+                    (Inspect, _, {pin, {values, Keys}, P}) ->
+                     Inspect({pin_key, lists:nth(P, Keys)});
+                    (_, _, {pin, root, _}) -> root;
+                    (Inspect, _, {pin, Spec, P}) -> Inspect({step, Spec, P})
+                 end,
+          pin_key => fun(_, _, {pin_key, Key}) when erlang:is_atom(Key) -> {key, Key};
+                        (_, _, {pin_key, _}) -> {key, '_'}
+                     end,
+          %% Each group measured, then put together: sums extrapolated from
+          %% the sample to all N elements; at a level on show, the Width
+          %% largest elements (a map's key and value together) as children.
+          groups => fun(Inspect, _, {groups, T, N, Own, Level, Left, Path, Deadline, Groups}) ->
+                        Share = Left div erlang:length(Groups),
+                        Inspect({assemble, T, N, Own, Level, Left,
+                                 [Inspect({group, Group, Level, Share, Path, Deadline})
+                                  || Group <- Groups],
+                                 erlang:length(erlang:element(2, erlang:hd(Groups)))})
+                    end,
+          assemble => fun(Inspect, Cfg, {assemble, T, N, Own, Level, Left, Measured, Taken}) ->
+                          Factor = Inspect({factor, N, Taken}),
+                          {W, B, Pins, Used, Sampled, Late} =
+                              lists:foldl(fun({W1, B1, P1, U1, S1, L1, _},
+                                              {W0, B0, P0, U0, S0, L0}) ->
+                                                  {W0 + W1, B0 + B1,
+                                                   Inspect({merge, P0, P1}), U0 + U1,
+                                                   S0 orelse S1, L0 orelse L1}
+                                          end, {0, 0, #{}, 0, Taken < N, false}, Measured),
+                          Top = Inspect({top, Level < erlang:element(1, Cfg),
+                                         [S || {_, _, _, _, _, _, S} <- Measured]}),
+                          {TW, TB} = lists:foldl(fun({_, {_, _, W1, B1, _, _}}, {W0, B0}) ->
+                                                         {W0 + W1, B0 + B1}
+                                                 end, {0, 0}, Top),
+                          {{Inspect({kind_at, Level =< erlang:element(1, Cfg), T}), N,
+                            Own + W * Factor, B * Factor, Top,
+                            {N - erlang:length(Top), W * Factor - TW, B * Factor - TB}},
+                           Inspect({scale, Factor, Pins}), Left - Used, Sampled, Late}
+                      end,
+          factor => fun(_, _, {factor, _, 0}) -> 1.0;
+                       (_, _, {factor, N, Taken}) -> N / Taken
+                    end,
+          scale => fun(_, _, {scale, 1.0, Pins}) -> Pins;
+                      (_, _, {scale, Factor, Pins}) ->
+                       maps:map(fun(_, {C, U, R}) ->
+                                        {C * Factor, U * Factor, R * Factor}
+                                end, Pins)
+                   end,
+          kind_at => fun(Inspect, _, {kind_at, true, T}) -> Inspect({kind, T});
+                        (_, _, {kind_at, false, _}) -> container
+                     end,
+          %% One group: {Words, Binary, Pins, Used, Sampled, Late, Shown}:
+          %% its leaves in compiled passes, its containers walked one by
+          %% one; Shown, at a level on show, {Spec, Values, [{Position,
+          %% Held, Tree}]}.
+          %% One group: {Words, Binary, Pins, Used, Sampled, Late,
+          %% Shown}: its leaves in compiled passes, its containers walked
+          %% one by one, as many as one per 32 terms of the group's
+          %% share (16 for the container, the rest for its elements) (spread evenly, their sums extrapolated to all of
+          %% them); Shown, at a level on show, {Spec, Values,
+          %% [{Position, Held, Tree}]}.
+          group =>
+              fun(Inspect, _, {group, {Values, Idx, Spec}, Level, Left,
+                                 Path, Deadline}) ->
+                      {Aligned, LW, LB, Pins0, Inner, Ranks} =
+                          Inspect({leaves, Values, Idx, Path, Spec}),
+                      Chosen = Inspect({spread, Inner,
+                                        erlang:max(erlang:min(
+                                                     erlang:length(Inner), 2),
+                                                   Left div 32)}),
+                      Inspect({grouped, Level, Spec, Values, Idx, Aligned, LW, LB,
+                               Pins0, Ranks,
+                               Inspect({factor, erlang:length(Inner),
+                                        erlang:length(Chosen)}),
+                               erlang:length(Chosen) < erlang:length(Inner),
+                               Inspect({nested, Chosen, Spec, Level, Left, Path,
+                                        Deadline,
+                                        erlang:max(1, erlang:length(Chosen)),
+                                        {[], #{}, 0, false, false}})})
+              end,
+          grouped =>
+              fun(Inspect, Cfg, {grouped, Level, Spec, Values, Idx, Aligned, LW, LB,
+                                 Pins0, Ranks, Factor, Skipped,
+                                 {Walked, Pins, Spent, Sampled, Late}}) ->
+                      {LW + Factor * lists:sum([W || {_, W, _, _} <- Walked]),
+                       LB + Factor * lists:sum([B || {_, _, B, _} <- Walked]),
+                       Inspect({merge, Pins0, Inspect({scale, Factor, Pins})}),
+                       Spent, Skipped orelse Sampled, Late,
+                       Inspect({shown, Level < erlang:element(1, Cfg), Spec,
+                                Values, Idx, Aligned, Ranks, Walked})}
+              end,
+          spread => fun(_, _, {spread, List, K}) when erlang:length(List) =< K ->
+                            List;
+                       (_, _, {spread, List, K}) ->
+                            Step = erlang:length(List) div K,
+                            [X || {I, X} <- lists:zip(
+                                               lists:seq(1, erlang:length(List)),
+                                               List),
+                                  I rem Step =:= 0]
+                    end,
+          %% The leaves among Values (positions Idx): {[{Words, Binary,
+          %% Position}] aligned with Values (0, 0 for a container), words,
+          %% binary bytes, pins, [{Position, Container}], held aligned}.
+          leaves => fun(Inspect, Cfg, {leaves, Values, Idx, Path, Spec}) ->
+                        Words = lists:map(fun erts_debug:flat_size/1,
+                                          ets:match_spec_run(Values,
+                                                             erlang:element(3, Cfg))),
+                        Binaries = ets:match_spec_run(Values, erlang:element(4, Cfg)),
+                        Sizes = lists:map(fun erlang:byte_size/1, Binaries),
+                        Referenced = lists:map(fun binary:referenced_byte_size/1,
+                                               Binaries),
+                        Off = ets:match_spec_run(Referenced, erlang:element(5, Cfg)),
+                        {lists:zip3(Words, Off, Idx), lists:sum(Words), lists:sum(Off),
+                         Inspect({pins, ets:match_spec_run(lists:zip3(Idx, Sizes,
+                                                                      Referenced),
+                                                           erlang:element(6, Cfg)),
+                                  Spec, Path, #{}}),
+                         ets:match_spec_run(lists:zip(Idx, Values),
+                                            erlang:element(7, Cfg)),
+                         ets:match_spec_run(lists:zip(Words, Off),
+                                            erlang:element(8, Cfg))}
+                    end,
+          pins => fun(_, _, {pins, [], _, _, Acc}) ->
+                      Acc;
+                     (Inspect, _, {pins, [{P, Size, Ref} | More], Spec, Path, Acc}) ->
+                      Inspect({pins, More, Spec, Path,
+                               Inspect({merge, Acc,
+                                        #{Inspect({pin_path, Inspect({pin, Spec, P}),
+                                                   Path}) => {1, Size, Ref}}})})
+                  end,
+          pin_path => fun(_, _, {pin_path, root, Path}) -> Path;
+                         (_, _, {pin_path, Step, Path}) -> [Step | Path]
+                      end,
+          nested => fun(_, _, {nested, [], _, _, _, _, _, _, {Walked, Pins, Spent, S, L}}) ->
+                        {Walked, Pins, Spent, S, L};
+                       (Inspect, _, {nested, [{P, Child} | More], Spec, Level, Left, Path,
+                             Deadline, Rest, Acc}) ->
+                        Share = erlang:max(1, Left div Rest),
+                        Inspect({nested_one, Inspect({walk, Child, Level + 1, Share,
+                                                      Inspect({pin_path,
+                                                               Inspect({pin, Spec, P}),
+                                                               Path}),
+                                                      Deadline}),
+                                 P, Share, More, Spec, Level, Left, Path, Deadline, Rest,
+                                 Acc})
+                    end,
+          nested_one => fun(Inspect, _, {nested_one, {{_, _, W, B, _, _} = Tree, P1, L2, S1, C1}, P,
+                                 Share, More, Spec, Level, Left, Path, Deadline, Rest,
+                                 {Walked, P0, Spent, S0, C0}}) ->
+                            Inspect({nested, More, Spec, Level, Left - (Share - L2), Path,
+                                     Deadline, Rest - 1,
+                                     {[{P, W, B, Tree} | Walked], Inspect({merge, P0, P1}),
+                                      Spent + Share - L2, S0 orelse S1, C0 orelse C1}})
+                        end,
+          %% What a group on show keeps for the ranking: its leaves'
+          %% held bytes aligned with Values (compiled), and the walked
+          %% containers by their ordinal J in Values.
+          shown => fun(_, _, {shown, false, _, _, _, _, _, _}) ->
+                           none;
+                      (_, _, {shown, true, Spec, Values, Idx, Aligned, Ranks,
+                              Walked}) ->
+                           Ordinal = maps:from_list(
+                                       lists:zip(Idx, lists:seq(
+                                                        1, erlang:length(Idx)))),
+                           {Spec, Values, Idx, Aligned, Ranks,
+                            maps:from_list([{maps:get(P, Ordinal),
+                                             {W * 8 + B, Tree}}
+                                            || {P, W, B, Tree} <- Walked])}
+                   end,
+          %% The Width largest elements, ranked by what they hold (a map's
+          %% key and value together) in compiled passes, each {Step,
+          %% Tree}; only those shown are looked at one by one.
+          top => fun(_, _, {top, false, _}) ->
+                         [];
+                    (Inspect, Cfg, {top, true,
+                                    [{keys, Keys, _, KeyAligned, KeyRanks,
+                                      KeyWalked},
+                                     {_, Values, _, Aligned, Ranks,
+                                      Walked}]}) ->
+                         Sums = lists:zipwith(fun erlang:'+'/2, KeyRanks,
+                                              Ranks),
+                         Extra = [{lists:nth(J, Sums)
+                                   + Inspect({walked_held, J, KeyWalked})
+                                   + Inspect({walked_held, J, Walked}), J}
+                                  || J <- lists:usort(maps:keys(KeyWalked)
+                                                      ++ maps:keys(Walked))],
+                         [{{key, Inspect({short, lists:nth(J, Keys)})},
+                           Inspect({add, Inspect({tree_at, J, Values, Aligned,
+                                                  Walked}),
+                                    Inspect({tree_at, J, Keys, KeyAligned,
+                                             KeyWalked})})}
+                          || {H, J} <- Inspect({best, lists:zip(
+                                                       Sums,
+                                                       lists:seq(
+                                                         1, erlang:length(
+                                                              Sums)))
+                                                ++ Extra,
+                                                erlang:element(2, Cfg)}),
+                             H > 0];
+                    (Inspect, Cfg, {top, true,
+                                    [{Spec, Values, Idx, Aligned, Ranks,
+                                      Walked}]}) ->
+                         [{Inspect({step, Spec, lists:nth(J, Idx)}),
+                           Inspect({tree_at, J, Values, Aligned, Walked})}
+                          || {H, J} <- Inspect({best, lists:zip(
+                                                       Ranks,
+                                                       lists:seq(
+                                                         1, erlang:length(
+                                                              Ranks)))
+                                                ++ [{H0, J0}
+                                                    || {J0, {H0, _}}
+                                                           <- maps:to_list(
+                                                                Walked)],
+                                                erlang:element(2, Cfg)}),
+                             H > 0]
+                 end,
+          best => fun(_, _, {best, Candidates, Width0}) ->
+                          lists:sublist(lists:reverse(lists:sort(Candidates)),
+                                        Width0)
+                  end,
+          walked_held => fun(_, _, {walked_held, J, Walked}) ->
+                                 case Walked of
+                                     #{J := {H, _}} -> H;
+                                     _ -> 0
+                                 end
+                         end,
+          tree_at => fun(Inspect, _, {tree_at, J, Values, Aligned, Walked}) ->
+                             case Walked of
+                                 #{J := {_, Tree}} ->
+                                     Tree;
+                                 _ ->
+                                     {W, B, _} = lists:nth(J, Aligned),
+                                     {Inspect({kind, lists:nth(J, Values)}), 0,
+                                      W, B, [], {0, 0, 0}}
+                             end
+                     end,
+          %% A map entry on show: its value's tree, with its key's bytes.
+          add => fun(_, _, {add, {Kind, C, W, B, Ch, O},
+                            {_, _, KW, KB, _, _}}) ->
+                         {Kind, C, W + KW, B + KB, Ch, O}
+                 end,
+          kind => fun(_, _, {kind, Term}) when erlang:is_map(Term) ->
+                      case Term of
+                          #{'__struct__' := S} when erlang:is_atom(S) -> {struct, S};
+                          _ -> map
+                      end;
+                     (_, _, {kind, Term}) when erlang:is_tuple(Term),
+                                             erlang:tuple_size(Term) > 1,
+                                             erlang:is_atom(erlang:element(1, Term)) ->
+                      {record, erlang:element(1, Term)};
+                     (_, _, {kind, Term}) ->
+                      if erlang:is_tuple(Term) -> tuple;
+                         erlang:is_list(Term) -> list;
+                         erlang:is_binary(Term) -> binary;
+                         erlang:is_bitstring(Term) -> bitstring;
+                         erlang:is_atom(Term) -> atom;
+                         erlang:is_integer(Term) -> integer;
+                         erlang:is_float(Term) -> float;
+                         erlang:is_pid(Term) -> pid;
+                         erlang:is_port(Term) -> port;
+                         erlang:is_reference(Term) -> reference;
+                         erlang:is_function(Term) -> 'fun';
+                         true -> other
+                      end
+                  end,
+          %% A container's element count and its own words: its header and
+          %% slots; what its elements point to is theirs.
+          shape => fun(_, _, {shape, Term}) when erlang:is_tuple(Term) ->
+                       N = erlang:tuple_size(Term),
+                       {N, 1 + N};
+                      (_, _, {shape, Term}) when erlang:is_map(Term) ->
+                       N = erlang:map_size(Term),
+                       case N =< 32 of
+                           true -> {N, 4 + 2 * N};
+                           false -> {N, erlang:round(3.75 * N)}
+                       end;
+                      (Inspect, _, {shape, Term}) when erlang:is_list(Term) ->
+                       try erlang:length(Term) of
+                           N -> {N, 2 * N}
+                       catch
+                           %% An improper list: its cells, counted to a million.
+                           error:badarg -> {Inspect({cells, Term, 0}), 0}
+                       end;
+                      (_, _, {shape, Term}) when erlang:is_function(Term) ->
+                       {env, Env} = erlang:fun_info(Term, env),
+                       {erlang:length(Env), 5 + erlang:length(Env)}
+                   end,
+          merge => fun(_, _, {merge, A, B}) ->
+                       maps:fold(fun(K, {C, U, R}, Acc) ->
+                                         case Acc of
+                                             #{K := {C0, U0, R0}} ->
+                                                 Acc#{K => {C0 + C, U0 + U, R0 + R}};
+                                             _ ->
+                                                 Acc#{K => {C, U, R}}
+                                         end
+                                 end, A, B)
+                   end,
+          %% A small tuple of atoms and small integers ({user, 42}).
+          short => fun(_, _, {short, Key}) when erlang:is_atom(Key) ->
+                       Key;
+                      (_, _, {short, Key}) when erlang:is_integer(Key), Key > -1000000000,
+                                              Key < 1000000000 ->
+                       Key;
+                      (_, _, {short, Key}) when erlang:is_binary(Key) ->
+                       %% The first bytes of a printable key: enough to name it,
+                       %% too few to show a secret kept as a key.
+                       Cut = erlang:binary_part(Key, 0, erlang:min(24,
+                                                                   erlang:byte_size(Key))),
+                       case io_lib:printable_unicode_list(erlang:binary_to_list(Cut)) of
+                           true -> {binary, Cut, erlang:byte_size(Key)};
+                           false -> {kind, binary}
+                       end;
+                      (_, _, {short, Key}) when erlang:is_list(Key) ->
+                       Cut = lists:sublist(Key, 24),
+                       case io_lib:printable_unicode_list(Cut) of
+                           true -> {string, Cut, erlang:length(Key)};
+                           false -> {kind, list}
+                       end;
+                      (Inspect, _, {short, Key}) when erlang:is_tuple(Key),
+                                              erlang:tuple_size(Key) =< 4 ->
+                       Items = [Inspect({short, Item})
+                                || Item <- erlang:tuple_to_list(Key)],
+                       case lists:all(fun(Item) -> erlang:is_atom(Item) orelse
+                                                       erlang:is_integer(Item)
+                                      end, Items) of
+                           true -> {tuple, Items};
+                           false -> {kind, tuple}
+                       end;
+                      (Inspect, _, {short, Key}) ->
+                       {kind, Inspect({kind, Key})}
+                   end,
+          cells => fun(Inspect, _, {cells, [_ | T], C}) when C < 1000000 ->
+                       Inspect({cells, T, C + 1});
+                      (_, _, {cells, _, C}) ->
+                       C
+                   end,
+          %% The tree as maps, sizes as integers, for the reply.
+          plain => fun(Inspect, _, {plain, {Kind, Count, W, B, Children, {ON, OW, OB}}}) ->
+                       #{kind => Kind, count => Count,
+                         words => erlang:round(W), binary => erlang:round(B),
+                         children => [{Step, Inspect({plain, T})}
+                                      || {Step, T} <- Children],
+                         others => #{count => ON, words => erlang:round(OW),
+                                     binary => erlang:round(OB)}}
+                   end,
+          measure => fun(Inspect, _, {measure, Term, Budget, Deadline}) ->
+                         {Tree, Pins, Left, Sampled, Late} =
+                             Inspect({walk, Term, 0, Budget, [], Deadline}),
+                         #{tree => Inspect({plain, Tree}),
+                           pins => [{lists:reverse(P), erlang:round(C), erlang:round(U),
+                                     erlang:round(R)}
+                                    || {P, {C, U, R}} <- maps:to_list(Pins)],
+                           visits => Budget - Left, sampled => Sampled, late => Late}
+                     end,
+          %% The dictionary by key, as a map (its cells' worth of words,
+          %% made for the walk) when it has at most 10,000 keys, else as
+          %% the list it is.
+          dictionary => fun(Inspect, _, {dictionary, Entries, Budget, Deadline}) ->
+                            case erlang:length(Entries) =< 10000 of
+                                true -> Inspect({measure, maps:from_list(Entries), Budget,
+                                                 Deadline});
+                                false -> Inspect({measure, Entries, Budget, Deadline})
+                            end
+                        end,
+          inside => fun(Inspect, _, {inside, ReplyTo, Ref, Budget, Deadline, Kind}) ->
+                        fun(State) ->
+                                Here = erlang:is_process_alive(ReplyTo) andalso
+                                    erlang:monotonic_time(millisecond) < Deadline,
+                                case Here of
+                                    true ->
+                                        Started = erlang:monotonic_time(microsecond),
+                                        {Part, Term} =
+                                            case {Kind, State} of
+                                                {gen_event, {Module, Id, Handler}} ->
+                                                    {{handler, Module,
+                                                      Inspect({short, Id})}, Handler};
+                                                _ ->
+                                                    {state, State}
+                                            end,
+                                        Walk = Inspect({measure, Term, Budget, Deadline}),
+                                        %% The dictionary is read where it is: get/0
+                                        %% makes the list's cells, not copies of its
+                                        %% entries. Walked once (gen_event calls this
+                                        %% fun for every handler).
+                                        Dictionary =
+                                            case Part of
+                                                {handler, _, _} -> none;
+                                                _ -> Inspect({dictionary, erlang:get(),
+                                                              erlang:max(1, Budget div 4),
+                                                              Deadline})
+                                            end,
+                                        ReplyTo ! {Ref, erlang:self(), Part, Walk,
+                                                   Dictionary,
+                                                   erlang:monotonic_time(microsecond)
+                                                   - Started};
+                                    false ->
+                                        ok
+                                end,
+                                erlang:throw(beam_probe_inspected)
+                        end
+                    end,
+          family => fun(Inspect, _, {family, Key, Object, Keypos}) ->
+                        if erlang:is_tuple(Key), erlang:tuple_size(Key) > 0 ->
+                                {tuple, Inspect({short_family, erlang:element(1, Key)})};
+                           Keypos > 1, erlang:is_atom(erlang:element(1, Object)) ->
+                                {record, erlang:element(1, Object)};
+                           true ->
+                                {type, Inspect({kind, Key})}
+                        end
+                    end,
+          short_family => fun(_, _, {short_family, First}) when erlang:is_atom(First) ->
+                              First;
+                             (_, _, {short_family, First}) when erlang:is_integer(First),
+                                                              First > -1000, First < 1000 ->
+                              First;
+                             (Inspect, _, {short_family, First}) ->
+                              {kind, Inspect({kind, First})}
+                          end
+    },
+    Dispatch = fun Inspect(Request) ->
+                       (maps:get(erlang:element(1, Request), Ops))(
+                         Inspect, Config, Request)
+               end,
+    %% erl_eval keeps every binding around a fun in it, and looks them
+    %% up in an orddict on OTP 25: made here, each operation would carry
+    %% the dozen above (23 us a call measured, 6 us without). So each is
+    %% made again from its clauses with no binding at all, and the
+    %% dispatcher with Ops and Cfg alone.
+    Clean = fun(Name, F) ->
+                    {fun_data, _, Clauses} = erl_eval:fun_data(F),
+                    {value, Made, _} =
+                        erl_eval:expr({'fun', 1, {clauses, Clauses}},
+                                      erl_eval:new_bindings()),
+                    _ = Name,
+                    Made
+            end,
+    CleanOps = maps:map(Clean, Ops),
+    {named_fun_data, Bound, Self, Clauses} = erl_eval:fun_data(Dispatch),
+    [OpsName] = [Name || {Name, Value} <- Bound, Value =:= Ops],
+    [ConfigName] = [Name || {Name, Value} <- Bound, Value =:= Config],
+    {value, Inspector, _} =
+        erl_eval:expr({named_fun, 1, Self, Clauses},
+                      erl_eval:add_binding(
+                        OpsName, CleanOps,
+                        erl_eval:add_binding(ConfigName, Config,
+                                             erl_eval:new_bindings()))),
+    Inspector.
+
+%% One process: its state measured where it is (gen_server, gen_statem,
+%% gen_event handlers, and what is built on them: supervisors, Elixir's
+%% GenServer and Agent), its dictionary, and its mailbox when short.
+%%
+%% Only a process that reads system messages is sent one: a plain
+%% receive loop would keep it in its mailbox forever, a leak of ours. What
+%% the process is decides it, never a try: started by proc_lib, with a
+%% frame of a gen module's server loop on its stack, or hibernating with
+%% a gen behaviour as its '$initial_call' module. Any other process has
+%% its dictionary and mailbox read from outside (they are copied into our
+%% worker, so only when the process is at most CopyMost words) and the
+%% reason its loop state cannot be read.
+%%
+%% The system message's reply goes to a process that has already exited
+%% (gen_event replies with every handler's state: that copy is dropped
+%% unmade), and a statistics request behind it, answered with a small
+%% term, says that the walk is done: the target handles its system
+%% messages in order. Past WaitMs we stop waiting; what is left in the
+%% target's mailbox then finds our worker gone and measures nothing.
+-spec process({pid, string()} | {names, [string()]}, fun(),
+              fun((options()) -> inspector()), options()) ->
+          #{pid := pid(),
+            info := [{atom(), term()}],
+            kind := gen_server | gen_statem | gen_event | plain,
+            why := atom(),
+            parts := [{term(), walk()}],
+            mailbox := walk() | {too_long, non_neg_integer()}
+                     | {too_large, non_neg_integer()},
+            dictionary := walk() | none | {too_large, non_neg_integer()},
+            pause_us := non_neg_integer(),
+            timed_out := boolean(),
+            records := [{atom(), [atom()]}],
+            wordsize := pos_integer()} |
+          {error, not_a_pid | no_such_name | {other_node, node()} |
+                  {not_alive, pid()} | ours}.
+process(Target, Resolve, Walker, Options) ->
+    Inspect = Walker(Options),
+    #{budget := Budget, walk_ms := WalkMs, wait_ms := WaitMs,
+      mailbox_most := MailboxMost, copy_most := CopyMost} = Options,
+    Pid = Resolve(Target),
+    Items = [registered_name, initial_call, current_function,
+             current_stacktrace, status, message_queue_len, memory,
+             total_heap_size],
+    Ours = case erlang:get('$beam_probe_ours') of
+               undefined -> [erlang:self()];
+               List -> List
+           end,
+    Info = case Pid of
+               _ when not erlang:is_pid(Pid) -> Pid;
+               _ when erlang:node(Pid) =/= erlang:node() -> other_node;
+               _ ->
+                   case lists:member(Pid, Ours) of
+                       true -> ours;
+                       false -> erlang:process_info(Pid, Items)
+                   end
+           end,
+    case Info of
+        not_a_pid ->
+            {error, not_a_pid};
+        undefined when not erlang:is_pid(Pid) ->
+            {error, no_such_name};
+        other_node ->
+            {error, {other_node, erlang:node(Pid)}};
+        undefined ->
+            {error, {not_alive, Pid}};
+        ours ->
+            {error, ours};
+        _ ->
+            {total_heap_size, Heap} = lists:keyfind(total_heap_size, 1, Info),
+            {message_queue_len, Queue} =
+                lists:keyfind(message_queue_len, 1, Info),
+            {memory, Memory} = lists:keyfind(memory, 1, Info),
+            {current_stacktrace, Stack} =
+                lists:keyfind(current_stacktrace, 1, Info),
+            {current_function, Current} =
+                lists:keyfind(current_function, 1, Info),
+            {initial_call, Initial} = lists:keyfind(initial_call, 1, Info),
+            Deadline = erlang:monotonic_time(millisecond) + WalkMs,
+            %% Copying from outside: the dictionary (plain processes; OTP
+            %% 25 to 26.1 also to tell a hibernating process's kind) and
+            %% the mailbox.
+            Copyable = Heap =< CopyMost,
+            Dictionary =
+                fun() ->
+                        case Copyable of
+                            true ->
+                                case erlang:process_info(Pid, dictionary) of
+                                    {dictionary, D} -> D;
+                                    undefined -> []
+                                end;
+                            false ->
+                                too_large
+                        end
+                end,
+            FirstCall =
+                try erlang:process_info(Pid, {dictionary, '$initial_call'}) of
+                    {{dictionary, '$initial_call'}, Call} -> Call;
+                    _ -> undefined
+                catch
+                    error:badarg ->
+                        case Dictionary() of
+                            too_large -> undefined;
+                            Copied -> proplists:get_value('$initial_call',
+                                                          Copied)
+                        end
+                end,
+            Servers = #{gen_server => [loop, handle_msg, try_handle_call,
+                                       try_dispatch, try_handle_continue,
+                                       decode_msg, wake_hib,
+                                       handle_common_reply, enter_loop],
+                        gen_event => [fetch_msg, handle_msg, wake_hib,
+                                      server_notify, server_call,
+                                      server_update, server_add_handler,
+                                      server_delete_handler,
+                                      server_swap_handler]},
+            InLoop =
+                fun({gen_statem, F, _, _}) ->
+                        lists:prefix("loop", erlang:atom_to_list(F))
+                            orelse F =:= wakeup_after_hibernate;
+                   ({M, F, _, _}) ->
+                        lists:member(F, maps:get(M, Servers, []))
+                end,
+            Behaviours =
+                fun(Module) when erlang:is_atom(Module) ->
+                        try Module:module_info(attributes) of
+                            Attributes ->
+                                lists:append(
+                                  proplists:get_all_values(behaviour,
+                                                           Attributes)
+                                  ++ proplists:get_all_values(behavior,
+                                                              Attributes))
+                        catch
+                            _:_ -> []
+                        end;
+                   (_) ->
+                        []
+                end,
+            Kinds = [{gen_server, gen_server}, {supervisor, gen_server},
+                     {'Elixir.GenServer', gen_server},
+                     {'Elixir.Supervisor', gen_server},
+                     {gen_statem, gen_statem}, {gen_event, gen_event}],
+            {Kind, Why} =
+                case Initial of
+                    {proc_lib, init_p, 5} ->
+                        case [M || {M, _, _, _} = Frame <- Stack,
+                                   InLoop(Frame)] of
+                            [Module | _] ->
+                                {Module, gen};
+                            [] when Current =:= {erlang, hibernate, 3} ->
+                                case FirstCall of
+                                    {gen_event, _, _} ->
+                                        {gen_event, gen};
+                                    {Module, _, _} ->
+                                        case [K || {B, K} <- Kinds,
+                                                   lists:member(
+                                                     B, Behaviours(Module))] of
+                                            [K | _] -> {K, gen};
+                                            [] -> {plain, hibernating}
+                                        end;
+                                    _ ->
+                                        {plain, hibernating_unknown}
+                                end;
+                            [] ->
+                                {plain, not_in_gen_loop}
+                        end;
+                    _ ->
+                        {plain, not_proc_lib}
+                end,
+            Mailbox =
+                if Queue > MailboxMost -> {too_long, Queue};
+                   Memory div 8 > CopyMost -> {too_large, Memory};
+                   true ->
+                        case erlang:process_info(Pid, messages) of
+                            {messages, Messages} ->
+                                Inspect({measure, Messages, Budget,
+                                         Deadline});
+                            undefined ->
+                                {too_long, 0}
+                        end
+                end,
+            Base = #{pid => Pid, info => Info, kind => Kind, why => Why,
+                     mailbox => Mailbox, records => [],
+                     wordsize => erlang:system_info(wordsize)},
+            case Kind of
+                plain ->
+                    Base#{parts => [], pause_us => 0, timed_out => false,
+                          dictionary =>
+                              case Dictionary() of
+                                  too_large -> {too_large, Heap};
+                                  D -> Inspect({dictionary, D, Budget,
+                                                Deadline})
+                              end};
+                _ ->
+                    Ref = erlang:make_ref(),
+                    Fence = erlang:make_ref(),
+                    {Gone, Watch} = erlang:spawn_monitor(erlang, is_atom, [ok]),
+                    receive {'DOWN', Watch, process, Gone, _} -> ok end,
+                    Monitor = erlang:monitor(process, Pid),
+                    Me = erlang:self(),
+                    Fun = Inspect({inside, Me, Ref, Budget, Deadline, Kind}),
+                    Pid ! {system, {Gone, Ref}, {replace_state, Fun}},
+                    Pid ! {system, {Me, Fence},
+                           {debug, {statistics, get}}},
+                    Collect =
+                        fun Collect(Parts, Dict, Pause) ->
+                                receive
+                                    {Ref, Pid, Part, Walk, D, Us} ->
+                                        Collect([{Part, Walk} | Parts],
+                                                case Dict of
+                                                    none -> D;
+                                                    _ -> Dict
+                                                end,
+                                                Pause + Us);
+                                    {Fence, _} ->
+                                        {lists:reverse(Parts), Dict, Pause,
+                                         false};
+                                    {'DOWN', Monitor, process, Pid, _} ->
+                                        {lists:reverse(Parts), Dict, Pause,
+                                         exited}
+                                after WaitMs ->
+                                        {lists:reverse(Parts), Dict, Pause,
+                                         true}
+                                end
+                        end,
+                    {Parts, Dict, Pause, TimedOut} = Collect([], none, 0),
+                    erlang:demonitor(Monitor, [flush]),
+                    %% Records have no field names at run time; the
+                    %% callback module's debug_info (rebar3 and mix keep
+                    %% it by default) has them, for the tags the state
+                    %% shows. A file of at most 8 MB, read by our worker.
+                    Tags = lists:usort(
+                             [Tag || {_, #{tree := #{kind := {record, Tag}}}}
+                                         <- Parts]
+                             ++ [Tag || {_, #{tree := #{children := Ch}}}
+                                            <- Parts,
+                                        {_, #{kind := {record, Tag}}} <- Ch]),
+                    Field = fun({record_field, _, {atom, _, F}}) -> F;
+                               ({record_field, _, {atom, _, F}, _}) -> F;
+                               ({typed_record_field, R, _}) ->
+                                    case R of
+                                        {record_field, _, {atom, _, F}} -> F;
+                                        {record_field, _, {atom, _, F}, _} -> F
+                                    end
+                            end,
+                    Records =
+                        case {Tags, FirstCall} of
+                            {[_ | _], {CallbackModule, _, _}}
+                              when erlang:is_atom(CallbackModule) ->
+                                Beam = code:which(CallbackModule),
+                                Small = erlang:is_list(Beam) andalso
+                                    filelib:file_size(Beam) =< 8388608,
+                                Chunks = case Small of
+                                             true ->
+                                                 beam_lib:chunks(
+                                                   Beam, [abstract_code]);
+                                             false ->
+                                                 none
+                                         end,
+                                case Chunks of
+                                    {ok, {_, [{abstract_code,
+                                               {_, Forms}}]}}
+                                      when erlang:is_list(Forms) ->
+                                        [{Name, [Field(F) || F <- Fs]}
+                                         || {attribute, _, record,
+                                             {Name, Fs}} <- Forms,
+                                            lists:member(Name, Tags)];
+                                    _ ->
+                                        []
+                                end;
+                            _ ->
+                                []
+                        end,
+                    Base#{parts => Parts, dictionary => Dict,
+                          pause_us => Pause, timed_out => TimedOut,
+                          records => Records}
+            end
+    end.
+
+%% One table: its objects grouped by key family (a tuple key's first
+%% element, a record's tag, else the key's type), with count, words,
+%% refc binary bytes and pinned binaries, and its largest objects by
+%% their (short) keys. Read with ets:select/3 in chunks, each a short
+%% operation (the table stays usable throughout), the table fixed only
+%% for the walk (and by our worker alone: if we go, the fix goes with
+%% it). At most Budget objects are read, and not past the deadline;
+%% beyond, the answer is a sample, and says what fraction it saw.
+%%
+%% An object's words are erts_debug:flat_size/1 of our copy of it (a
+%% table stores objects flat, so the copy is no larger, and flat_size is
+%% linear in it); its binaries and pins come from a walk of at most 64
+%% terms.
+-spec table({name, string()} | {id, string()},
+            fun((options()) -> inspector()), options()) ->
+          #{table := term(), info := [{atom(), term()}],
+            families := [{term(), non_neg_integer(), non_neg_integer(),
+                          non_neg_integer()}],
+            pins := [{term(), [step()], non_neg_integer(),
+                      non_neg_integer(), non_neg_integer()}],
+            largest := [{term(), term(), non_neg_integer(),
+                         non_neg_integer()}],
+            seen := non_neg_integer(), late := boolean(),
+            wordsize := pos_integer()} |
+          {error, no_such_table | private}.
+table(Spec, Walker, Options) ->
+    Inspect = Walker(Options),
+    #{budget := Budget, walk_ms := WalkMs, width := Width} = Options,
+    Tables = ets:all(),
+    Found = case Spec of
+                {name, Name} ->
+                    try erlang:list_to_existing_atom(Name) of
+                        Atom ->
+                            case lists:member(Atom, Tables) of
+                                true -> Atom;
+                                false -> ets:info(Atom, id)
+                            end
+                    catch
+                        error:badarg -> undefined
+                    end;
+                {id, Text} ->
+                    case [T || T <- Tables, erlang:is_reference(T),
+                               erlang:ref_to_list(T) =:= Text] of
+                        [T | _] -> T;
+                        [] -> undefined
+                    end
+            end,
+    Info = case Found of
+               undefined -> undefined;
+               _ -> ets:info(Found)
+           end,
+    Me = erlang:self(),
+    case Info of
+        undefined ->
+            {error, no_such_table};
+        _ ->
+            {keypos, Keypos} = lists:keyfind(keypos, 1, Info),
+            {type, Type} = lists:keyfind(type, 1, Info),
+            {protection, Protection} = lists:keyfind(protection, 1, Info),
+            {owner, Owner} = lists:keyfind(owner, 1, Info),
+            case Protection =:= private andalso Owner =/= Me of
+                true ->
+                    {error, private};
+                false ->
+                    Deadline = erlang:monotonic_time(millisecond) + WalkMs,
+                    Fixed = Type =/= ordered_set andalso
+                        ets:safe_fixtable(Found, true),
+                    Chunk = erlang:min(500, Budget),
+                    %% Per family: {Count, Words, Binary}; pins keyed by
+                    %% {Family, Path}.
+                    Object =
+                        fun(Obj, {Families, Pins, Top}) ->
+                                Key = erlang:element(Keypos, Obj),
+                                Family = Inspect({family, Key, Obj, Keypos}),
+                                Words = erts_debug:flat_size(Obj),
+                                %% Every object is walked for its
+                                %% binaries: a slice stored in a table
+                                %% keeps its whole binary alive, and
+                                %% nothing cheaper tells it is there.
+                                #{tree := #{binary := Binary},
+                                  pins := ObjPins} =
+                                    Inspect({measure, Obj, 64, Deadline}),
+                                {C0, W0, B0} = maps:get(Family, Families,
+                                                        {0, 0, 0}),
+                                Pins2 = lists:foldl(
+                                          fun({Path, C, U, R}, Acc) ->
+                                                  K = {Family, Path},
+                                                  {C1, U1, R1} =
+                                                      maps:get(K, Acc,
+                                                               {0, 0, 0}),
+                                                  Acc#{K => {C1 + C, U1 + U,
+                                                             R1 + R}}
+                                          end, Pins, ObjPins),
+                                Held = Words * 8 + Binary,
+                                Top2 = case erlang:length(Top) < Width of
+                                           true ->
+                                               lists:sort([{Held, Inspect(
+                                                                    {short,
+                                                                     Key}),
+                                                            Family, Words,
+                                                            Binary} | Top]);
+                                           false ->
+                                               case Top of
+                                                   [{Least, _, _, _, _} | Rest]
+                                                     when Held > Least ->
+                                                       lists:sort(
+                                                         [{Held,
+                                                           Inspect({short,
+                                                                    Key}),
+                                                           Family, Words,
+                                                           Binary} | Rest]);
+                                                   _ ->
+                                                       Top
+                                               end
+                                       end,
+                                {Families#{Family => {C0 + 1, W0 + Words,
+                                                      B0 + Binary}},
+                                 Pins2, Top2}
+                        end,
+                    Read =
+                        fun Read(Step, Seen, Acc) ->
+                                Late = erlang:monotonic_time(millisecond)
+                                    > Deadline,
+                                case Step of
+                                    _ when Late -> {Acc, Seen, true};
+                                    _ when Seen >= Budget ->
+                                        {Acc, Seen, false};
+                                    '$end_of_table' -> {Acc, Seen, false};
+                                    {Objects, Continuation} ->
+                                        Take = lists:sublist(Objects,
+                                                             Budget - Seen),
+                                        Acc2 = lists:foldl(Object, Acc, Take),
+                                        Next = case Continuation of
+                                                   '$end_of_table' ->
+                                                       '$end_of_table';
+                                                   _ ->
+                                                       ets:select(
+                                                         Continuation)
+                                               end,
+                                        Read(Next, Seen + erlang:length(Take),
+                                             Acc2)
+                                end
+                        end,
+                    {{Families, Pins, Top}, Seen, Late} =
+                        try
+                            Read(ets:select(Found, [{'_', [], ['$_']}],
+                                            Chunk),
+                                 0, {#{}, #{}, []})
+                        after
+                            case Fixed of
+                                true -> ets:safe_fixtable(Found, false);
+                                false -> ok
+                            end
+                        end,
+                    #{table => Found, info => Info,
+                      families => [{F, C, W, B}
+                                   || {F, {C, W, B}} <- maps:to_list(
+                                                          Families)],
+                      pins => [{F, P, C, U, R}
+                               || {{F, P}, {C, U, R}} <- maps:to_list(Pins)],
+                      largest => [{K, F, W, B}
+                                  || {_, K, F, W, B} <- lists:reverse(Top)],
+                      seen => Seen, late => Late,
+                      wordsize => erlang:system_info(wordsize)}
+            end
+    end.
