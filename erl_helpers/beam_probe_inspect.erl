@@ -89,20 +89,26 @@ walker(Options) ->
     %% size may be far larger than what it holds (shared subterms), and
     %% its time with it.
     LeafOnly = Ms([{'$1', Nested('$1'), [0]}, {'$1', [], ['$1']}]),
-    BinaryOnly = Ms([{'$1', [{is_binary, '$1'}], ['$1']},
-                     {'_', [], [<<>>]}]),
-    %% Binaries up to 64 bytes live on the heap (flat_size counts them);
-    %% larger ones off it.
-    OffHeap = Ms([{'$1', [{'>', '$1', 64}], ['$1']}, {'_', [], [0]}]),
-    %% OTP's rule for a slice worth copying: it keeps alive more than
-    %% twice its own size.
-    Pinned = Ms([{{'$1', '$2', '$3'},
+    %% The binaries among {J, P, Value} (J the ordinal in the sample, P
+    %% the position): binary:referenced_byte_size/1 is applied to them
+    %% alone (OTP 27 gives 256 for a literal <<>>).
+    Binaries = Ms([{{'$1', '$2', '$3'}, [{is_binary, '$3'}],
+                    [{{'$1', '$2', '$3'}}]}]),
+    Third = Ms([{{'_', '_', '$1'}, [], ['$1']}]),
+    FirstTwo = Ms([{{'$1', '$2', '_'}, [], [{{'$1', '$2'}}]}]),
+    %% Over {{J, P}, Size, Referenced}: binaries up to 64 bytes live on
+    %% the heap (flat_size counts them), larger ones off it; OTP's rule
+    %% for a slice worth copying: it keeps alive more than twice its own
+    %% size.
+    OffHeap = Ms([{{{'$1', '_'}, '_', '$3'}, [{'>', '$3', 64}],
+                   [{{'$1', '$3'}}]}]),
+    Pinned = Ms([{{{'_', '$1'}, '$2', '$3'},
                   [{'>', '$3', 64}, {'>', '$3', {'*', 2, '$2'}}],
                   [{{'$1', '$2', '$3'}}]}]),
     Containers = Ms([{{'$1', '$2'}, Nested('$2'), [{{'$1', '$2'}}]}]),
-    Held = Ms([{{'$1', '$2'}, [], [{'+', {'*', '$1', 8}, '$2'}]}]),
-    Config = {Depth, Width, LeafOnly, BinaryOnly, OffHeap, Pinned, Containers,
-           Held},
+    Bytes = Ms([{'$1', [], [{'*', '$1', 8}]}]),
+    Config = {Depth, Width, LeafOnly, Binaries, Third, FirstTwo, OffHeap,
+              Pinned, Containers, Bytes},
     %% The inspector: one named fun whose first argument names the
     %% operation. erl_eval keeps in a fun only the variables it uses:
     %% this one carries Cfg and its clauses, and refers to itself by name.
@@ -148,7 +154,7 @@ walker(Options) ->
                       end,
           %% A term alone that is no container (a root, an external fun).
           leaf => fun(Inspect, _, {leaf, T, Left, Path}) ->
-                      {[{W, B, _}], _, _, Pins, _, _} =
+                      {_, W, B, Pins, _, _} =
                           Inspect({leaves, [T], [1], Path, root}),
                       {{Inspect({kind, T}), 0, W, B, [], {0, 0, 0}}, Pins, Left - 1,
                        false, false}
@@ -369,24 +375,40 @@ walker(Options) ->
           %% The leaves among Values (positions Idx): {[{Words, Binary,
           %% Position}] aligned with Values (0, 0 for a container), words,
           %% binary bytes, pins, [{Position, Container}], held aligned}.
+          %% The leaves among Values (positions Idx) in compiled passes:
+          %% {{Words as a tuple by ordinal J (0 for a container), #{J =>
+          %% off-heap bytes}}, words, off-heap bytes, pins, [{Position,
+          %% Container}], [{Held, J}] for ranking}.
           leaves => fun(Inspect, Cfg, {leaves, Values, Idx, Path, Spec}) ->
                         Words = lists:map(fun erts_debug:flat_size/1,
-                                          ets:match_spec_run(Values,
-                                                             erlang:element(3, Cfg))),
-                        Binaries = ets:match_spec_run(Values, erlang:element(4, Cfg)),
-                        Sizes = lists:map(fun erlang:byte_size/1, Binaries),
-                        Referenced = lists:map(fun binary:referenced_byte_size/1,
-                                               Binaries),
-                        Off = ets:match_spec_run(Referenced, erlang:element(5, Cfg)),
-                        {lists:zip3(Words, Off, Idx), lists:sum(Words), lists:sum(Off),
-                         Inspect({pins, ets:match_spec_run(lists:zip3(Idx, Sizes,
-                                                                      Referenced),
-                                                           erlang:element(6, Cfg)),
+                                          ets:match_spec_run(
+                                            Values, erlang:element(3, Cfg))),
+                        Js = lists:seq(1, erlang:length(Values)),
+                        Found = ets:match_spec_run(lists:zip3(Js, Idx, Values),
+                                                   erlang:element(4, Cfg)),
+                        Found2 = ets:match_spec_run(Found,
+                                                    erlang:element(5, Cfg)),
+                        Rows = lists:zip3(
+                                 ets:match_spec_run(Found,
+                                                    erlang:element(6, Cfg)),
+                                 lists:map(fun erlang:byte_size/1, Found2),
+                                 lists:map(fun binary:referenced_byte_size/1,
+                                           Found2)),
+                        Off = ets:match_spec_run(Rows, erlang:element(7, Cfg)),
+                        Held = ets:match_spec_run(Words,
+                                                  erlang:element(10, Cfg)),
+                        ByJ = erlang:list_to_tuple(Words),
+                        {{ByJ, maps:from_list(Off)},
+                         lists:sum(Words),
+                         lists:sum([B || {_, B} <- Off]),
+                         Inspect({pins, ets:match_spec_run(
+                                          Rows, erlang:element(8, Cfg)),
                                   Spec, Path, #{}}),
                          ets:match_spec_run(lists:zip(Idx, Values),
-                                            erlang:element(7, Cfg)),
-                         ets:match_spec_run(lists:zip(Words, Off),
-                                            erlang:element(8, Cfg))}
+                                            erlang:element(9, Cfg)),
+                         lists:zip(Held, Js)
+                         ++ [{erlang:element(J, ByJ) * 8 + B, J}
+                             || {J, B} <- Off]}
                     end,
           pins => fun(_, _, {pins, [], _, _, Acc}) ->
                       Acc;
@@ -441,40 +463,50 @@ walker(Options) ->
           top => fun(_, _, {top, false, _}) ->
                          [];
                     (Inspect, Cfg, {top, true,
-                                    [{keys, Keys, _, KeyAligned, KeyRanks,
-                                      KeyWalked},
-                                     {_, Values, _, Aligned, Ranks,
+                                    [{keys, Keys, _, {KeyWords, KeyOff},
+                                      _, KeyWalked},
+                                     {_, Values, _, {Words, Off}, _,
                                       Walked}]}) ->
-                         Sums = lists:zipwith(fun erlang:'+'/2, KeyRanks,
-                                              Ranks),
-                         Extra = [{lists:nth(J, Sums)
+                         %% A map entry holds its key and its value.
+                         Sums = erlang:list_to_tuple(
+                                  lists:zipwith(
+                                    fun erlang:'+'/2,
+                                    ets:match_spec_run(
+                                      erlang:tuple_to_list(KeyWords),
+                                      erlang:element(10, Cfg)),
+                                    ets:match_spec_run(
+                                      erlang:tuple_to_list(Words),
+                                      erlang:element(10, Cfg)))),
+                         Extra = [{erlang:element(J, Sums)
+                                   + maps:get(J, KeyOff, 0)
+                                   + maps:get(J, Off, 0)
                                    + Inspect({walked_held, J, KeyWalked})
                                    + Inspect({walked_held, J, Walked}), J}
-                                  || J <- lists:usort(maps:keys(KeyWalked)
+                                  || J <- lists:usort(maps:keys(KeyOff)
+                                                      ++ maps:keys(Off)
+                                                      ++ maps:keys(KeyWalked)
                                                       ++ maps:keys(Walked))],
                          [{{key, Inspect({short, lists:nth(J, Keys)})},
-                           Inspect({add, Inspect({tree_at, J, Values, Aligned,
-                                                  Walked}),
-                                    Inspect({tree_at, J, Keys, KeyAligned,
+                           Inspect({add, Inspect({tree_at, J, Values,
+                                                  {Words, Off}, Walked}),
+                                    Inspect({tree_at, J, Keys,
+                                             {KeyWords, KeyOff},
                                              KeyWalked})})}
-                          || {H, J} <- Inspect({best, lists:zip(
-                                                       Sums,
-                                                       lists:seq(
-                                                         1, erlang:length(
-                                                              Sums)))
+                          || {H, J} <- Inspect({best,
+                                                lists:zip(
+                                                  erlang:tuple_to_list(Sums),
+                                                  lists:seq(1, erlang:tuple_size(
+                                                                 Sums)))
                                                 ++ Extra,
                                                 erlang:element(2, Cfg)}),
                              H > 0];
                     (Inspect, Cfg, {top, true,
-                                    [{Spec, Values, Idx, Aligned, Ranks,
+                                    [{Spec, Values, Idx, Leaf, Ranking,
                                       Walked}]}) ->
                          [{Inspect({step, Spec, lists:nth(J, Idx)}),
-                           Inspect({tree_at, J, Values, Aligned, Walked})}
-                          || {H, J} <- Inspect({best, lists:zip(
-                                                       Ranks,
-                                                       lists:seq(
-                                                         1, erlang:length(
-                                                              Ranks)))
+                           Inspect({tree_at, J, Values, Leaf, Walked})}
+                          || {H, J} <- Inspect({best,
+                                                Ranking
                                                 ++ [{H0, J0}
                                                     || {J0, {H0, _}}
                                                            <- maps:to_list(
@@ -482,9 +514,16 @@ walker(Options) ->
                                                 erlang:element(2, Cfg)}),
                              H > 0]
                  end,
+          %% The Width largest {Held, J}, each J once (a container's
+          %% leaf entry is 0, its walked entry what it holds; a map
+          %% entry's key may be both).
           best => fun(_, _, {best, Candidates, Width0}) ->
-                          lists:sublist(lists:reverse(lists:sort(Candidates)),
-                                        Width0)
+                          lists:sublist(
+                            lists:reverse(
+                              lists:sort(
+                                lists:ukeysort(
+                                  2, lists:reverse(lists:sort(Candidates))))),
+                            Width0)
                   end,
           walked_held => fun(_, _, {walked_held, J, Walked}) ->
                                  case Walked of
@@ -492,14 +531,15 @@ walker(Options) ->
                                      _ -> 0
                                  end
                          end,
-          tree_at => fun(Inspect, _, {tree_at, J, Values, Aligned, Walked}) ->
+          tree_at => fun(Inspect, _, {tree_at, J, Values, {Words, Off},
+                                      Walked}) ->
                              case Walked of
                                  #{J := {_, Tree}} ->
                                      Tree;
                                  _ ->
-                                     {W, B, _} = lists:nth(J, Aligned),
                                      {Inspect({kind, lists:nth(J, Values)}), 0,
-                                      W, B, [], {0, 0, 0}}
+                                      erlang:element(J, Words),
+                                      maps:get(J, Off, 0), [], {0, 0, 0}}
                              end
                      end,
           %% A map entry on show: its value's tree, with its key's bytes.
@@ -829,12 +869,16 @@ process(Target, Resolve, Walker, Options) ->
                                       server_update, server_add_handler,
                                       server_delete_handler,
                                       server_swap_handler]},
+            %% A function named loop... of a gen module is its server
+            %% loop (gen_server:loop_hibernate/4 is where OTP 28 hibernates).
             InLoop =
-                fun({gen_statem, F, _, _}) ->
+                fun({M, F, _, _}) when M =:= gen_server; M =:= gen_statem;
+                                       M =:= gen_event ->
                         lists:prefix("loop", erlang:atom_to_list(F))
-                            orelse F =:= wakeup_after_hibernate;
-                   ({M, F, _, _}) ->
-                        lists:member(F, maps:get(M, Servers, []))
+                            orelse F =:= wakeup_after_hibernate
+                            orelse lists:member(F, maps:get(M, Servers, []));
+                   (_) ->
+                        false
                 end,
             Behaviours =
                 fun(Module) when erlang:is_atom(Module) ->

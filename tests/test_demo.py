@@ -16,7 +16,12 @@ import pytest
 from conftest import run_cli
 
 STEPS = ("watch", "proc-count", "bin-leak", "proc-info", "trace-gc",
-         "leak-hunt", "alloc")
+         "leak-hunt", "alloc", "inspect")
+
+# inspect's line for a group of pinned slices: path, count, their bytes,
+# the bytes they keep alive.
+PINNED = re.compile(r"^  (\S+) \(keys\): ([\d,]+) slices using "
+                    r"([\d.]+ \w+) keep ([\d.]+ \w+) alive$", re.M)
 
 
 def _demo_nodes() -> set[str]:
@@ -115,6 +120,19 @@ def test_demo_tours_every_step_and_says_what_its_output_shows():
     # 7. In use.
     assert re.search(r"^beam_probe_demo_\w+@\S+: in use: ", steps["alloc"],
                      re.M)
+
+    # 8. The state's cache field, a map of 20 keys, and the keys pinned:
+    # 20 slices of 128 bytes keeping 20 requests of 64 KiB alive; the fix.
+    inspect = steps["inspect"]
+    assert re.search(r"<0\.\d+\.0> demo_cache \(gen_server;", inspect), \
+        inspect
+    cache = next(row for row in _rows(inspect)
+                 if row[0] == "State#state.cache")
+    assert cache[1:3] == ["map", "20"], cache
+    (pin,) = PINNED.findall(inspect)
+    assert pin[:3] == ("State#state.cache", "20", "2.5 KiB"), pin
+    assert abs(_bytes(pin[3]) - 20 * 65536) <= 0.05 * MIB
+    assert "fix: store a copy of the slice (binary:copy/1)" in inspect
     assert "Stopping beam_probe_demo_" in out and "--keep" in out
     assert _demo_nodes() <= before
 
@@ -137,6 +155,14 @@ def test_demo_keep_leaves_a_node_the_printed_commands_reach():
                                 if k != "HOME"} | {"HOME": "/nonexistent"})
         assert r.returncode == 0, r.stderr
         assert node in r.stdout
+        # The node's code outlives the demo: inspect still names the
+        # record's fields from the beam the node loaded.
+        command = re.search(r"^  beam-probe inspect (.+)$", result.stdout,
+                            re.M).group(1).split()
+        r = run_cli("inspect", *command)
+        assert r.returncode == 0, r.stderr
+        assert PINNED.search(r.stdout).groups()[:2] == \
+            ("State#state.cache", "20"), r.stdout
     finally:
         # As the demo says: by its pid (not our child: the demo was).
         os.kill(pid, signal.SIGTERM)

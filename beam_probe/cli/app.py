@@ -129,9 +129,10 @@ def main(ctx: click.Context) -> None:
 def demo(keep: bool) -> None:
     """A guided tour: a local node that leaks binaries, and the leak hunt.
 
-    Seven steps, each a real command on the demo node and a few words on
+    Eight steps, each a real command on the demo node and a few words on
     what its output shows: watch, proc-count, bin-leak, proc-info,
-    trace-gc, leak-hunt, alloc. Needs only Erlang (erl, erlc) on this
+    trace-gc, leak-hunt, alloc, and inspect, which names the cause (pinned
+    binaries) and its fix. Needs only Erlang (erl, erlc) on this
     machine. The node gets a unique name and a private cookie, and is
     stopped by its pid at the end (unless --keep).
     """

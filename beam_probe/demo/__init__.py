@@ -77,6 +77,15 @@ STEPS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      ("alloc",),
      "The verdict line: here the memory is in use (held, as above), not "
      "fragmented carriers nor memory outside the allocators."),
+    ("8. What in it holds them?",
+     ("inspect", "demo_cache", "--width", "3"),
+     "The cause. Measured inside demo_cache (its gen_server state is never "
+     "copied out): its state record's cache field, a map of 20 keys, "
+     "holds the binaries, and under pinned binaries are those keys: 20 "
+     "slices of 128 bytes keeping 20 requests of 64 KiB alive. The "
+     "fix is the line under them: cache binary:copy(Key), and each request "
+     "is freed once its worker is done with it. The record's field names "
+     "come from the module's debug_info; values are never shown."),
 )
 
 
@@ -98,17 +107,22 @@ def run_demo(echo: Callable[[str], None] = print, keep: bool = False) -> int:
     if not erl or not erlc:
         raise DemoError("the demo needs Erlang's erl and erlc on PATH "
                         "(Debian: apt-get install erlang-base)")
+    # The demo's folder: the module's beam, the node's private HOME and
+    # leak-hunt's snapshots. A kept node keeps it: inspect reads the
+    # record's field names from the beam the node loaded.
     workdir = tempfile.mkdtemp(prefix="beam-probe-demo-")
     node = None
+    kept = False
     try:
         compile_erl([SERVICE], workdir, erlc)
         name = f"beam_probe_demo_{os.getpid()}"
         echo(f"Starting demo node {name}: a service that receives 64 KiB "
              "requests, hands\neach to one of 20 workers, and caches a "
-             "key cut from each. Somewhere, binaries\nleak. Seven steps "
-             "find where, as you would on a real node.")
+             "key cut from each. Somewhere, binaries\nleak. Eight steps "
+             "find where, and why, as you would on a real node.")
         node = LocalNode(name, erl=erl, code_paths=(workdir,),
-                         eval_expr="beam_probe_demo:start()").start()
+                         eval_expr="beam_probe_demo:start()",
+                         home_parent=workdir).start()
         time.sleep(WARM_UP_SECONDS)
         # The cookie reaches the commands through the node's private
         # HOME (~/.erlang.cookie), never through their arguments.
@@ -129,24 +143,27 @@ def run_demo(echo: Callable[[str], None] = print, keep: bool = False) -> int:
             echo("\n" + textwrap.fill(note, 76, initial_indent="> ",
                                       subsequent_indent="> "))
         if keep:
-            echo(_kept(node))
-            node = None  # left running, on purpose
+            echo(_kept(node, workdir))
+            node, kept = None, True  # left running, on purpose
         else:
             echo(f"\nStopping {node.node}. Run `beam-probe demo --keep` to "
                  "keep it and try commands by hand.")
     finally:
         if node is not None:
             node.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not kept:
+            shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 
-def _kept(node: LocalNode) -> str:
+def _kept(node: LocalNode, workdir: str) -> str:
     return (f"\nThe demo node {node.node} keeps running (OS pid {node.pid})."
             f"\nIts cookie is in {node.cookie_file}; try, for example:\n\n"
             f"  beam-probe memory {node.node} --cookie-file "
             f"{node.cookie_file}\n"
             f"  beam-probe watch {node.node} --cookie-file "
-            f"{node.cookie_file} --gc holders\n\n"
-            f"Stop it when done:\n\n  kill {node.pid} && rm -rf {node.home}"
-            "\n")
+            f"{node.cookie_file} --gc holders\n"
+            f"  beam-probe inspect {node.node} demo_cache --cookie-file "
+            f"{node.cookie_file}\n\n"
+            f"Stop it when done (the folder holds its HOME and code):\n\n"
+            f"  kill {node.pid} && rm -rf {workdir}\n")

@@ -163,6 +163,11 @@ class _Names:
                 self.fields[(str(item[0]), len(names) + 1)] = names
 
     def field(self, tag: str, size: int, index: int) -> str | None:
+        """Field ``index`` (a tuple position) of record ``tag`` of ``size``
+        elements; size 0 (a pin's path) when the tag has one definition."""
+        if size == 0:
+            found = [key for key in self.fields if key[0] == tag]
+            size = found[0][1] if len(found) == 1 else -1
         names = self.fields.get((tag, size))
         if names and 2 <= index <= len(names) + 1:
             return names[index - 2]

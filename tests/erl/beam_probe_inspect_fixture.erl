@@ -1,0 +1,123 @@
+%% Test-only: the processes and the table `beam-probe inspect` is tested
+%% on, as real applications make them: a gen_server whose state record
+%% holds a cache of slices that pin 64 KiB requests (the classic binary
+%% leak), a gen_statem, a gen_event with a handler, a hibernating
+%% gen_server, one that sleeps when asked (busy), a plain receive loop, a
+%% proc_lib loop that is no gen behaviour, a worker under an unregistered
+%% supervisor, and a table of three key families.
+-module(beam_probe_inspect_fixture).
+-compile(debug_info).
+
+-behaviour(gen_server).
+
+-export([start/0, init/1, handle_call/3, handle_cast/2, handle_info/2,
+         callback_mode/0, idle/3, plain_loop/1, proc_lib_loop/0,
+         table_owner/1]).
+%% gen_event handler callbacks (the module is its own handler).
+-export([handle_event/2]).
+
+-record(state, {cache = #{} :: map(),
+                log = [] :: list(),
+                name = <<"cache">> :: binary()}).
+-record(session, {id, user, token}).
+
+start() ->
+    {ok, _} = gen_server:start({local, bp_cache}, ?MODULE, cache, []),
+    {ok, _} = gen_server:start({local, bp_busy}, ?MODULE, busy, []),
+    {ok, _} = gen_server:start({local, bp_doomed}, ?MODULE, busy, []),
+    {ok, Hib} = gen_server:start({local, bp_hib}, ?MODULE, busy, []),
+    ok = gen_server:call(Hib, hibernate),
+    {ok, _} = gen_statem:start({local, bp_statem}, ?MODULE, statem, []),
+    {ok, Events} = gen_event:start({local, bp_events}),
+    ok = gen_event:add_handler(Events, ?MODULE,
+                               #{seen => lists:seq(1, 200)}),
+    register(bp_loop, spawn(?MODULE, plain_loop, [[]])),
+    register(bp_proc_lib, proc_lib:spawn(?MODULE, proc_lib_loop, [])),
+    Self = self(),
+    spawn(?MODULE, table_owner, [Self]),
+    receive table_ready -> ok end,
+    ok.
+
+%% A request of 64 KiB, and the 128-byte slice of it a cache keeps. Made
+%% in one construction, so it is exactly 64 KiB (binary:copy/2 builds by
+%% appending, and OTP 27 keeps room to grow: 968 bytes for 200).
+slice(I) ->
+    Request = <<I:32, 0:(8 * 65532)>>,
+    binary:part(Request, 0, 128).
+
+init(cache) ->
+    put(secret, <<"hunter2">>),
+    Cache = maps:from_list([{slice(I), I} || I <- lists:seq(1, 20)]),
+    {ok, #state{cache = Cache, log = lists:seq(1, 500)}};
+init(busy) ->
+    {ok, #{calls => 0}};
+init(statem) ->
+    {ok, idle, #{history => [<<0:800>>
+                             || _ <- lists:seq(1, 30)]}};
+init(supervisor) ->
+    %% A worker under an unregistered supervisor, as applications start
+    %% them: found by its pid.
+    {ok, {#{strategy => one_for_one},
+          [#{id => worker, start => {gen_server, start_link,
+                                     [?MODULE, busy, []]}}]}};
+init(#{seen := _} = Handler) ->
+    {ok, Handler}.
+
+handle_call(hibernate, _From, State) ->
+    {reply, ok, State, hibernate};
+handle_call(_, _From, State) ->
+    {reply, ok, State}.
+
+handle_cast({sleep, Ms}, State) ->
+    timer:sleep(Ms),
+    {noreply, State};
+handle_cast({die_in, Ms}, State) ->
+    timer:sleep(Ms),
+    {stop, normal, State}.
+
+handle_info(_, State) ->
+    {noreply, State}.
+
+handle_event(_, Handler) ->
+    {ok, Handler}.
+
+callback_mode() ->
+    state_functions.
+
+idle(_, _, Data) ->
+    {keep_state, Data}.
+
+%% A plain receive loop: it never reads a system message.
+plain_loop(State) ->
+    put(loop_key, lists:seq(1, 100)),
+    receive
+        {keep, Item} -> plain_loop([Item | State])
+    end.
+
+%% Started by proc_lib, but no gen behaviour: a system message would stay
+%% in its mailbox.
+proc_lib_loop() ->
+    receive
+        stop -> ok
+    end.
+
+%% The tables' owner, and the unregistered supervisor's parent: a
+%% process that lives as long as the node. bp_table holds three key
+%% families: {user, N} (200-byte refc binaries), {session, N} (100-byte
+%% slices that pin 10 KB each) and integers; bp_records holds #session{}
+%% records (keypos 2).
+table_owner(Parent) ->
+    {ok, _} = supervisor:start_link(?MODULE, supervisor),
+    T = ets:new(bp_table, [named_table, public, set]),
+    [ets:insert(T, {{user, I}, <<I:1600>>})
+     || I <- lists:seq(1, 300)],
+    [ets:insert(T, {{session, I},
+                    binary:part(<<I:80000>>, 0, 100)})
+     || I <- lists:seq(1, 40)],
+    [ets:insert(T, {I, I}) || I <- lists:seq(1, 25)],
+    R = ets:new(bp_records, [named_table, public, set,
+                             {keypos, #session.id}]),
+    [ets:insert(R, #session{id = I, user = I, token = <<"t">>})
+     || I <- lists:seq(1, 10)],
+    Parent ! table_ready,
+    receive stop -> ok end.

@@ -1,0 +1,213 @@
+"""inspect against real nodes (OTP 25, 27, 28): what in a process, or a
+table, holds the memory, with the process left exactly as it was.
+
+The fixture (tests/erl/beam_probe_inspect_fixture.erl) is a node's worth
+of what real applications run: a gen_server whose state record keeps a
+cache of 128-byte slices pinning 64 KiB requests, a gen_statem, a
+gen_event handler, a hibernating gen_server, a busy one, a plain receive
+loop, a proc_lib loop that is no gen behaviour, a worker under an
+unregistered supervisor, and tables of three key families and of records.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from beam_probe.erldist.terms import Atom
+from beam_probe.node.remote import attach
+from conftest import run_here
+
+FIXTURE = "beam_probe_inspect_fixture"
+
+
+@pytest.fixture(scope="module")
+def fixture_node(session_nodes, otp):
+    node = session_nodes.start(otp, eval_expr=f"{FIXTURE}:start()")
+    with attach(node.node, node.cookie.encode()) as remote:
+        deadline = time.monotonic() + 30
+        while remote.call("ets", "info", [Atom("bp_table"), Atom("size")]) \
+                == Atom("undefined"):
+            assert time.monotonic() < deadline, "the fixture never started"
+            time.sleep(0.1)
+    return node
+
+
+def inspect(node, *args: str, code: int = 0) -> dict:
+    result = run_here("inspect", node.node, *args, "--format", "json",
+                      node=node)
+    assert result.returncode == code, result.stderr
+    return json.loads(result.stdout) if code == 0 else {}
+
+
+def parts(result: dict) -> dict[str, dict]:
+    return {part["path"]: part for part in result["parts"]}
+
+
+def state_of(node, name: str):
+    with attach(node.node, node.cookie.encode()) as remote:
+        return remote.call("sys", "get_state", [Atom(name)])
+
+
+def queue_of(node, name: str) -> int:
+    with attach(node.node, node.cookie.encode()) as remote:
+        pid = remote.call("erlang", "whereis", [Atom(name)])
+        return remote.call("erlang", "process_info",
+                           [pid, Atom("message_queue_len")])[1]
+
+
+def test_the_slices_that_pin_requests_are_named(fixture_node):
+    before = state_of(fixture_node, "bp_cache")
+    result = inspect(fixture_node, "bp_cache")
+    assert result["kind"] == "gen_server" and result["name"] == "bp_cache"
+    shown = parts(result)
+    # Record fields by name: the module's debug_info has the record.
+    assert shown["State"]["kind"] == "record state"
+    cache = shown["State#state.cache"]
+    assert cache["kind"] == "map" and cache["count"] == 20
+    # What a 64 KiB binary keeps alive: 65,536 bytes, or a little more
+    # where the release rounds its allocation (65,792 on OTP 28).
+    assert 20 * 65536 <= cache["binary_bytes"] <= 20 * 66000
+    assert shown["State#state.log"]["count"] == 500
+    # Largest first: the cache holds 99% of what the state holds.
+    children = [p for p in result["parts"] if p["depth"] == 1
+                and p["path"].startswith("State")]
+    assert children[0]["path"] == "State#state.cache"
+    assert cache["share"] > 0.9
+    (pinned,) = result["pinned"]
+    assert pinned == {
+        "path": "State#state.cache (keys)",
+        "path_elixir": "state |> elem(1) |> Map.keys()",
+        "count": 20, "bytes": 20 * 128,
+        "referenced_bytes": cache["binary_bytes"]}
+    assert result["total"]["sampled"] is False
+    # The state is as it was, and no value crossed: the dictionary's
+    # secret is sized, never shown.
+    assert state_of(fixture_node, "bp_cache") == before
+    assert "hunter2" not in json.dumps(result)
+    assert shown["get()#{secret}"]["kind"] == "binary"
+    text = run_here("inspect", fixture_node.node, "bp_cache",
+                    node=fixture_node)
+    assert text.returncode == 0, text.stderr
+    assert "pinned binaries" in text.stdout and "binary:copy/1" in text.stdout
+    assert "State#state.cache (keys): 20 slices" in text.stdout
+
+
+def test_gen_statem_and_gen_event(fixture_node):
+    statem = inspect(fixture_node, "bp_statem")
+    assert statem["kind"] == "gen_statem"
+    roots = [p["path"] for p in statem["parts"] if p["depth"] == 0]
+    assert "Data" in roots and "get()" in roots
+    data = parts(statem)["Data"]
+    assert data["kind"] == "map" and data["binary_bytes"] == 30 * 100
+    events = inspect(fixture_node, "bp_events")
+    assert events["kind"] == "gen_event"
+    handler = parts(events)[f"Handler({FIXTURE})"]
+    assert handler["kind"] == "map"
+    assert parts(events)[f"Handler({FIXTURE})#{{seen}}"]["count"] == 200
+
+
+def test_hibernating_and_supervised_workers_are_read(fixture_node):
+    hib = inspect(fixture_node, "bp_hib")
+    assert hib["kind"] == "gen_server", hib["state"]
+    # Where it waits: erlang:hibernate/3 (the gen loop is known from its
+    # '$initial_call' module's behaviour), gen_server:loop_hibernate/4
+    # on OTP 28.
+    assert hib["current_function"] in ("erlang:hibernate/3",
+                                       "gen_server:loop_hibernate/4")
+    with attach(fixture_node.node, fixture_node.cookie.encode()) as remote:
+        owner = remote.call("ets", "info", [Atom("bp_table"), Atom("owner")])
+        links = remote.call("erlang", "process_info", [owner, Atom("links")])
+        (supervisor,) = links[1]
+        children = remote.call("supervisor", "which_children", [supervisor])
+        worker = children[0][1]
+    result = inspect(fixture_node, str(worker))
+    assert result["kind"] == "gen_server" and result["name"] is None
+    assert parts(result)["State"]["kind"] == "map"
+
+
+def test_a_plain_loop_is_left_untouched(fixture_node):
+    result = inspect(fixture_node, "bp_loop")
+    assert result["kind"] == "plain"
+    assert "plain receive loop" in result["state"]
+    assert parts(result)["get()#{loop_key}"]["count"] == 100
+    lib = inspect(fixture_node, "bp_proc_lib")
+    assert lib["kind"] == "plain" and "no gen_server" in lib["state"]
+    time.sleep(0.2)
+    # No system message was left behind in either mailbox.
+    assert queue_of(fixture_node, "bp_loop") == 0
+    assert queue_of(fixture_node, "bp_proc_lib") == 0
+
+
+def test_a_busy_process_times_out_and_nothing_stays(fixture_node):
+    with attach(fixture_node.node, fixture_node.cookie.encode()) as remote:
+        remote.call("gen_server", "cast", [Atom("bp_busy"),
+                                           (Atom("sleep"), 3000)])
+    started = time.monotonic()
+    result = run_here("inspect", fixture_node.node, "bp_busy", "--timeout",
+                      "1", "--format", "json", node=fixture_node)
+    assert time.monotonic() - started < 5
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert "did not handle our request in time" in answer["state"]
+    # When it wakes, our request finds us gone: its mailbox drains and
+    # its state is as it was.
+    deadline = time.monotonic() + 10
+    while queue_of(fixture_node, "bp_busy") != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert state_of(fixture_node, "bp_busy") == {Atom("calls"): 0}
+
+
+def test_a_process_that_dies_mid_walk(fixture_node):
+    with attach(fixture_node.node, fixture_node.cookie.encode()) as remote:
+        remote.call("gen_server", "cast", [Atom("bp_doomed"),
+                                           (Atom("die_in"), 500)])
+    answer = inspect(fixture_node, "bp_doomed", "--timeout", "10")
+    assert "exited" in answer["state"]
+
+
+def test_a_table_of_three_key_families(fixture_node):
+    table = inspect(fixture_node, "--table", "bp_table")
+    assert table["size"] == 365 and table["sampled"] is False
+    families = {f["family"]: f for f in table["families"]}
+    assert set(families) == {"{user, ...}", "{session, ...}", "<integer>"}
+    assert families["{user, ...}"]["count"] == 300
+    assert 300 * 200 <= families["{user, ...}"]["binary_bytes"] <= 300 * 264
+    session = families["{session, ...}"]
+    assert session["pinned"]["count"] == 40
+    assert session["pinned"]["bytes"] == 4000
+    assert 400_000 <= session["pinned"]["referenced_bytes"] <= 410_000
+    assert table["families"][0]["family"] == "{session, ...}"  # largest
+    assert table["largest"][0]["key"].startswith("{session,")
+    records = inspect(fixture_node, "--table", "bp_records")
+    assert [f["family"] for f in records["families"]] == ["#session{}"]
+    sampled = inspect(fixture_node, "--table", "bp_table", "--budget", "50")
+    assert sampled["sampled"] is True and sampled["seen"] == 50
+    assert sampled["fraction"] == round(50 / 365, 4)
+    assert sum(f["count"] for f in sampled["families"]) == \
+        pytest.approx(365, abs=3)
+
+
+def test_bad_requests_get_one_line(fixture_node):
+    node = fixture_node
+    for args, code, words in (
+            (("nobody_here",), 10, "no process registered"),
+            (("--table", "no_table"), 10, "no table"),
+            (("bp_cache", "--table", "bp_table"), 2, "not both"),
+            (("bp_cache", "--depth", "99"), 2, "--depth"),
+            (("bp_cache", "--budget", "0"), 2, "--budget"),
+            (("<0.1.2",), 2, "bracket")):
+        r = run_here("inspect", node.node, *args, node=node)
+        assert r.returncode == code, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and words in r.stderr
+
+
+def test_a_bare_node_name_goes_before_table(fixture_node):
+    short = fixture_node.node.split("@")[0]
+    r = run_here("inspect", short, "--table", "bp_records", "--format",
+                 "json", node=fixture_node)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["table"] == "bp_records"
