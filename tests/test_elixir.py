@@ -29,6 +29,17 @@ defmodule MyApp.Cache do
   end
 end
 Process.register(spawn(fn -> MyApp.Cache.loop([]) end), MyApp.Cache)
+
+defmodule MyApp.Store do
+  use GenServer
+  defstruct items: %{}, name: "store"
+  def init(:ok) do
+    items = Map.new(1..20, fn i -> {"item:#{i}", :binary.part(<<i::32, 0::size(524256)>>, 0, 100)} end)
+    {:ok, %MyApp.Store{items: items}}
+  end
+end
+{:ok, _} = GenServer.start(MyApp.Store, :ok, name: MyApp.Store)
+{:ok, _} = Agent.start(fn -> Enum.to_list(1..300) end, name: MyApp.Counter)
 """
 
 
@@ -74,7 +85,7 @@ def elixir_node(request, session_nodes):
     with attach(node.node, node.cookie.encode()) as remote:
         deadline = time.monotonic() + 60
         while remote.call("erlang", "whereis",
-                          [Atom("Elixir.MyApp.Cache")]) == Atom("undefined"):
+                          [Atom("Elixir.MyApp.Counter")]) == Atom("undefined"):
             assert time.monotonic() < deadline, "MyApp.Cache never started"
             time.sleep(0.1)
     return node
@@ -216,3 +227,29 @@ def test_every_table_lines_up_in_elixir(elixir_node, tmp_path):
     # (bin-leak and proc-window on a quiet node say so in a line.)
     assert all(tables[name] for name in ("proc-count", "ets", "alloc",
                                          "trace-gc", "diff")), tables
+
+
+def test_inspect_reads_a_genserver_struct_and_an_agent(elixir_node):
+    """A GenServer whose state is a struct of slices pinning 64 KiB
+    binaries, and an Agent: read in place, paths in Elixir's syntax."""
+    node = elixir_node
+    text = run_here("inspect", node.node, "MyApp.Store", node=node)
+    assert text.returncode == 0, text.stderr
+    assert "%MyApp.Store{}" in text.stdout
+    assert re.search(r"^  state\.items +map +20 ", text.stdout, re.M)
+    assert 'state.items["item:' in text.stdout
+    assert "state.items |> Map.values()" not in text.stdout
+    assert ":binary.copy/1" in text.stdout and "Elixir." not in text.stdout
+    as_json = json.loads(run_here("inspect", node.node, "MyApp.Store",
+                                  "--format", "json", node=node).stdout)
+    assert as_json["kind"] == "gen_server"
+    (pinned,) = as_json["pinned"]
+    assert pinned["path_elixir"] == "state.items[_]"
+    assert pinned["path"] == "State#{items}#{_}"
+    assert pinned["count"] == 20 and pinned["bytes"] == 2000
+    assert pinned["referenced_bytes"] >= 20 * 65536
+    agent = json.loads(run_here("inspect", node.node, "MyApp.Counter",
+                                "--format", "json", node=node).stdout)
+    assert agent["kind"] == "gen_server"
+    state = next(p for p in agent["parts"] if p["path"] == "State")
+    assert state["kind"] == "list" and state["count"] == 300

@@ -4,12 +4,16 @@ the three-snapshot suspects first."""
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from beam_probe.text.syntax import Syntax
 from beam_probe.text.tables import human_bytes, table
 
 SHOWN = 20
+# A table's id as snapshots write it: a named table's name, else its ref.
+_BARE_ATOM = re.compile(r"[a-z][A-Za-z0-9_@]*")
+_TABLE_REF = re.compile(r"#Ref<\d+\.\d+\.\d+\.\d+>")
 # Example pids a table shows per group (JSON has up to 10).
 EXAMPLES_SHOWN = 3
 
@@ -110,6 +114,29 @@ def diff_text(result: dict[Any, Any], syntax: Syntax, look: bool = True) -> str:
     return "\n\n".join(parts)
 
 
+def _inside(node: str, pid: str) -> str:
+    """The step after proc-info for a suspect process: what in its state,
+    dictionary or mailbox holds the memory."""
+    return (f"  what it holds: beam-probe inspect {node} '{pid}' (its "
+            "state's parts by size, pinned binaries named)")
+
+
+def _table_arg(t: dict[Any, Any]) -> str | None:
+    """A suspect table as inspect --table takes it, for a shell: its id,
+    which for a named table is its name (an atom, bare or quoted as
+    Erlang writes it) and for another its #Ref<...>; None if unknown."""
+    ident = t.get("id")
+    if not isinstance(ident, str) or not ident:
+        return None
+    if _BARE_ATOM.fullmatch(ident) or (
+            len(ident) > 2 and ident[0] == ident[-1] == "'"
+            and "'" not in ident[1:-1]):
+        return ident
+    if _TABLE_REF.fullmatch(ident):
+        return f"'{ident}'"
+    return None
+
+
 def _suspects(s: dict[Any, Any], node: str, look: bool, syntax: Syntax) -> str:
     lines = ["SUSPECTS (three-snapshot rule)"]
     found = False
@@ -128,8 +155,10 @@ def _suspects(s: dict[Any, Any], node: str, look: bool, syntax: Syntax) -> str:
         if look:
             first = s["born_and_kept"][0]
             if first.get("examples"):
+                pid = syntax.code(first["examples"][0])
                 lines.append(f"  look closer: beam-probe proc-info {node} "
-                             f"'{syntax.code(first['examples'][0])}'")
+                             f"'{pid}'")
+                lines.append(_inside(node, pid))
     if s["growing_processes"]:
         found = True
         lines.append("long-lived processes that grew in both intervals:\n"
@@ -147,6 +176,7 @@ def _suspects(s: dict[Any, Any], node: str, look: bool, syntax: Syntax) -> str:
             lines.append(f"  look closer: beam-probe proc-info {node} "
                          f"'{pid}'; its collections: beam-probe "
                          f"trace-gc {node} '{pid}'")
+            lines.append(_inside(node, pid))
     if s["groups_rising"]:
         found = True
         lines.append("groups whose count rose in both intervals:\n" + table(
@@ -165,8 +195,13 @@ def _suspects(s: dict[Any, Any], node: str, look: bool, syntax: Syntax) -> str:
                                        for v in t["bytes"]))
                           for t in s["ets"][:SHOWN]], "llrr", syntax))
         if look:
-            lines.append(f"  look closer: beam-probe ets {node} (the "
-                         "largest tables now, with their owners)")
+            table_arg = _table_arg(s["ets"][0])
+            lines.append(
+                "  look closer: "
+                + (f"beam-probe inspect {node} --table {table_arg} (what "
+                   "its objects hold); " if table_arg else "")
+                + f"beam-probe ets {node} (the largest tables now, with "
+                "their owners)")
     if s["ports_born_and_kept"]:
         found = True
         lines.append("ports born and kept: "

@@ -20,7 +20,10 @@ def _kind(kind: str, syntax: Syntax) -> str:
     """'record state' as #state{}, 'struct Elixir.X' as %X{}."""
     if kind.startswith("record "):
         tag = kind[len("record "):]
-        return f"{{:{tag}, ...}}" if syntax.elixir else f"#{tag}{{}}"
+        if not syntax.elixir:
+            return f"#{tag}{{}}"
+        return "{" + (tag[len("Elixir."):] if tag.startswith("Elixir.")
+                      else ":" + tag) + ", ...}"
     if kind.startswith("struct "):
         name = kind[len("struct "):]
         return f"%{syntax.code(name)}{{}}"
