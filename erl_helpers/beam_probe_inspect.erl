@@ -107,8 +107,11 @@ walker(Options) ->
                   [{{'$1', '$2', '$3'}}]}]),
     Containers = Ms([{{'$1', '$2'}, Nested('$2'), [{{'$1', '$2'}}]}]),
     Bytes = Ms([{'$1', [], [{'*', '$1', 8}]}]),
+    PinnedRows = Ms([{{'$1', '$2', '$3'},
+                      [{'>', '$3', 64}, {'>', '$3', {'*', 2, '$2'}}],
+                      ['$_']}]),
     Config = {Depth, Width, LeafOnly, Binaries, Third, FirstTwo, OffHeap,
-              Pinned, Containers, Bytes},
+              Pinned, Containers, Bytes, PinnedRows},
     %% The inspector: one named fun whose first argument names the
     %% operation. erl_eval keeps in a fun only the variables it uses:
     %% this one carries Cfg and its clauses, and refers to itself by name.
@@ -135,30 +138,35 @@ walker(Options) ->
     %% taken whole: sampling one of a pair misses half), and each nested
     %% container at most its fair share of what its elder siblings left.
     Ops = #{
-          walk => fun(Inspect, _, {walk, [_ | _] = T, Level, Left, Path, Deadline}) ->
-                      Inspect({container, T, Level, Left, Path, Deadline});
-                     (Inspect, _, {walk, T, Level, Left, Path, Deadline})
-                    when erlang:is_tuple(T); erlang:is_map(T) ->
-                      Inspect({container, T, Level, Left, Path, Deadline});
-                     (Inspect, _, {walk, T, Level, Left, Path, Deadline})
-                    when erlang:is_function(T) ->
-                      Inspect({walk_fun, erlang:fun_info(T, type), T, Level, Left,
-                               Path, Deadline});
-                     (Inspect, _, {walk, T, _, Left, Path, _}) ->
-                      Inspect({leaf, T, Left, Path})
-                  end,
-          walk_fun => fun(Inspect, _, {walk_fun, {type, local}, T, Level, Left, Path, Deadline}) ->
-                          Inspect({container, T, Level, Left, Path, Deadline});
-                         (Inspect, _, {walk_fun, _, T, _, Left, Path, _}) ->
-                          Inspect({leaf, T, Left, Path})
-                      end,
+          walk =>
+              fun(Inspect, _, {walk, [_ | _] = T, Level, Left, Path,
+                               Deadline}) ->
+                  Inspect({container, T, Level, Left, Path, Deadline});
+                 (Inspect, _, {walk, T, Level, Left, Path, Deadline})
+                when erlang:is_tuple(T); erlang:is_map(T) ->
+                  Inspect({container, T, Level, Left, Path, Deadline});
+                 (Inspect, _, {walk, T, Level, Left, Path, Deadline})
+                when erlang:is_function(T) ->
+                  Inspect({walk_fun, erlang:fun_info(T, type), T, Level, Left,
+                           Path, Deadline});
+                 (Inspect, _, {walk, T, _, Left, Path, _}) ->
+                  Inspect({leaf, T, Left, Path})
+              end,
+          walk_fun =>
+              fun(Inspect, _, {walk_fun, {type, local}, T, Level, Left, Path,
+                               Deadline}) ->
+                  Inspect({container, T, Level, Left, Path, Deadline});
+                 (Inspect, _, {walk_fun, _, T, _, Left, Path, _}) ->
+                  Inspect({leaf, T, Left, Path})
+              end,
           %% A term alone that is no container (a root, an external fun).
-          leaf => fun(Inspect, _, {leaf, T, Left, Path}) ->
-                      {_, W, B, Pins, _, _} =
-                          Inspect({leaves, [T], [1], Path, root}),
-                      {{Inspect({kind, T}), 0, W, B, [], {0, 0, 0}}, Pins, Left - 1,
-                       false, false}
-                  end,
+          leaf =>
+              fun(Inspect, _, {leaf, T, Left, Path}) ->
+                  {_, W, B, Pins, _, _} =
+                      Inspect({leaves, [T], [1], Path, root}),
+                  {{Inspect({kind, T}), 0, W, B, [], {0, 0, 0}}, Pins, Left - 1,
+                   false, false}
+              end,
           %% A container costs 16 terms of the budget (walking one takes
           %% ~0.5-1 ms of erl_eval on OTP 25 here, a leaf ~1 us in the
           %% compiled passes), and samples at most as many elements as
@@ -172,167 +180,191 @@ walker(Options) ->
                       Inspect({sample, K, T, N, Own, Level, Left - 16, Path,
                                Deadline})
               end,
-          k => fun(_, _, {k, true, _, _}) -> late;
-                  (_, _, {k, _, Left, _}) when Left < 16 -> 0;
-                  (_, _, {k, _, Left, N}) ->
-                       erlang:min(N, erlang:max(erlang:min(N, 4),
-                                                erlang:min(4096, Left - 16)))
-               end,
+          k =>
+              fun(_, _, {k, true, _, _}) -> late;
+                 (_, _, {k, _, Left, _}) when Left < 16 -> 0;
+                 (_, _, {k, _, Left, N}) ->
+                      erlang:min(N, erlang:max(erlang:min(N, 4),
+                                               erlang:min(4096, Left - 16)))
+              end,
           %% The sampled children, as groups {Values, Positions, Spec}; a
           %% map's keys and values are two groups whose positions are the
           %% entries'. Spec names their steps ({step, Spec, Position}).
-          sample => fun(Inspect, _, {sample, late, T, N, Own, _, Left, _, _}) ->
-                        {{Inspect({kind, T}), N, Own, 0, [], {N, 0, 0}}, #{}, Left,
-                         N > 0, true};
-                       (Inspect, _, {sample, 0, T, N, Own, _, Left, _, _}) ->
-                        {{Inspect({kind, T}), N, Own, 0, [], {N, 0, 0}}, #{}, Left,
-                         N > 0, false};
-                       (Inspect, _, {sample, K, T, N, Own, Level, Left, Path, Deadline})
-                      when erlang:is_map(T) ->
-                        {Keys, Values} = Inspect({entries, K >= N, T, K}),
-                        Idx = lists:seq(1, erlang:length(Keys)),
-                        Inspect({groups, T, N, Own, Level, Left, Path, Deadline,
-                                 [{Keys, Idx, keys}, {Values, Idx, {values, Keys}}]});
-                       (Inspect, _, {sample, K, T, N, Own, Level, Left, Path, Deadline})
-                      when erlang:is_tuple(T) ->
-                        Stride = erlang:max(1, N div K),
-                        Idx = lists:seq(1, erlang:min(N, Stride * K), Stride),
-                        Inspect({groups, T, N, Own, Level, Left, Path, Deadline,
-                                 [{Inspect({elements, Stride, T, Idx}), Idx,
-                                   Inspect({tuple_spec, erlang:element(1, T), N})}]});
-                       (Inspect, _, {sample, K, T, N, Own, Level, Left, Path, Deadline})
-                      when erlang:is_list(T) ->
-                        %% An improper list (Own 0) is read cell by cell.
-                        Stride = Inspect({stride, Own > 0, N, K}),
-                        Values = Inspect({every, Stride, T, K, N}),
-                        Idx = lists:seq(1, 1 + Stride * (erlang:length(Values) - 1),
-                                        Stride),
-                        Inspect({groups, T, N, Own, Level, Left, Path, Deadline,
-                                 [{Values, Idx, list}]});
-                       (Inspect, _, {sample, K, T, N, Own, Level, Left, Path, Deadline}) ->
-                        {env, Env} = erlang:fun_info(T, env),
-                        Values = lists:sublist(Env, K),
-                        Inspect({groups, T, N, Own, Level, Left, Path, Deadline,
-                                 [{Values, lists:seq(1, erlang:length(Values)), env}]})
-                    end,
-          entries => fun(_, _, {entries, true, T, _}) ->
-                         lists:unzip(maps:to_list(T));
-                        (Inspect, _, {entries, false, T, K}) ->
-                         Inspect({next, maps:next(maps:iterator(T)), K, [], []})
-                     end,
-          next => fun(Inspect, _, {next, {Key, Value, More}, Left, Keys, Values})
-                    when Left > 0 ->
-                      Inspect({next, maps:next(More), Left - 1, [Key | Keys],
-                               [Value | Values]});
-                     (_, _, {next, _, _, Keys, Values}) ->
-                      {lists:reverse(Keys), lists:reverse(Values)}
-                  end,
-          elements => fun(_, _, {elements, 1, T, _}) ->
-                          erlang:tuple_to_list(T);
-                         (_, _, {elements, _, T, Idx}) ->
-                          [erlang:element(I, T) || I <- Idx]
-                      end,
-          tuple_spec => fun(_, _, {tuple_spec, Tag, N}) when erlang:is_atom(Tag), N > 1 ->
-                            {field, Tag};
-                           (_, _, {tuple_spec, _, _}) ->
-                            elem
-                        end,
-          stride => fun(_, _, {stride, true, N, K}) ->
-                        erlang:max(1, N div K);
-                       (_, _, {stride, false, _, _}) ->
-                        1
-                    end,
+          sample =>
+              fun(Inspect, _, {sample, late, T, N, Own, _, Left, _, _}) ->
+                  {{Inspect({kind, T}), N, Own, 0, [], {N, 0, 0}}, #{}, Left,
+                   N > 0, true};
+                 (Inspect, _, {sample, 0, T, N, Own, _, Left, _, _}) ->
+                  {{Inspect({kind, T}), N, Own, 0, [], {N, 0, 0}}, #{}, Left,
+                   N > 0, false};
+                 (Inspect, _, {sample, K, T, N, Own, Level, Left, Path,
+                               Deadline})
+                when erlang:is_map(T) ->
+                  {Keys, Values} = Inspect({entries, K >= N, T, K}),
+                  Idx = lists:seq(1, erlang:length(Keys)),
+                  Inspect({groups, T, N, Own, Level, Left, Path, Deadline,
+                           [{Keys, Idx, keys}, {Values, Idx, {values, Keys}}]});
+                 (Inspect, _, {sample, K, T, N, Own, Level, Left, Path,
+                               Deadline})
+                when erlang:is_tuple(T) ->
+                  Stride = erlang:max(1, N div K),
+                  Idx = lists:seq(1, erlang:min(N, Stride * K), Stride),
+                  Inspect({groups, T, N, Own, Level, Left, Path, Deadline,
+                           [{Inspect({elements, Stride, T, Idx}), Idx,
+                             Inspect({tuple_spec, erlang:element(1, T), N})}]});
+                 (Inspect, _, {sample, K, T, N, Own, Level, Left, Path,
+                               Deadline})
+                when erlang:is_list(T) ->
+                  %% An improper list (Own 0) is read cell by cell.
+                  Stride = Inspect({stride, Own > 0, N, K}),
+                  Values = Inspect({every, Stride, T, K, N}),
+                  Idx = lists:seq(1, 1 + Stride * (erlang:length(Values) - 1),
+                                  Stride),
+                  Inspect({groups, T, N, Own, Level, Left, Path, Deadline,
+                           [{Values, Idx, list}]});
+                 (Inspect, _, {sample, K, T, N, Own, Level, Left, Path,
+                               Deadline}) ->
+                  {env, Env} = erlang:fun_info(T, env),
+                  Values = lists:sublist(Env, K),
+                  Inspect({groups, T, N, Own, Level, Left, Path, Deadline,
+                           [{Values, lists:seq(1, erlang:length(Values)),
+                             env}]})
+              end,
+          entries =>
+              fun(_, _, {entries, true, T, _}) ->
+                  lists:unzip(maps:to_list(T));
+                 (Inspect, _, {entries, false, T, K}) ->
+                  Inspect({next, maps:next(maps:iterator(T)), K, [], []})
+              end,
+          next =>
+              fun(Inspect, _, {next, {Key, Value, More}, Left, Keys, Values})
+                when Left > 0 ->
+                  Inspect({next, maps:next(More), Left - 1, [Key | Keys],
+                           [Value | Values]});
+                 (_, _, {next, _, _, Keys, Values}) ->
+                  {lists:reverse(Keys), lists:reverse(Values)}
+              end,
+          elements =>
+              fun(_, _, {elements, 1, T, _}) ->
+                  erlang:tuple_to_list(T);
+                 (_, _, {elements, _, T, Idx}) ->
+                  [erlang:element(I, T) || I <- Idx]
+              end,
+          tuple_spec =>
+              fun(_, _, {tuple_spec, Tag, N}) when erlang:is_atom(Tag), N > 1 ->
+                  {field, Tag};
+                 (_, _, {tuple_spec, _, _}) ->
+                  elem
+              end,
+          stride =>
+              fun(_, _, {stride, true, N, K}) ->
+                  erlang:max(1, N div K);
+                 (_, _, {stride, false, _, _}) ->
+                  1
+              end,
           %% The first K cells (compiled when the list is proper), or every
           %% Stride-th element from the start: lists:nthtail skips in
           %% compiled code, only where I + Stride =< N says it can.
-          every => fun(Inspect, _, {every, 1, T, K, _}) ->
-                       try lists:sublist(T, K)
-                       catch error:_ -> Inspect({cells_of, T, K, []})
-                       end;
-                      (Inspect, _, {every, Stride, T, K, N}) ->
-                       Inspect({take, T, 1, K, N, Stride, []})
-                   end,
-          cells_of => fun(Inspect, _, {cells_of, [H | T], K, Acc}) when K > 0 ->
-                          Inspect({cells_of, T, K - 1, [H | Acc]});
-                         (_, _, {cells_of, _, _, Acc}) ->
-                          lists:reverse(Acc)
-                      end,
-          take => fun(Inspect, _, {take, [H | _] = T, I, Left, N, Stride, Acc})
-                    when Left > 1, I + Stride =< N ->
-                      Inspect({take, lists:nthtail(Stride, T), I + Stride, Left - 1,
-                               N, Stride, [H | Acc]});
-                     (_, _, {take, [H | _], _, _, _, _, Acc}) ->
-                      lists:reverse([H | Acc]);
-                     (_, _, {take, _, _, _, _, _, Acc}) ->
-                      lists:reverse(Acc)
-                  end,
+          every =>
+              fun(Inspect, _, {every, 1, T, K, _}) ->
+                  try lists:sublist(T, K)
+                  catch error:_ -> Inspect({cells_of, T, K, []})
+                  end;
+                 (Inspect, _, {every, Stride, T, K, N}) ->
+                  Inspect({take, T, 1, K, N, Stride, []})
+              end,
+          cells_of =>
+              fun(Inspect, _, {cells_of, [H | T], K, Acc}) when K > 0 ->
+                  Inspect({cells_of, T, K - 1, [H | Acc]});
+                 (_, _, {cells_of, _, _, Acc}) ->
+                  lists:reverse(Acc)
+              end,
+          take =>
+              fun(Inspect, _, {take, [H | _] = T, I, Left, N, Stride, Acc})
+                when Left > 1, I + Stride =< N ->
+                  Inspect({take, lists:nthtail(Stride, T), I + Stride, Left - 1,
+                           N, Stride, [H | Acc]});
+                 (_, _, {take, [H | _], _, _, _, _, Acc}) ->
+                  lists:reverse([H | Acc]);
+                 (_, _, {take, _, _, _, _, _, Acc}) ->
+                  lists:reverse(Acc)
+              end,
           %% A child's step on show, and in a pin's path (map keys other
           %% than atoms and list positions summarised there).
-          step => fun(_, _, {step, {field, Tag}, P}) -> {field, Tag, P};
-                     (_, _, {step, elem, P}) -> {elem, P};
-                     (_, _, {step, list, P}) -> {list, P};
-                     (_, _, {step, Spec, _}) -> Spec
-                  end,
-          pin => fun(_, _, {pin, list, _}) -> list;
-                    (Inspect, _, {pin, {values, Keys}, P}) ->
-                     Inspect({pin_key, lists:nth(P, Keys)});
-                    (_, _, {pin, root, _}) -> root;
-                    (Inspect, _, {pin, Spec, P}) -> Inspect({step, Spec, P})
-                 end,
-          pin_key => fun(_, _, {pin_key, Key}) when erlang:is_atom(Key) -> {key, Key};
-                        (_, _, {pin_key, _}) -> {key, '_'}
-                     end,
+          step =>
+              fun(_, _, {step, {field, Tag}, P}) -> {field, Tag, P};
+                 (_, _, {step, elem, P}) -> {elem, P};
+                 (_, _, {step, list, P}) -> {list, P};
+                 (_, _, {step, Spec, _}) -> Spec
+              end,
+          pin =>
+              fun(_, _, {pin, list, _}) -> list;
+                 (Inspect, _, {pin, {values, Keys}, P}) ->
+                  Inspect({pin_key, lists:nth(P, Keys)});
+                 (_, _, {pin, root, _}) -> root;
+                 (Inspect, _, {pin, Spec, P}) -> Inspect({step, Spec, P})
+              end,
+          pin_key =>
+              fun(_, _, {pin_key, Key}) when erlang:is_atom(Key) -> {key, Key};
+                 (_, _, {pin_key, _}) -> {key, '_'}
+              end,
           %% Each group measured, then put together: sums extrapolated from
           %% the sample to all N elements; at a level on show, the Width
           %% largest elements (a map's key and value together) as children.
-          groups => fun(Inspect, _, {groups, T, N, Own, Level, Left, Path, Deadline, Groups}) ->
-                        Share = Left div erlang:length(Groups),
-                        Inspect({assemble, T, N, Own, Level, Left,
-                                 [Inspect({group, Group, Level, Share, Path, Deadline})
-                                  || Group <- Groups],
-                                 erlang:length(erlang:element(2, erlang:hd(Groups)))})
-                    end,
-          assemble => fun(Inspect, Cfg, {assemble, T, N, Own, Level, Left, Measured, Taken}) ->
-                          Factor = Inspect({factor, N, Taken}),
-                          {W, B, Pins, Used, Sampled, Late} =
-                              lists:foldl(fun({W1, B1, P1, U1, S1, L1, _},
-                                              {W0, B0, P0, U0, S0, L0}) ->
-                                                  {W0 + W1, B0 + B1,
-                                                   Inspect({merge, P0, P1}), U0 + U1,
-                                                   S0 orelse S1, L0 orelse L1}
-                                          end, {0, 0, #{}, 0, Taken < N, false}, Measured),
-                          Top = Inspect({top, Level < erlang:element(1, Cfg),
-                                         [S || {_, _, _, _, _, _, S} <- Measured]}),
-                          {TW, TB} = lists:foldl(fun({_, {_, _, W1, B1, _, _}}, {W0, B0}) ->
-                                                         {W0 + W1, B0 + B1}
-                                                 end, {0, 0}, Top),
-                          {{Inspect({kind_at, Level =< erlang:element(1, Cfg), T}), N,
-                            Own + W * Factor, B * Factor, Top,
-                            {N - erlang:length(Top), W * Factor - TW, B * Factor - TB}},
-                           Inspect({scale, Factor, Pins}), Left - Used, Sampled, Late}
-                      end,
-          factor => fun(_, _, {factor, _, 0}) -> 1.0;
-                       (_, _, {factor, N, Taken}) -> N / Taken
-                    end,
-          scale => fun(_, _, {scale, 1.0, Pins}) -> Pins;
-                      (_, _, {scale, Factor, Pins}) ->
-                       maps:map(fun(_, {C, U, R}) ->
-                                        {C * Factor, U * Factor, R * Factor}
-                                end, Pins)
-                   end,
-          kind_at => fun(Inspect, _, {kind_at, true, T}) -> Inspect({kind, T});
-                        (_, _, {kind_at, false, _}) -> container
-                     end,
-          %% One group: {Words, Binary, Pins, Used, Sampled, Late, Shown}:
-          %% its leaves in compiled passes, its containers walked one by
-          %% one; Shown, at a level on show, {Spec, Values, [{Position,
-          %% Held, Tree}]}.
+          groups =>
+              fun(Inspect, _, {groups, T, N, Own, Level, Left, Path, Deadline,
+                               Groups}) ->
+                  Share = Left div erlang:length(Groups),
+                  Inspect({assemble, T, N, Own, Level, Left,
+                           [Inspect({group, Group, Level, Share, Path,
+                                     Deadline})
+                            || Group <- Groups],
+                           erlang:length(erlang:element(2, erlang:hd(Groups)))})
+              end,
+          assemble =>
+              fun(Inspect, Cfg, {assemble, T, N, Own, Level, Left, Measured,
+                                 Taken}) ->
+                  Factor = Inspect({factor, N, Taken}),
+                  {W, B, Pins, Used, Sampled, Late} =
+                      lists:foldl(fun({W1, B1, P1, U1, S1, L1, _},
+                                      {W0, B0, P0, U0, S0, L0}) ->
+                                          {W0 + W1, B0 + B1,
+                                           Inspect({merge, P0, P1}), U0 + U1,
+                                           S0 orelse S1, L0 orelse L1}
+                                  end, {0, 0, #{}, 0, Taken < N,
+                                        false}, Measured),
+                  Top = Inspect({top, Level < erlang:element(1, Cfg),
+                                 [S || {_, _, _, _, _, _, S} <- Measured]}),
+                  {TW, TB} = lists:foldl(fun({_, {_, _, W1, B1, _, _}}, {W0,
+                                                                         B0}) ->
+                                                 {W0 + W1, B0 + B1}
+                                         end, {0, 0}, Top),
+                  {{Inspect({kind_at, Level =< erlang:element(1, Cfg), T}), N,
+                    Own + W * Factor, B * Factor, Top,
+                    {N - erlang:length(Top), W * Factor - TW, B * Factor - TB}},
+                   Inspect({scale, Factor, Pins}), Left - Used, Sampled, Late}
+              end,
+          factor =>
+              fun(_, _, {factor, _, 0}) -> 1.0;
+                 (_, _, {factor, N, Taken}) -> N / Taken
+              end,
+          scale =>
+              fun(_, _, {scale, 1.0, Pins}) -> Pins;
+                 (_, _, {scale, Factor, Pins}) ->
+                  maps:map(fun(_, {C, U, R}) ->
+                                   {C * Factor, U * Factor, R * Factor}
+                           end, Pins)
+              end,
+          kind_at =>
+              fun(Inspect, _, {kind_at, true, T}) -> Inspect({kind, T});
+                 (_, _, {kind_at, false, _}) -> container
+              end,
           %% One group: {Words, Binary, Pins, Used, Sampled, Late,
           %% Shown}: its leaves in compiled passes, its containers walked
           %% one by one, as many as one per 32 terms of the group's
-          %% share (16 for the container, the rest for its elements) (spread evenly, their sums extrapolated to all of
-          %% them); Shown, at a level on show, {Spec, Values,
-          %% [{Position, Held, Tree}]}.
+          %% share (16 for the container, the rest for its elements),
+          %% spread evenly, their sums extrapolated to all of them;
+          %% Shown, at a level on show, what the ranking needs.
           group =>
               fun(Inspect, _, {group, {Values, Idx, Spec}, Level, Left,
                                  Path, Deadline}) ->
@@ -342,7 +374,8 @@ walker(Options) ->
                                         erlang:max(erlang:min(
                                                      erlang:length(Inner), 2),
                                                    Left div 32)}),
-                      Inspect({grouped, Level, Spec, Values, Idx, Aligned, LW, LB,
+                      Inspect({grouped, Level, Spec, Values, Idx, Aligned, LW,
+                               LB,
                                Pins0, Ranks,
                                Inspect({factor, erlang:length(Inner),
                                         erlang:length(Chosen)}),
@@ -353,7 +386,8 @@ walker(Options) ->
                                         {[], #{}, 0, false, false}})})
               end,
           grouped =>
-              fun(Inspect, Cfg, {grouped, Level, Spec, Values, Idx, Aligned, LW, LB,
+              fun(Inspect, Cfg, {grouped, Level, Spec, Values, Idx, Aligned,
+                                 LW, LB,
                                  Pins0, Ranks, Factor, Skipped,
                                  {Walked, Pins, Spent, Sampled, Late}}) ->
                       {LW + Factor * lists:sum([W || {_, W, _, _} <- Walked]),
@@ -363,15 +397,16 @@ walker(Options) ->
                        Inspect({shown, Level < erlang:element(1, Cfg), Spec,
                                 Values, Idx, Aligned, Ranks, Walked})}
               end,
-          spread => fun(_, _, {spread, List, K}) when erlang:length(List) =< K ->
-                            List;
-                       (_, _, {spread, List, K}) ->
-                            Step = erlang:length(List) div K,
-                            [X || {I, X} <- lists:zip(
-                                               lists:seq(1, erlang:length(List)),
-                                               List),
-                                  I rem Step =:= 0]
-                    end,
+          spread =>
+              fun(_, _, {spread, List, K}) when erlang:length(List) =< K ->
+                      List;
+                 (_, _, {spread, List, K}) ->
+                      Step = erlang:length(List) div K,
+                      [X || {I, X} <- lists:zip(
+                                         lists:seq(1, erlang:length(List)),
+                                         List),
+                            I rem Step =:= 0]
+              end,
           %% The leaves among Values (positions Idx): {[{Words, Binary,
           %% Position}] aligned with Values (0, 0 for a container), words,
           %% binary bytes, pins, [{Position, Container}], held aligned}.
@@ -379,351 +414,516 @@ walker(Options) ->
           %% {{Words as a tuple by ordinal J (0 for a container), #{J =>
           %% off-heap bytes}}, words, off-heap bytes, pins, [{Position,
           %% Container}], [{Held, J}] for ranking}.
-          leaves => fun(Inspect, Cfg, {leaves, Values, Idx, Path, Spec}) ->
-                        Words = lists:map(fun erts_debug:flat_size/1,
-                                          ets:match_spec_run(
-                                            Values, erlang:element(3, Cfg))),
-                        Js = lists:seq(1, erlang:length(Values)),
-                        Found = ets:match_spec_run(lists:zip3(Js, Idx, Values),
-                                                   erlang:element(4, Cfg)),
-                        Found2 = ets:match_spec_run(Found,
-                                                    erlang:element(5, Cfg)),
-                        Rows = lists:zip3(
-                                 ets:match_spec_run(Found,
-                                                    erlang:element(6, Cfg)),
-                                 lists:map(fun erlang:byte_size/1, Found2),
-                                 lists:map(fun binary:referenced_byte_size/1,
-                                           Found2)),
-                        Off = ets:match_spec_run(Rows, erlang:element(7, Cfg)),
-                        Held = ets:match_spec_run(Words,
-                                                  erlang:element(10, Cfg)),
-                        ByJ = erlang:list_to_tuple(Words),
-                        {{ByJ, maps:from_list(Off)},
-                         lists:sum(Words),
-                         lists:sum([B || {_, B} <- Off]),
-                         Inspect({pins, ets:match_spec_run(
-                                          Rows, erlang:element(8, Cfg)),
-                                  Spec, Path, #{}}),
-                         ets:match_spec_run(lists:zip(Idx, Values),
-                                            erlang:element(9, Cfg)),
-                         lists:zip(Held, Js)
-                         ++ [{erlang:element(J, ByJ) * 8 + B, J}
-                             || {J, B} <- Off]}
-                    end,
-          pins => fun(_, _, {pins, [], _, _, Acc}) ->
-                      Acc;
-                     (Inspect, _, {pins, [{P, Size, Ref} | More], Spec, Path, Acc}) ->
-                      Inspect({pins, More, Spec, Path,
-                               Inspect({merge, Acc,
-                                        #{Inspect({pin_path, Inspect({pin, Spec, P}),
-                                                   Path}) => {1, Size, Ref}}})})
-                  end,
-          pin_path => fun(_, _, {pin_path, root, Path}) -> Path;
-                         (_, _, {pin_path, Step, Path}) -> [Step | Path]
-                      end,
-          nested => fun(_, _, {nested, [], _, _, _, _, _, _, {Walked, Pins, Spent, S, L}}) ->
-                        {Walked, Pins, Spent, S, L};
-                       (Inspect, _, {nested, [{P, Child} | More], Spec, Level, Left, Path,
-                             Deadline, Rest, Acc}) ->
-                        Share = erlang:max(1, Left div Rest),
-                        Inspect({nested_one, Inspect({walk, Child, Level + 1, Share,
-                                                      Inspect({pin_path,
-                                                               Inspect({pin, Spec, P}),
-                                                               Path}),
-                                                      Deadline}),
-                                 P, Share, More, Spec, Level, Left, Path, Deadline, Rest,
-                                 Acc})
-                    end,
-          nested_one => fun(Inspect, _, {nested_one, {{_, _, W, B, _, _} = Tree, P1, L2, S1, C1}, P,
-                                 Share, More, Spec, Level, Left, Path, Deadline, Rest,
-                                 {Walked, P0, Spent, S0, C0}}) ->
-                            Inspect({nested, More, Spec, Level, Left - (Share - L2), Path,
-                                     Deadline, Rest - 1,
-                                     {[{P, W, B, Tree} | Walked], Inspect({merge, P0, P1}),
-                                      Spent + Share - L2, S0 orelse S1, C0 orelse C1}})
-                        end,
+          leaves =>
+              fun(Inspect, Cfg, {leaves, Values, Idx, Path, Spec}) ->
+                  Words = lists:map(fun erts_debug:flat_size/1,
+                                    ets:match_spec_run(
+                                      Values, erlang:element(3, Cfg))),
+                  Js = lists:seq(1, erlang:length(Values)),
+                  Found = ets:match_spec_run(lists:zip3(Js, Idx, Values),
+                                             erlang:element(4, Cfg)),
+                  Found2 = ets:match_spec_run(Found,
+                                              erlang:element(5, Cfg)),
+                  Rows = lists:zip3(
+                           ets:match_spec_run(Found,
+                                              erlang:element(6, Cfg)),
+                           lists:map(fun erlang:byte_size/1, Found2),
+                           lists:map(fun binary:referenced_byte_size/1,
+                                     Found2)),
+                  Off = ets:match_spec_run(Rows, erlang:element(7, Cfg)),
+                  Held = ets:match_spec_run(Words,
+                                            erlang:element(10, Cfg)),
+                  ByJ = erlang:list_to_tuple(Words),
+                  {{ByJ, maps:from_list(Off)},
+                   lists:sum(Words),
+                   lists:sum([B || {_, B} <- Off]),
+                   Inspect({pins, ets:match_spec_run(
+                                    Rows, erlang:element(8, Cfg)),
+                            Spec, Path, #{}}),
+                   ets:match_spec_run(lists:zip(Idx, Values),
+                                      erlang:element(9, Cfg)),
+                   lists:zip(Held, Js)
+                   ++ [{erlang:element(J, ByJ) * 8 + B, J}
+                       || {J, B} <- Off]}
+              end,
+          pins =>
+              fun(_, _, {pins, [], _, _, Acc}) ->
+                  Acc;
+                 (Inspect, _, {pins, [{P, Size, Ref} | More], Spec, Path,
+                               Acc}) ->
+                  Inspect({pins, More, Spec, Path,
+                           Inspect({merge, Acc,
+                                    #{Inspect({pin_path, Inspect({pin, Spec,
+                                                                  P}),
+                                               Path}) => {1, Size, Ref}}})})
+              end,
+          pin_path =>
+              fun(_, _, {pin_path, root, Path}) -> Path;
+                 (_, _, {pin_path, Step, Path}) -> [Step | Path]
+              end,
+          nested =>
+              fun(_, _, {nested, [], _, _, _, _, _, _, {Walked, Pins, Spent,
+                                                        S, L}}) ->
+                  {Walked, Pins, Spent, S, L};
+                 (Inspect, _, {nested, [{P, Child} | More], Spec, Level, Left,
+                               Path,
+                       Deadline, Rest, Acc}) ->
+                  Share = erlang:max(1, Left div Rest),
+                  Inspect({nested_one, Inspect({walk, Child, Level + 1, Share,
+                                                Inspect({pin_path,
+                                                         Inspect({pin, Spec,
+                                                                  P}),
+                                                         Path}),
+                                                Deadline}),
+                           P, Share, More, Spec, Level, Left, Path, Deadline,
+                           Rest, Acc})
+              end,
+          nested_one =>
+              fun(Inspect, _, {nested_one, {{_, _, W, B, _, _} = Tree, P1, L2,
+                                            S1, C1}, P,
+                       Share, More, Spec, Level, Left, Path, Deadline, Rest,
+                       {Walked, P0, Spent, S0, C0}}) ->
+                  Inspect({nested, More, Spec, Level, Left - (Share - L2), Path,
+                           Deadline, Rest - 1,
+                           {[{P, W, B, Tree} | Walked], Inspect({merge, P0,
+                                                                 P1}),
+                            Spent + Share - L2, S0 orelse S1, C0 orelse C1}})
+              end,
           %% What a group on show keeps for the ranking: its leaves'
           %% held bytes aligned with Values (compiled), and the walked
           %% containers by their ordinal J in Values.
-          shown => fun(_, _, {shown, false, _, _, _, _, _, _}) ->
-                           none;
-                      (_, _, {shown, true, Spec, Values, Idx, Aligned, Ranks,
-                              Walked}) ->
-                           Ordinal = maps:from_list(
-                                       lists:zip(Idx, lists:seq(
-                                                        1, erlang:length(Idx)))),
-                           {Spec, Values, Idx, Aligned, Ranks,
-                            maps:from_list([{maps:get(P, Ordinal),
-                                             {W * 8 + B, Tree}}
-                                            || {P, W, B, Tree} <- Walked])}
-                   end,
+          shown =>
+              fun(_, _, {shown, false, _, _, _, _, _, _}) ->
+                      none;
+                 (_, _, {shown, true, Spec, Values, Idx, Aligned, Ranks,
+                         Walked}) ->
+                      Ordinal = maps:from_list(
+                                  lists:zip(Idx, lists:seq(
+                                                   1, erlang:length(Idx)))),
+                      {Spec, Values, Idx, Aligned, Ranks,
+                       maps:from_list([{maps:get(P, Ordinal),
+                                        {W * 8 + B, Tree}}
+                                       || {P, W, B, Tree} <- Walked])}
+              end,
           %% The Width largest elements, ranked by what they hold (a map's
           %% key and value together) in compiled passes, each {Step,
           %% Tree}; only those shown are looked at one by one.
-          top => fun(_, _, {top, false, _}) ->
-                         [];
-                    (Inspect, Cfg, {top, true,
-                                    [{keys, Keys, _, {KeyWords, KeyOff},
-                                      _, KeyWalked},
-                                     {_, Values, _, {Words, Off}, _,
-                                      Walked}]}) ->
-                         %% A map entry holds its key and its value.
-                         Sums = erlang:list_to_tuple(
-                                  lists:zipwith(
-                                    fun erlang:'+'/2,
-                                    ets:match_spec_run(
-                                      erlang:tuple_to_list(KeyWords),
-                                      erlang:element(10, Cfg)),
-                                    ets:match_spec_run(
-                                      erlang:tuple_to_list(Words),
-                                      erlang:element(10, Cfg)))),
-                         Extra = [{erlang:element(J, Sums)
-                                   + maps:get(J, KeyOff, 0)
-                                   + maps:get(J, Off, 0)
-                                   + Inspect({walked_held, J, KeyWalked})
-                                   + Inspect({walked_held, J, Walked}), J}
-                                  || J <- lists:usort(maps:keys(KeyOff)
-                                                      ++ maps:keys(Off)
-                                                      ++ maps:keys(KeyWalked)
-                                                      ++ maps:keys(Walked))],
-                         [{{key, Inspect({short, lists:nth(J, Keys)})},
-                           Inspect({add, Inspect({tree_at, J, Values,
-                                                  {Words, Off}, Walked}),
-                                    Inspect({tree_at, J, Keys,
-                                             {KeyWords, KeyOff},
-                                             KeyWalked})})}
-                          || {H, J} <- Inspect({best,
-                                                lists:zip(
-                                                  erlang:tuple_to_list(Sums),
-                                                  lists:seq(1, erlang:tuple_size(
-                                                                 Sums)))
-                                                ++ Extra,
-                                                erlang:element(2, Cfg)}),
-                             H > 0];
-                    (Inspect, Cfg, {top, true,
-                                    [{Spec, Values, Idx, Leaf, Ranking,
-                                      Walked}]}) ->
-                         [{Inspect({step, Spec, lists:nth(J, Idx)}),
-                           Inspect({tree_at, J, Values, Leaf, Walked})}
-                          || {H, J} <- Inspect({best,
-                                                Ranking
-                                                ++ [{H0, J0}
-                                                    || {J0, {H0, _}}
-                                                           <- maps:to_list(
-                                                                Walked)],
-                                                erlang:element(2, Cfg)}),
-                             H > 0]
-                 end,
+          top =>
+              fun(_, _, {top, false, _}) ->
+                      [];
+                 (Inspect, Cfg, {top, true,
+                                 [{keys, Keys, _, {KeyWords, KeyOff},
+                                   _, KeyWalked},
+                                  {_, Values, _, {Words, Off}, _,
+                                   Walked}]}) ->
+                      %% A map entry holds its key and its value.
+                      Sums = erlang:list_to_tuple(
+                               lists:zipwith(
+                                 fun erlang:'+'/2,
+                                 ets:match_spec_run(
+                                   erlang:tuple_to_list(KeyWords),
+                                   erlang:element(10, Cfg)),
+                                 ets:match_spec_run(
+                                   erlang:tuple_to_list(Words),
+                                   erlang:element(10, Cfg)))),
+                      Extra = [{erlang:element(J, Sums)
+                                + maps:get(J, KeyOff, 0)
+                                + maps:get(J, Off, 0)
+                                + Inspect({walked_held, J, KeyWalked})
+                                + Inspect({walked_held, J, Walked}), J}
+                               || J <- lists:usort(maps:keys(KeyOff)
+                                                   ++ maps:keys(Off)
+                                                   ++ maps:keys(KeyWalked)
+                                                   ++ maps:keys(Walked))],
+                      [{{key, Inspect({short, lists:nth(J, Keys)})},
+                        Inspect({add, Inspect({tree_at, J, Values,
+                                               {Words, Off}, Walked}),
+                                 Inspect({tree_at, J, Keys,
+                                          {KeyWords, KeyOff},
+                                          KeyWalked})})}
+                       || {H, J} <- Inspect({best,
+                                             lists:zip(
+                                               erlang:tuple_to_list(Sums),
+                                               lists:seq(1, erlang:tuple_size(
+                                                              Sums)))
+                                             ++ Extra,
+                                             erlang:element(2, Cfg)}),
+                          H > 0];
+                 (Inspect, Cfg, {top, true,
+                                 [{Spec, Values, Idx, Leaf, Ranking,
+                                   Walked}]}) ->
+                      [{Inspect({step, Spec, lists:nth(J, Idx)}),
+                        Inspect({tree_at, J, Values, Leaf, Walked})}
+                       || {H, J} <- Inspect({best,
+                                             Ranking
+                                             ++ [{H0, J0}
+                                                 || {J0, {H0, _}}
+                                                        <- maps:to_list(
+                                                             Walked)],
+                                             erlang:element(2, Cfg)}),
+                          H > 0]
+              end,
           %% The Width largest {Held, J}, each J once (a container's
           %% leaf entry is 0, its walked entry what it holds; a map
           %% entry's key may be both).
-          best => fun(_, _, {best, Candidates, Width0}) ->
-                          lists:sublist(
-                            lists:reverse(
-                              lists:sort(
-                                lists:ukeysort(
-                                  2, lists:reverse(lists:sort(Candidates))))),
-                            Width0)
-                  end,
-          walked_held => fun(_, _, {walked_held, J, Walked}) ->
-                                 case Walked of
-                                     #{J := {H, _}} -> H;
-                                     _ -> 0
-                                 end
-                         end,
-          tree_at => fun(Inspect, _, {tree_at, J, Values, {Words, Off},
-                                      Walked}) ->
-                             case Walked of
-                                 #{J := {_, Tree}} ->
-                                     Tree;
-                                 _ ->
-                                     {Inspect({kind, lists:nth(J, Values)}), 0,
-                                      erlang:element(J, Words),
-                                      maps:get(J, Off, 0), [], {0, 0, 0}}
-                             end
-                     end,
-          %% A map entry on show: its value's tree, with its key's bytes.
-          add => fun(_, _, {add, {Kind, C, W, B, Ch, O},
-                            {_, _, KW, KB, _, _}}) ->
-                         {Kind, C, W + KW, B + KB, Ch, O}
-                 end,
-          kind => fun(_, _, {kind, Term}) when erlang:is_map(Term) ->
-                      case Term of
-                          #{'__struct__' := S} when erlang:is_atom(S) -> {struct, S};
-                          _ -> map
-                      end;
-                     (_, _, {kind, Term}) when erlang:is_tuple(Term),
-                                             erlang:tuple_size(Term) > 1,
-                                             erlang:is_atom(erlang:element(1, Term)) ->
-                      {record, erlang:element(1, Term)};
-                     (_, _, {kind, Term}) ->
-                      if erlang:is_tuple(Term) -> tuple;
-                         erlang:is_list(Term) -> list;
-                         erlang:is_binary(Term) -> binary;
-                         erlang:is_bitstring(Term) -> bitstring;
-                         erlang:is_atom(Term) -> atom;
-                         erlang:is_integer(Term) -> integer;
-                         erlang:is_float(Term) -> float;
-                         erlang:is_pid(Term) -> pid;
-                         erlang:is_port(Term) -> port;
-                         erlang:is_reference(Term) -> reference;
-                         erlang:is_function(Term) -> 'fun';
-                         true -> other
+          best =>
+              fun(_, _, {best, Candidates, Width0}) ->
+                      lists:sublist(
+                        lists:reverse(
+                          lists:sort(
+                            lists:ukeysort(
+                              2, lists:reverse(lists:sort(Candidates))))),
+                        Width0)
+              end,
+          walked_held =>
+              fun(_, _, {walked_held, J, Walked}) ->
+                      case Walked of
+                          #{J := {H, _}} -> H;
+                          _ -> 0
                       end
-                  end,
+              end,
+          tree_at =>
+              fun(Inspect, _, {tree_at, J, Values, {Words, Off},
+                               Walked}) ->
+                      case Walked of
+                          #{J := {_, Tree}} ->
+                              Tree;
+                          _ ->
+                              {Inspect({kind, lists:nth(J, Values)}), 0,
+                               erlang:element(J, Words),
+                               maps:get(J, Off, 0), [], {0, 0, 0}}
+                      end
+              end,
+          %% A map entry on show: its value's tree, with its key's bytes.
+          add =>
+              fun(_, _, {add, {Kind, C, W, B, Ch, O},
+                         {_, _, KW, KB, _, _}}) ->
+                      {Kind, C, W + KW, B + KB, Ch, O}
+              end,
+          kind =>
+              fun(_, _, {kind, Term}) when erlang:is_map(Term) ->
+                  case Term of
+                      #{'__struct__' := S} when erlang:is_atom(S) -> {struct,
+                                                                      S};
+                      _ -> map
+                  end;
+                 (_, _, {kind, Term}) when erlang:is_tuple(Term),
+                                         erlang:tuple_size(Term) > 1,
+                                         erlang:is_atom(erlang:element(1,
+                                                                       Term)) ->
+                  {record, erlang:element(1, Term)};
+                 (_, _, {kind, Term}) ->
+                  if erlang:is_tuple(Term) -> tuple;
+                     erlang:is_list(Term) -> list;
+                     erlang:is_binary(Term) -> binary;
+                     erlang:is_bitstring(Term) -> bitstring;
+                     erlang:is_atom(Term) -> atom;
+                     erlang:is_integer(Term) -> integer;
+                     erlang:is_float(Term) -> float;
+                     erlang:is_pid(Term) -> pid;
+                     erlang:is_port(Term) -> port;
+                     erlang:is_reference(Term) -> reference;
+                     erlang:is_function(Term) -> 'fun';
+                     true -> other
+                  end
+              end,
           %% A container's element count and its own words: its header and
           %% slots; what its elements point to is theirs.
-          shape => fun(_, _, {shape, Term}) when erlang:is_tuple(Term) ->
-                       N = erlang:tuple_size(Term),
-                       {N, 1 + N};
-                      (_, _, {shape, Term}) when erlang:is_map(Term) ->
-                       N = erlang:map_size(Term),
-                       case N =< 32 of
-                           true -> {N, 4 + 2 * N};
-                           false -> {N, erlang:round(3.75 * N)}
-                       end;
-                      (Inspect, _, {shape, Term}) when erlang:is_list(Term) ->
-                       try erlang:length(Term) of
-                           N -> {N, 2 * N}
-                       catch
-                           %% An improper list: its cells, counted to a million.
-                           error:badarg -> {Inspect({cells, Term, 0}), 0}
-                       end;
-                      (_, _, {shape, Term}) when erlang:is_function(Term) ->
-                       {env, Env} = erlang:fun_info(Term, env),
-                       {erlang:length(Env), 5 + erlang:length(Env)}
-                   end,
-          merge => fun(_, _, {merge, A, B}) ->
-                       maps:fold(fun(K, {C, U, R}, Acc) ->
-                                         case Acc of
-                                             #{K := {C0, U0, R0}} ->
-                                                 Acc#{K => {C0 + C, U0 + U, R0 + R}};
-                                             _ ->
-                                                 Acc#{K => {C, U, R}}
-                                         end
-                                 end, A, B)
-                   end,
+          shape =>
+              fun(_, _, {shape, Term}) when erlang:is_tuple(Term) ->
+                  N = erlang:tuple_size(Term),
+                  {N, 1 + N};
+                 (_, _, {shape, Term}) when erlang:is_map(Term) ->
+                  N = erlang:map_size(Term),
+                  case N =< 32 of
+                      true -> {N, 4 + 2 * N};
+                      false -> {N, erlang:round(3.75 * N)}
+                  end;
+                 (Inspect, _, {shape, Term}) when erlang:is_list(Term) ->
+                  try erlang:length(Term) of
+                      N -> {N, 2 * N}
+                  catch
+                      %% An improper list: its cells, counted to a million.
+                      error:badarg -> {Inspect({cells, Term, 0}), 0}
+                  end;
+                 (_, _, {shape, Term}) when erlang:is_function(Term) ->
+                  {env, Env} = erlang:fun_info(Term, env),
+                  {erlang:length(Env), 5 + erlang:length(Env)}
+              end,
+          merge =>
+              fun(_, _, {merge, A, B}) ->
+                  maps:fold(fun(K, {C, U, R}, Acc) ->
+                                    case Acc of
+                                        #{K := {C0, U0, R0}} ->
+                                            Acc#{K => {C0 + C, U0 + U, R0 + R}};
+                                        _ ->
+                                            Acc#{K => {C, U, R}}
+                                    end
+                            end, A, B)
+              end,
           %% A small tuple of atoms and small integers ({user, 42}).
-          short => fun(_, _, {short, Key}) when erlang:is_atom(Key) ->
-                       Key;
-                      (_, _, {short, Key}) when erlang:is_integer(Key), Key > -1000000000,
-                                              Key < 1000000000 ->
-                       Key;
-                      (_, _, {short, Key}) when erlang:is_binary(Key) ->
-                       %% The first bytes of a printable key: enough to name it,
-                       %% too few to show a secret kept as a key.
-                       Cut = erlang:binary_part(Key, 0, erlang:min(24,
-                                                                   erlang:byte_size(Key))),
-                       case io_lib:printable_unicode_list(erlang:binary_to_list(Cut)) of
-                           true -> {binary, Cut, erlang:byte_size(Key)};
-                           false -> {kind, binary}
-                       end;
-                      (_, _, {short, Key}) when erlang:is_list(Key) ->
-                       Cut = lists:sublist(Key, 24),
-                       case io_lib:printable_unicode_list(Cut) of
-                           true -> {string, Cut, erlang:length(Key)};
-                           false -> {kind, list}
-                       end;
-                      (Inspect, _, {short, Key}) when erlang:is_tuple(Key),
-                                              erlang:tuple_size(Key) =< 4 ->
-                       Items = [Inspect({short, Item})
-                                || Item <- erlang:tuple_to_list(Key)],
-                       case lists:all(fun(Item) -> erlang:is_atom(Item) orelse
-                                                       erlang:is_integer(Item)
-                                      end, Items) of
-                           true -> {tuple, Items};
-                           false -> {kind, tuple}
-                       end;
-                      (Inspect, _, {short, Key}) ->
-                       {kind, Inspect({kind, Key})}
-                   end,
-          cells => fun(Inspect, _, {cells, [_ | T], C}) when C < 1000000 ->
-                       Inspect({cells, T, C + 1});
-                      (_, _, {cells, _, C}) ->
-                       C
-                   end,
+          short =>
+              fun(_, _, {short, Key}) when erlang:is_atom(Key) ->
+                  Key;
+                 (_, _, {short,
+                         Key}) when erlang:is_integer(Key), Key > -1000000000,
+                                         Key < 1000000000 ->
+                  Key;
+                 (_, _, {short, Key}) when erlang:is_binary(Key) ->
+                  %% The first bytes of a printable key: enough to name it,
+                  %% too few to show a secret kept as a key.
+                  Cut = erlang:binary_part(
+                          Key, 0, erlang:min(24, erlang:byte_size(Key))),
+                  case io_lib:printable_unicode_list(
+                         erlang:binary_to_list(Cut)) of
+                      true -> {binary, Cut, erlang:byte_size(Key)};
+                      false -> {kind, binary}
+                  end;
+                 (_, _, {short, Key}) when erlang:is_list(Key) ->
+                  Cut = lists:sublist(Key, 24),
+                  case io_lib:printable_unicode_list(Cut) of
+                      true -> {string, Cut, erlang:length(Key)};
+                      false -> {kind, list}
+                  end;
+                 (Inspect, _, {short, Key}) when erlang:is_tuple(Key),
+                                         erlang:tuple_size(Key) =< 4 ->
+                  Items = [Inspect({short, Item})
+                           || Item <- erlang:tuple_to_list(Key)],
+                  case lists:all(fun(Item) -> erlang:is_atom(Item) orelse
+                                                  erlang:is_integer(Item)
+                                 end, Items) of
+                      true -> {tuple, Items};
+                      false -> {kind, tuple}
+                  end;
+                 (Inspect, _, {short, Key}) ->
+                  {kind, Inspect({kind, Key})}
+              end,
+          cells =>
+              fun(Inspect, _, {cells, [_ | T], C}) when C < 1000000 ->
+                  Inspect({cells, T, C + 1});
+                 (_, _, {cells, _, C}) ->
+                  C
+              end,
           %% The tree as maps, sizes as integers, for the reply.
-          plain => fun(Inspect, _, {plain, {Kind, Count, W, B, Children, {ON, OW, OB}}}) ->
-                       #{kind => Kind, count => Count,
-                         words => erlang:round(W), binary => erlang:round(B),
-                         children => [{Step, Inspect({plain, T})}
-                                      || {Step, T} <- Children],
-                         others => #{count => ON, words => erlang:round(OW),
-                                     binary => erlang:round(OB)}}
-                   end,
-          measure => fun(Inspect, _, {measure, Term, Budget, Deadline}) ->
-                         {Tree, Pins, Left, Sampled, Late} =
-                             Inspect({walk, Term, 0, Budget, [], Deadline}),
-                         #{tree => Inspect({plain, Tree}),
-                           pins => [{lists:reverse(P), erlang:round(C), erlang:round(U),
-                                     erlang:round(R)}
-                                    || {P, {C, U, R}} <- maps:to_list(Pins)],
-                           visits => Budget - Left, sampled => Sampled, late => Late}
-                     end,
+          plain =>
+              fun(Inspect, _, {plain, {Kind, Count, W, B, Children, {ON, OW,
+                                                                     OB}}}) ->
+                  #{kind => Kind, count => Count,
+                    words => erlang:round(W), binary => erlang:round(B),
+                    children => [{Step, Inspect({plain, T})}
+                                 || {Step, T} <- Children],
+                    others => #{count => ON, words => erlang:round(OW),
+                                binary => erlang:round(OB)}}
+              end,
+          measure =>
+              fun(Inspect, _, {measure, Term, Budget, Deadline}) ->
+                  {Tree, Pins, Left, Sampled, Late} =
+                      Inspect({walk, Term, 0, Budget, [], Deadline}),
+                  #{tree => Inspect({plain, Tree}),
+                    pins => [{lists:reverse(P), erlang:round(C),
+                              erlang:round(U),
+                              erlang:round(R)}
+                             || {P, {C, U, R}} <- maps:to_list(Pins)],
+                    visits => Budget - Left, sampled => Sampled, late => Late}
+              end,
           %% The dictionary by key, as a map (its cells' worth of words,
           %% made for the walk) when it has at most 10,000 keys, else as
           %% the list it is.
-          dictionary => fun(Inspect, _, {dictionary, Entries, Budget, Deadline}) ->
-                            case erlang:length(Entries) =< 10000 of
-                                true -> Inspect({measure, maps:from_list(Entries), Budget,
-                                                 Deadline});
-                                false -> Inspect({measure, Entries, Budget, Deadline})
-                            end
-                        end,
-          inside => fun(Inspect, _, {inside, ReplyTo, Ref, Budget, Deadline, Kind}) ->
-                        fun(State) ->
-                                Here = erlang:is_process_alive(ReplyTo) andalso
-                                    erlang:monotonic_time(millisecond) < Deadline,
-                                case Here of
-                                    true ->
-                                        Started = erlang:monotonic_time(microsecond),
-                                        {Part, Term} =
-                                            case {Kind, State} of
-                                                {gen_event, {Module, Id, Handler}} ->
-                                                    {{handler, Module,
-                                                      Inspect({short, Id})}, Handler};
-                                                _ ->
-                                                    {state, State}
-                                            end,
-                                        Walk = Inspect({measure, Term, Budget, Deadline}),
-                                        %% The dictionary is read where it is: get/0
-                                        %% makes the list's cells, not copies of its
-                                        %% entries. Walked once (gen_event calls this
-                                        %% fun for every handler).
-                                        Dictionary =
-                                            case Part of
-                                                {handler, _, _} -> none;
-                                                _ -> Inspect({dictionary, erlang:get(),
-                                                              erlang:max(1, Budget div 4),
-                                                              Deadline})
-                                            end,
-                                        ReplyTo ! {Ref, erlang:self(), Part, Walk,
-                                                   Dictionary,
-                                                   erlang:monotonic_time(microsecond)
-                                                   - Started};
-                                    false ->
-                                        ok
-                                end,
-                                erlang:throw(beam_probe_inspected)
-                        end
-                    end,
-          family => fun(Inspect, _, {family, Key, Object, Keypos}) ->
-                        if erlang:is_tuple(Key), erlang:tuple_size(Key) > 0 ->
-                                {tuple, Inspect({short_family, erlang:element(1, Key)})};
-                           Keypos > 1, erlang:is_atom(erlang:element(1, Object)) ->
-                                {record, erlang:element(1, Object)};
-                           true ->
-                                {type, Inspect({kind, Key})}
-                        end
-                    end,
-          short_family => fun(_, _, {short_family, First}) when erlang:is_atom(First) ->
-                              First;
-                             (_, _, {short_family, First}) when erlang:is_integer(First),
-                                                              First > -1000, First < 1000 ->
-                              First;
-                             (Inspect, _, {short_family, First}) ->
-                              {kind, Inspect({kind, First})}
-                          end
+          dictionary =>
+              fun(Inspect, _, {dictionary, Entries, Budget, Deadline}) ->
+                  case erlang:length(Entries) =< 10000 of
+                      true -> Inspect({measure, maps:from_list(Entries), Budget,
+                                       Deadline});
+                      false -> Inspect({measure, Entries, Budget, Deadline})
+                  end
+              end,
+          inside =>
+              fun(Inspect, _, {inside, ReplyTo, Ref, Budget, Deadline, Kind}) ->
+                  fun(State) ->
+                          Here = erlang:is_process_alive(ReplyTo) andalso
+                              erlang:monotonic_time(millisecond) < Deadline,
+                          case Here of
+                              true ->
+                                  Started = erlang:monotonic_time(microsecond),
+                                  {Part, Term} =
+                                      case {Kind, State} of
+                                          {gen_event, {Module, Id, Handler}} ->
+                                              {{handler, Module,
+                                                Inspect({short, Id})}, Handler};
+                                          _ ->
+                                              {state, State}
+                                      end,
+                                  Walk = Inspect({measure, Term, Budget,
+                                                  Deadline}),
+                                  %% The dictionary is read where it is: get/0
+                                  %% makes the list's cells, not copies of its
+                                  %% entries. Walked once (gen_event calls this
+                                  %% fun for every handler).
+                                  Dictionary =
+                                      case Part of
+                                          {handler, _, _} -> none;
+                                          _ ->
+                                              Inspect({dictionary,
+                                                       erlang:get(),
+                                                       erlang:max(
+                                                         1, Budget div 4),
+                                                       Deadline})
+                                      end,
+                                  ReplyTo ! {Ref, erlang:self(), Part, Walk,
+                                             Dictionary,
+                                             erlang:monotonic_time(microsecond)
+                                             - Started};
+                              false ->
+                                  ok
+                          end,
+                          erlang:throw(beam_probe_inspected)
+                  end
+              end,
+          %% A chunk of a table's {Key, Object} pairs, in compiled
+          %% passes but for one step an object: its words
+          %% (erts_debug:flat_size/1 of our copy: a table stores objects
+          %% flat, so it is linear), its key family, its binaries three
+          %% levels down (a slice stored in a table keeps its whole binary
+          %% alive). Acc is {#{Family => {Count, Words, Binary,
+          %% PinCount, PinBytes, PinReferenced}}, the Width largest as
+          %% {Held, ShortKey, Family, Words, Binary}}.
+          objects =>
+              fun(Inspect, Cfg, {objects, Pairs, Keypos,
+                                 {Families0, Top0}}) ->
+                      {Keys, Objs} = lists:unzip(Pairs),
+                      Js = lists:seq(1, erlang:length(Objs)),
+                      Words = lists:map(fun erts_debug:flat_size/1,
+                                        Objs),
+                      {Off, Pins} = Inspect({object_binaries,
+                                             lists:zip(Js, Objs), 3,
+                                             #{}, []}),
+                      Fams = Inspect({families, Keys, Objs, Keypos}),
+                      Families =
+                          Inspect({tally, lists:zip3(Fams, Words, Js),
+                                   Off, Families0}),
+                      Held = lists:zip(
+                               ets:match_spec_run(
+                                 Words, erlang:element(10, Cfg)), Js)
+                          ++ [{erlang:element(J, erlang:list_to_tuple(
+                                                   Words)) * 8 + B, J}
+                              || {J, B} <- maps:to_list(Off)],
+                      Best = Inspect({best, Held,
+                                      erlang:element(2, Cfg)}),
+                      KeysT = erlang:list_to_tuple(Keys),
+                      WordsT = erlang:list_to_tuple(Words),
+                      FamsT = erlang:list_to_tuple(Fams),
+                      Top = [{H, Inspect({short, erlang:element(J, KeysT)}),
+                              erlang:element(J, FamsT),
+                              erlang:element(J, WordsT),
+                              maps:get(J, Off, 0)}
+                             || {H, J} <- Best],
+                      {Inspect({pin_tally, Pins, FamsT, Families}),
+                       lists:sublist(lists:reverse(lists:sort(Top0 ++ Top)),
+                                     erlang:element(2, Cfg))}
+              end,
+          %% Binaries among [{J, Term}], Levels down: {#{J => off-heap
+          %% bytes}, [{J, Size, Referenced}] pinned}. Each level's
+          %% containers give their elements (a list its first 1,000).
+          object_binaries =>
+              fun(_, _, {object_binaries, [], _, Off, Pins}) ->
+                      {Off, Pins};
+                 (_, _, {object_binaries, _, 0, Off, Pins}) ->
+                      {Off, Pins};
+                 (Inspect, Cfg, {object_binaries, Items, Levels, Off0,
+                                 Pins0}) ->
+                      Found = ets:match_spec_run(
+                                [{J, 0, V} || {J, V} <- Items],
+                                erlang:element(4, Cfg)),
+                      Values = ets:match_spec_run(Found,
+                                                  erlang:element(5, Cfg)),
+                      Rows = lists:zip3(
+                               ets:match_spec_run(Found,
+                                                  erlang:element(6, Cfg)),
+                               lists:map(fun erlang:byte_size/1, Values),
+                               lists:map(fun binary:referenced_byte_size/1,
+                                         Values)),
+                      Off = lists:foldl(fun({J, B}, Acc) ->
+                                                Acc#{J => maps:get(J, Acc, 0)
+                                                          + B}
+                                        end, Off0,
+                                        ets:match_spec_run(
+                                          Rows, erlang:element(7, Cfg))),
+                      Pins = [{J, S, R}
+                              || {{J, _}, S, R} <- ets:match_spec_run(
+                                                     Rows,
+                                                     erlang:element(11, Cfg))]
+                          ++ Pins0,
+                      Next = lists:append(
+                               [Inspect({elements_of, J, C})
+                                || {J, C} <- ets:match_spec_run(
+                                               Items, erlang:element(9, Cfg))]),
+                      Inspect({object_binaries, Next, Levels - 1, Off, Pins})
+              end,
+          elements_of =>
+              fun(_, _, {elements_of, J, T}) when erlang:is_tuple(T) ->
+                      Items = erlang:tuple_to_list(T),
+                      lists:zip(lists:duplicate(erlang:length(Items),
+                                                J), Items);
+                 (_, _, {elements_of, J, T}) when erlang:is_map(T) ->
+                      Items = maps:values(T) ++ maps:keys(T),
+                      lists:zip(lists:duplicate(erlang:length(Items),
+                                                J), Items);
+                 (Inspect, _, {elements_of, J, T}) when erlang:is_list(T) ->
+                      Items = Inspect({every, 1, T, 1000, 1000}),
+                      lists:zip(lists:duplicate(erlang:length(Items),
+                                                J), Items);
+                 (_, _, {elements_of, _, _}) ->
+                      []
+              end,
+          %% Key families aligned with Keys: a tuple key's first element,
+          %% else a record's tag (keypos > 1), else the key's type.
+          families =>
+              fun(Inspect, _, {families, Keys, Objs, Keypos}) ->
+                      [Inspect({family, K, O, Keypos})
+                       || {K, O} <- lists:zip(Keys, Objs)]
+              end,
+          tally =>
+              fun(_, _, {tally, Rows, Off, Families0}) ->
+                      lists:foldl(
+                        fun({F, W, J}, Acc) ->
+                                {C0, W0, B0, PC, PU, PR} =
+                                    maps:get(F, Acc, {0, 0, 0, 0, 0, 0}),
+                                Acc#{F => {C0 + 1, W0 + W,
+                                           B0 + maps:get(J, Off, 0),
+                                           PC, PU, PR}}
+                        end, Families0, Rows)
+              end,
+          pin_tally =>
+              fun(_, _, {pin_tally, Pins, FamsT, Families0}) ->
+                      lists:foldl(
+                        fun({J, S, R}, Acc) ->
+                                F = erlang:element(J, FamsT),
+                                {C0, W0, B0, PC, PU, PR} =
+                                    maps:get(F, Acc),
+                                Acc#{F => {C0, W0, B0, PC + 1,
+                                           PU + S, PR + R}}
+                        end, Families0, Pins)
+              end,
+          family =>
+              fun(Inspect, _, {family, Key, Object, Keypos}) ->
+                  if erlang:is_tuple(Key), erlang:tuple_size(Key) > 0 ->
+                          {tuple, Inspect({short_family, erlang:element(1,
+                                                                        Key)})};
+                     Keypos > 1, erlang:is_atom(erlang:element(1, Object)) ->
+                          {record, erlang:element(1, Object)};
+                     true ->
+                          {type, Inspect({kind, Key})}
+                  end
+              end,
+          short_family =>
+              fun(_, _, {short_family, First}) when erlang:is_atom(First) ->
+                  First;
+                 (_, _, {short_family, First}) when erlang:is_integer(First),
+                                                  First > -1000, First < 1000 ->
+                  First;
+                 (Inspect, _, {short_family, First}) ->
+                  {kind, Inspect({kind, First})}
+              end
     },
     Dispatch = fun Inspect(Request) ->
                        (maps:get(erlang:element(1, Request), Ops))(
@@ -1053,9 +1253,9 @@ process(Target, Resolve, Walker, Options) ->
             fun((options()) -> inspector()), options()) ->
           #{table := term(), info := [{atom(), term()}],
             families := [{term(), non_neg_integer(), non_neg_integer(),
-                          non_neg_integer()}],
-            pins := [{term(), [step()], non_neg_integer(),
-                      non_neg_integer(), non_neg_integer()}],
+                          non_neg_integer(),
+                          {non_neg_integer(), non_neg_integer(),
+                           non_neg_integer()}}],
             largest := [{term(), term(), non_neg_integer(),
                          non_neg_integer()}],
             seen := non_neg_integer(), late := boolean(),
@@ -1063,7 +1263,7 @@ process(Target, Resolve, Walker, Options) ->
           {error, no_such_table | private}.
 table(Spec, Walker, Options) ->
     Inspect = Walker(Options),
-    #{budget := Budget, walk_ms := WalkMs, width := Width} = Options,
+    #{budget := Budget, walk_ms := WalkMs} = Options,
     Tables = ets:all(),
     Found = case Spec of
                 {name, Name} ->
@@ -1104,57 +1304,6 @@ table(Spec, Walker, Options) ->
                     Fixed = Type =/= ordered_set andalso
                         ets:safe_fixtable(Found, true),
                     Chunk = erlang:min(500, Budget),
-                    %% Per family: {Count, Words, Binary}; pins keyed by
-                    %% {Family, Path}.
-                    Object =
-                        fun(Obj, {Families, Pins, Top}) ->
-                                Key = erlang:element(Keypos, Obj),
-                                Family = Inspect({family, Key, Obj, Keypos}),
-                                Words = erts_debug:flat_size(Obj),
-                                %% Every object is walked for its
-                                %% binaries: a slice stored in a table
-                                %% keeps its whole binary alive, and
-                                %% nothing cheaper tells it is there.
-                                #{tree := #{binary := Binary},
-                                  pins := ObjPins} =
-                                    Inspect({measure, Obj, 64, Deadline}),
-                                {C0, W0, B0} = maps:get(Family, Families,
-                                                        {0, 0, 0}),
-                                Pins2 = lists:foldl(
-                                          fun({Path, C, U, R}, Acc) ->
-                                                  K = {Family, Path},
-                                                  {C1, U1, R1} =
-                                                      maps:get(K, Acc,
-                                                               {0, 0, 0}),
-                                                  Acc#{K => {C1 + C, U1 + U,
-                                                             R1 + R}}
-                                          end, Pins, ObjPins),
-                                Held = Words * 8 + Binary,
-                                Top2 = case erlang:length(Top) < Width of
-                                           true ->
-                                               lists:sort([{Held, Inspect(
-                                                                    {short,
-                                                                     Key}),
-                                                            Family, Words,
-                                                            Binary} | Top]);
-                                           false ->
-                                               case Top of
-                                                   [{Least, _, _, _, _} | Rest]
-                                                     when Held > Least ->
-                                                       lists:sort(
-                                                         [{Held,
-                                                           Inspect({short,
-                                                                    Key}),
-                                                           Family, Words,
-                                                           Binary} | Rest]);
-                                                   _ ->
-                                                       Top
-                                               end
-                                       end,
-                                {Families#{Family => {C0 + 1, W0 + Words,
-                                                      B0 + Binary}},
-                                 Pins2, Top2}
-                        end,
                     Read =
                         fun Read(Step, Seen, Acc) ->
                                 Late = erlang:monotonic_time(millisecond)
@@ -1164,10 +1313,11 @@ table(Spec, Walker, Options) ->
                                     _ when Seen >= Budget ->
                                         {Acc, Seen, false};
                                     '$end_of_table' -> {Acc, Seen, false};
-                                    {Objects, Continuation} ->
-                                        Take = lists:sublist(Objects,
+                                    {Pairs, Continuation} ->
+                                        Take = lists:sublist(Pairs,
                                                              Budget - Seen),
-                                        Acc2 = lists:foldl(Object, Acc, Take),
+                                        Acc2 = Inspect({objects, Take, Keypos,
+                                                        Acc}),
                                         Next = case Continuation of
                                                    '$end_of_table' ->
                                                        '$end_of_table';
@@ -1179,11 +1329,16 @@ table(Spec, Walker, Options) ->
                                              Acc2)
                                 end
                         end,
-                    {{Families, Pins, Top}, Seen, Late} =
+                    %% Each object with its key, taken by the match
+                    %% specification itself.
+                    {{Families, Top}, Seen, Late} =
                         try
-                            Read(ets:select(Found, [{'_', [], ['$_']}],
+                            Read(ets:select(Found,
+                                            [{'_', [],
+                                              [{{{element, Keypos, '$_'},
+                                                 '$_'}}]}],
                                             Chunk),
-                                 0, {#{}, #{}, []})
+                                 0, {#{}, []})
                         after
                             case Fixed of
                                 true -> ets:safe_fixtable(Found, false);
@@ -1191,11 +1346,10 @@ table(Spec, Walker, Options) ->
                             end
                         end,
                     #{table => Found, info => Info,
-                      families => [{F, C, W, B}
-                                   || {F, {C, W, B}} <- maps:to_list(
-                                                          Families)],
-                      pins => [{F, P, C, U, R}
-                               || {{F, P}, {C, U, R}} <- maps:to_list(Pins)],
+                      families => [{F, C, W, B,
+                                    {PC, PU, PR}}
+                                   || {F, {C, W, B, PC, PU, PR}}
+                                          <- maps:to_list(Families)],
                       largest => [{K, F, W, B}
                                   || {_, K, F, W, B} <- lists:reverse(Top)],
                       seen => Seen, late => Late,

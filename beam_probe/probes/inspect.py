@@ -470,27 +470,21 @@ def table(remote: Remote, spec: str, width: int = 10,
     seen = reply.count("seen")
     families = []
     for item in reply.list("families"):
-        if not (isinstance(item, tuple) and len(item) == 4):
+        if not (isinstance(item, tuple) and len(item) == 5
+                and isinstance(item[4], tuple) and len(item[4]) == 3):
             raise RemoteError(f"{where}: a malformed family")
         families.append((item[0], count(where, item[1]),
                          count(where, item[2]) * wordsize,
-                         count(where, item[3])))
+                         count(where, item[3]),
+                         [count(where, n) for n in item[4]]))
     # What we read is flat copies; a compressed table stores less: sizes
     # are scaled to the table's own memory figure, which is what it holds.
     compressed = info.get("compressed") is True
     read = sum(f[2] for f in families)
     factor = size / seen if seen else 1.0
     scale = (stored / (read * factor)) if compressed and read else 1.0
-    pins: dict[Any, list[int]] = {}
-    for item in reply.list("pins"):
-        if not (isinstance(item, tuple) and len(item) == 5):
-            raise RemoteError(f"{where}: a malformed pin")
-        pins.setdefault(item[0], [0, 0, 0])
-        for i in range(3):
-            pins[item[0]][i] += count(where, item[2 + i])
     out: list[TableFamily] = []
-    for family, n, words, binary in families:
-        pin = pins.get(family, [0, 0, 0])
+    for family, n, words, binary, pin in families:
         out.append({"family": _family(family),
                     "count": round(n * factor),
                     "bytes": round(words * factor * scale),

@@ -15,6 +15,8 @@
          table_owner/1]).
 %% gen_event handler callbacks (the module is its own handler).
 -export([handle_event/2]).
+%% For tests/bench_inspect.py.
+-export([big/1, big_table/1, watch_start/1, watch_stop/0]).
 
 -record(state, {cache = #{} :: map(),
                 log = [] :: list(),
@@ -51,6 +53,8 @@ init(cache) ->
     {ok, #state{cache = Cache, log = lists:seq(1, 500)}};
 init(busy) ->
     {ok, #{calls => 0}};
+init({big, N}) ->
+    {ok, maps:from_list([{I, {I, <<"value">>}} || I <- lists:seq(1, N)])};
 init(statem) ->
     {ok, idle, #{history => [<<0:800>>
                              || _ <- lists:seq(1, 30)]}};
@@ -121,3 +125,51 @@ table_owner(Parent) ->
      || I <- lists:seq(1, 10)],
     Parent ! table_ready,
     receive stop -> ok end.
+
+%% bench_inspect.py: a gen_server whose state is a map of N entries.
+big(N) ->
+    {ok, _} = gen_server:start({local, bp_big}, ?MODULE, {big, N}, []),
+    ok.
+
+%% A public table of N objects, owned by a process that lives on.
+big_table(N) ->
+    Self = self(),
+    spawn(fun() ->
+                  T = ets:new(bp_big_table, [named_table, public, set]),
+                  insert_many(T, 1, N),
+                  Self ! ready,
+                  receive stop -> ok end
+          end),
+    receive ready -> ok end.
+
+insert_many(_, I, N) when I > N -> ok;
+insert_many(T, I, N) ->
+    ets:insert(T, {I, {user, I}, <<"value">>}),
+    insert_many(T, I + 1, N).
+
+%% How long the target is kept from its work: a process that asks Target
+%% (a gen_server, or the table bp_big_table when Target is a table) every
+%% millisecond and keeps the longest answer, in microseconds, until
+%% watch_stop/0.
+watch_start(Target) ->
+    register(bp_watch, spawn(fun() -> watch_loop(Target, 0) end)),
+    ok.
+
+watch_loop(Target, Longest) ->
+    receive
+        {stop, From} -> From ! {longest, Longest}
+    after 1 ->
+            {Us, _} = timer:tc(fun() -> ask(Target) end),
+            watch_loop(Target, erlang:max(Longest, Us))
+    end.
+
+ask(table) ->
+    I = rand:uniform(1000),
+    ets:insert(bp_big_table, {I, {user, I}, <<"value">>}),
+    ets:lookup(bp_big_table, I);
+ask(Name) ->
+    gen_server:call(Name, ping, infinity).
+
+watch_stop() ->
+    bp_watch ! {stop, self()},
+    receive {longest, Us} -> Us end.

@@ -1,0 +1,158 @@
+"""What `inspect` costs the process and the node it looks into.
+
+A gen_server whose state is a map of SIZE entries ({I => {I, <<"value">>}},
+about 78 bytes an entry): `inspect` against the baseline every other tool
+uses, sys:get_state/1 (observer, observer_cli and recon's state views),
+run inside the node through erl_call, side by side, medians of RUNS. For
+each: wall time, the rise of the node's erlang:memory(total) at its peak
+(sampled every millisecond in the node), and the longest the gen_server
+kept a caller waiting meanwhile (a process calling it every millisecond),
+which is how long it was kept from its work.
+
+Then a table of TABLE objects: `inspect --table`, sampled, its time
+against --timeout, and the longest an insert and a lookup into the table
+waited meanwhile (the table stays usable).
+
+Run: python tests/bench_inspect.py [SIZE] [--table TABLE] [--runs R]
+Defaults: SIZE 1,000,000, TABLE 10,000,000 (about 1.5 GB of node memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+from benchlib import start_node
+from conftest import run_measured
+
+MB = 2 ** 20
+
+
+def _erl_call(node, env: dict, *args: str, expr: str | None = None) -> str:
+    return subprocess.run(["erl_call", "-sname", node.name, "-timeout",
+                           "900", *args], input=expr, env=env, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def _apply(node, env: dict, module: str, function: str, args: str) -> str:
+    return _erl_call(node, env, "-a", f"{module} {function} {args}")
+
+
+def _measured(node, env: dict, target: str, run) -> tuple[float, int, int]:
+    """(seconds, peak memory rise in bytes, longest wait of a caller of
+    ``target`` in microseconds) while ``run`` runs."""
+    _apply(node, env, "beam_probe_workload", "peak_start", "[]")
+    _apply(node, env, "beam_probe_inspect_fixture", "watch_start",
+           f"[{target}]")
+    time.sleep(0.2)
+    started = time.perf_counter()
+    run()
+    elapsed = time.perf_counter() - started
+    longest = int(_apply(node, env, "beam_probe_inspect_fixture",
+                         "watch_stop", "[]"))
+    rise = int(_apply(node, env, "beam_probe_workload", "peak_stop", "[]"))
+    return elapsed, rise, longest
+
+
+def _median(rows: list[tuple[float, int, int]], i: int) -> float:
+    return statistics.median(row[i] for row in rows)
+
+
+def bench_state(script: str, size: int, runs: int) -> None:
+    with start_node() as node:
+        env = dict(os.environ, HOME=node.home)
+        _apply(node, env, "beam_probe_inspect_fixture", "big", f"[{size}]")
+        _erl_call(node, env, "-e", expr="erlang:garbage_collect("
+                  "whereis(bp_big)), ok.\n")
+        ours: list[tuple[float, int, int]] = []
+        answers = []
+
+        def inspect() -> None:
+            code, out, err, _, _ = run_measured(
+                [script, "inspect", node.node, "bp_big", "--format", "json",
+                 "--timeout", "60"], env)
+            if code != 0:
+                raise SystemExit(f"inspect failed ({code}): {err}")
+            answers.append(json.loads(out))
+
+        def get_state() -> None:
+            _erl_call(node, env, "-e", expr="_ = sys:get_state(bp_big), "
+                      "ok.\n")
+        theirs: list[tuple[float, int, int]] = []
+        for _ in range(runs):
+            ours.append(_measured(node, env, "bp_big", inspect))
+            theirs.append(_measured(node, env, "bp_big", get_state))
+        state = answers[-1]["parts"][0]
+        print(f"state of {size:,} entries: inspect "
+              f"{_median(ours, 0):.2f} s (target < 2 s), node memory "
+              f"+{_median(ours, 1) / MB:.2f} MB at its peak (target < 1 MB), "
+              f"the gen_server kept a caller waiting "
+              f"{_median(ours, 2) / 1000:.0f} ms at most (its own measure "
+              f"of the walk: {statistics.median(a['total']['pause_ms'] for a in answers):.0f} ms); "
+              f"estimated {state['bytes'] / MB:.1f} MB "
+              f"({'sampled' if answers[-1]['total']['sampled'] else 'exact'})",
+              flush=True)
+        print(f"state of {size:,} entries: sys:get_state/1 (baseline) "
+              f"{_median(theirs, 0):.2f} s, node memory "
+              f"+{_median(theirs, 1) / MB:.1f} MB at its peak, the "
+              f"gen_server kept a caller waiting "
+              f"{_median(theirs, 2) / 1000:.0f} ms at most", flush=True)
+        print(f"ratios, inspect / sys:get_state: memory "
+              f"{_median(ours, 1) / max(_median(theirs, 1), 1):.3f}, "
+              f"longest wait {_median(ours, 2) / max(_median(theirs, 2), 1):.2f}",
+              flush=True)
+
+
+def bench_table(script: str, size: int, runs: int) -> None:
+    with start_node() as node:
+        env = dict(os.environ, HOME=node.home)
+        started = time.perf_counter()
+        _apply(node, env, "beam_probe_inspect_fixture", "big_table",
+               f"[{size}]")
+        print(f"table of {size:,} objects made in "
+              f"{time.perf_counter() - started:.0f} s", flush=True)
+        rows = []
+        answers = []
+
+        def inspect() -> None:
+            code, out, err, _, _ = run_measured(
+                [script, "inspect", node.node, "--table", "bp_big_table",
+                 "--format", "json", "--timeout", "30"], env)
+            if code != 0:
+                raise SystemExit(f"inspect --table failed ({code}): {err}")
+            answers.append(json.loads(out))
+        for _ in range(runs):
+            rows.append(_measured(node, env, "table", inspect))
+        last = answers[-1]
+        print(f"table of {size:,} objects: inspect --table "
+              f"{_median(rows, 0):.2f} s (--timeout 30), "
+              f"{last['seen']:,} objects read "
+              f"({last['fraction']:.2%}, sampled: {last['sampled']}), "
+              f"node memory +{_median(rows, 1) / MB:.1f} MB at its peak, "
+              f"an insert and a lookup waited "
+              f"{_median(rows, 2) / 1000:.1f} ms at most", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("size", nargs="?", type=int, default=1_000_000)
+    parser.add_argument("--table", type=int, default=10_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    opts = parser.parse_args()
+    script = os.path.join(os.path.dirname(sys.executable), "beam-probe")
+    if not os.path.exists(script):
+        script = shutil.which("beam-probe")
+    bench_state(script, opts.size, max(1, opts.runs))
+    if opts.table:
+        bench_table(script, opts.table, max(1, opts.runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
