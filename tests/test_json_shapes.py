@@ -24,6 +24,10 @@ COMMANDS = {
     "check": (["check"], r.CheckReport),
     "alloc": (["alloc"], r.AllocReport),
     "ets": (["ets", "3"], r.EtsReport),
+    "inspect": (["inspect", "application_controller"], r.ProcessInspection),
+    "inspect plain": (["inspect", "code_server"], r.ProcessInspection),
+    "inspect --table": (["inspect", "--table", "ac_tab"],
+                        r.TableInspection),
 }
 
 
