@@ -96,6 +96,8 @@ def test_the_slices_that_pin_requests_are_named(fixture_node):
 
 
 def test_gen_statem_and_gen_event(fixture_node):
+    states = [state_of(fixture_node, name)
+              for name in ("bp_statem", "bp_events")]
     statem = inspect(fixture_node, "bp_statem")
     assert statem["kind"] == "gen_statem"
     roots = [p["path"] for p in statem["parts"] if p["depth"] == 0]
@@ -107,6 +109,9 @@ def test_gen_statem_and_gen_event(fixture_node):
     handler = parts(events)[f"Handler({FIXTURE})"]
     assert handler["kind"] == "map"
     assert parts(events)[f"Handler({FIXTURE})#{{seen}}"]["count"] == 200
+    # Both left as they were (gen_event catches the throw per handler).
+    assert [state_of(fixture_node, name)
+            for name in ("bp_statem", "bp_events")] == states
 
 
 def test_hibernating_and_supervised_workers_are_read(fixture_node):
@@ -182,6 +187,16 @@ def test_a_table_of_three_key_families(fixture_node):
     assert 400_000 <= session["pinned"]["referenced_bytes"] <= 410_000
     assert table["families"][0]["family"] == "{session, ...}"  # largest
     assert table["largest"][0]["key"].startswith("{session,")
+    # A compressed table is accounted as it is stored, not as the flat
+    # copies we read.
+    packed = inspect(fixture_node, "--table", "bp_compressed")
+    (family,) = packed["families"]
+    assert packed["compressed"] is True and family["count"] == 200
+    assert family["bytes"] == pytest.approx(packed["memory"], rel=0.01)
+    assert family["bytes"] < 200 * 100 * 16
+    r = run_here("inspect", fixture_node.node, "--table", "bp_private",
+                 node=fixture_node)
+    assert r.returncode == 2 and "private" in r.stderr
     records = inspect(fixture_node, "--table", "bp_records")
     assert [f["family"] for f in records["families"]] == ["#session{}"]
     sampled = inspect(fixture_node, "--table", "bp_table", "--budget", "50")

@@ -119,6 +119,9 @@ table_owner(Parent) ->
                     binary:part(<<I:80000>>, 0, 100)})
      || I <- lists:seq(1, 40)],
     [ets:insert(T, {I, I}) || I <- lists:seq(1, 25)],
+    C = ets:new(bp_compressed, [named_table, public, set, compressed]),
+    [ets:insert(C, {I, lists:seq(1, 100)}) || I <- lists:seq(1, 200)],
+    ets:new(bp_private, [named_table, private]),
     R = ets:new(bp_records, [named_table, public, set,
                              {keypos, #session.id}]),
     [ets:insert(R, #session{id = I, user = I, token = <<"t">>})
