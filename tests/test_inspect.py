@@ -226,3 +226,50 @@ def test_a_bare_node_name_goes_before_table(fixture_node):
                  "json", node=fixture_node)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["table"] == "bp_records"
+
+
+def _tree(depth: int, children: int = 1) -> dict:
+    node = {Atom("kind"): Atom("map"), Atom("count"): 1, Atom("words"): 3,
+            Atom("binary"): 0, Atom("children"): [],
+            Atom("others"): {Atom("count"): 0, Atom("words"): 0,
+                             Atom("binary"): 0}}
+    for _ in range(depth):
+        node = dict(node, **{Atom("children"): [
+            ((Atom("key"), Atom("a")), node)] * children})
+    return node
+
+
+def test_crafted_trees_are_refused_in_one_line():
+    """A peer's tree deeper or wider than asked for is a bad reply (exit
+    8), not a recursion error; keys of any shape render as text."""
+    from beam_probe.errors import BadReply
+    from beam_probe.probes.inspect import _key_text, _Names, _Tree
+
+    tree = _Tree("inspect", 8, _Names([]))
+    assert [row["path"] for row in tree.rows(_tree(2), ("State", "state"),
+                                             0)] == \
+        ["State", "State#{a}", "State#{a}#{a}"]
+    with pytest.raises(BadReply):
+        list(tree.rows(_tree(5000), ("State", "state"), 0))
+    with pytest.raises(BadReply):
+        list(tree.rows(_tree(1, children=500), ("State", "state"), 0))
+    for key in (Atom("ok"), 7, (Atom("binary"), b"\x00\n", 3),
+                (Atom("string"), "a\u2028", 99), (Atom("kind"), Atom("pid")),
+                (Atom("tuple"), [Atom("user"), 3]), 2**20000, None,
+                (Atom("binary"), 5, "x")):
+        for elixir in (False, True):
+            text = _key_text(key, elixir)
+            assert isinstance(text, str) and "\n" not in text
+
+
+def test_table_names_and_ids():
+    from beam_probe.errors import UsageError
+    from beam_probe.probes.inspect import table_spec
+
+    assert table_spec("sessions") == (Atom("name"), "sessions")
+    assert table_spec(":sessions") == (Atom("name"), "sessions")
+    assert table_spec("'my table'") == (Atom("name"), "my table")
+    assert table_spec("#Ref<0.1.2.3>") == (Atom("id"), "#Ref<0.1.2.3>")
+    for bad in ("", "x" * 300, "a\nb"):
+        with pytest.raises(UsageError):
+            table_spec(bad)

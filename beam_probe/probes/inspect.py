@@ -20,7 +20,8 @@ import re
 from typing import Any, Iterator, TYPE_CHECKING
 
 from beam_probe.erldist.terms import Atom, Pid, format_term, mfa
-from beam_probe.errors import NoSuchProcess, ProbeError, RemoteError, UsageError
+from beam_probe.errors import (BadReply, NoSuchProcess, RemoteError,
+                               UsageError)
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply, count, escaped
@@ -135,7 +136,9 @@ def _key_text(key: Any, elixir: bool) -> str:
         return "{" + (", " if elixir else ",").join(
             _key_text(item, elixir) for item in key[1]) + "}"
     if isinstance(key, int) and not isinstance(key, bool):
-        return str(key)
+        # The node sends small integers only; a crafted one of thousands
+        # of digits is not written out (Python refuses past 4,300).
+        return str(key) if key.bit_length() <= 64 else "<integer>"
     if isinstance(key, tuple) and len(key) == 3 and key[0] in (
             Atom("binary"), Atom("string")):
         cut, size = key[1], key[2]
@@ -225,6 +228,11 @@ class _Tree:
 
     def rows(self, node: Any, path: tuple[str, str], depth: int
              ) -> Iterator["InspectPart"]:
+        if depth > MAX_DEPTH + 1:
+            # What we asked for is at most --depth levels: a deeper tree
+            # is no answer of ours (and would run Python's recursion out).
+            raise BadReply(f"{self.where}: a tree deeper than "
+                           f"{MAX_DEPTH + 1} levels")
         tree = Reply(self.where, node)
         kind = tree["kind"]
         size = tree.count("count")
@@ -235,6 +243,9 @@ class _Tree:
                "bytes": tree.count("words") * self.wordsize,
                "binary_bytes": tree.count("binary"), "share": 0.0}
         children = tree.list("children")
+        if len(children) > MAX_WIDTH:
+            raise BadReply(f"{self.where}: {len(children):,} children where "
+                           f"at most {MAX_WIDTH} were asked for")
         for item in children:
             if not (isinstance(item, tuple) and len(item) == 2):
                 raise RemoteError(f"{self.where}: a malformed child")
