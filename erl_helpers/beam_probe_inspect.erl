@@ -176,14 +176,20 @@ walker(Options) ->
               fun(Inspect, _, {container, T, Level, Left, Path, Deadline}) ->
                       {N, Own} = Inspect({shape, T}),
                       K = Inspect({k, erlang:monotonic_time(millisecond)
-                                   > Deadline, Left, N}),
+                                   > Deadline, Left, N, erlang:is_map(T)}),
                       Inspect({sample, K, T, N, Own, Level, Left - 16, Path,
                                Deadline})
               end,
+          %% A map's entries are taken one by one (maps:next/1 through
+          %% erl_eval), so a map samples a quarter as many, 1,024 at most.
           k =>
-              fun(_, _, {k, true, _, _}) -> late;
-                 (_, _, {k, _, Left, _}) when Left < 16 -> 0;
-                 (_, _, {k, _, Left, N}) ->
+              fun(_, _, {k, true, _, _, _}) -> late;
+                 (_, _, {k, _, Left, _, _}) when Left < 16 -> 0;
+                 (_, _, {k, _, Left, N, true}) ->
+                      erlang:min(N, erlang:max(erlang:min(N, 4),
+                                               erlang:min(1024,
+                                                          (Left - 16) div 4)));
+                 (_, _, {k, _, Left, N, false}) ->
                       erlang:min(N, erlang:max(erlang:min(N, 4),
                                                erlang:min(4096, Left - 16)))
               end,
@@ -367,23 +373,41 @@ walker(Options) ->
           %% Shown, at a level on show, what the ranking needs.
           group =>
               fun(Inspect, _, {group, {Values, Idx, Spec}, Level, Left,
-                                 Path, Deadline}) ->
-                      {Aligned, LW, LB, Pins0, Inner, Ranks} =
-                          Inspect({leaves, Values, Idx, Path, Spec}),
-                      Chosen = Inspect({spread, Inner,
-                                        erlang:max(erlang:min(
-                                                     erlang:length(Inner), 2),
-                                                   Left div 32)}),
-                      Inspect({grouped, Level, Spec, Values, Idx, Aligned, LW,
-                               LB,
-                               Pins0, Ranks,
-                               Inspect({factor, erlang:length(Inner),
-                                        erlang:length(Chosen)}),
-                               erlang:length(Chosen) < erlang:length(Inner),
-                               Inspect({nested, Chosen, Spec, Level, Left, Path,
-                                        Deadline,
-                                        erlang:max(1, erlang:length(Chosen)),
-                                        {[], #{}, 0, false, false}})})
+                               Path, Deadline}) ->
+                  Inspect({grouping, Inspect({leaves, Values, Idx, Path,
+                                              Spec}),
+                           Values, Idx, Spec, Level, Left, Path, Deadline})
+              end,
+          %% A group of leaves alone (most are: a record of scalars, a
+          %% pair) is done in one step more: each call of erl_eval costs
+          %% ~2-8 KB of garbage in the target.
+          grouping =>
+              fun(_, Cfg, {grouping, {_, LW, LB, Pins0, [], _}, _, _, _,
+                           Level, _, _, _})
+                when Level >= erlang:element(1, Cfg) ->
+                  {LW, LB, Pins0, 0, false, false, none};
+                 (Inspect, _, {grouping, {Aligned, LW, LB, Pins0, [], Ranks},
+                               Values, Idx, Spec, _, _, _, _}) ->
+                  {LW, LB, Pins0, 0, false, false,
+                   Inspect({shown, true, Spec, Values, Idx, Aligned, Ranks,
+                            []})};
+                 (Inspect, _, {grouping, {Aligned, LW, LB, Pins0, Inner,
+                                          Ranks},
+                               Values, Idx, Spec, Level, Left, Path,
+                               Deadline}) ->
+                  Chosen = Inspect({spread, Inner,
+                                    erlang:max(erlang:min(
+                                                 erlang:length(Inner), 2),
+                                               Left div 32)}),
+                  Inspect({grouped, Level, Spec, Values, Idx, Aligned, LW, LB,
+                           Pins0, Ranks,
+                           Inspect({factor, erlang:length(Inner),
+                                    erlang:length(Chosen)}),
+                           erlang:length(Chosen) < erlang:length(Inner),
+                           Inspect({nested, Chosen, Spec, Level, Left, Path,
+                                    Deadline,
+                                    erlang:max(1, erlang:length(Chosen)),
+                                    {[], #{}, 0, false, false}})})
               end,
           grouped =>
               fun(Inspect, Cfg, {grouped, Level, Spec, Values, Idx, Aligned,
