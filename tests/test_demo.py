@@ -131,7 +131,7 @@ def test_demo_tours_every_step_and_says_what_its_output_shows():
     assert cache[1:3] == ["map", "20"], cache
     (pin,) = PINNED.findall(inspect)
     assert pin[:3] == ("State#state.cache", "20", "2.5 KiB"), pin
-    assert abs(_bytes(pin[3]) - 20 * 65536) <= 0.05 * MIB
+    assert abs(_bytes(pin[3]) - 20 * 65536) <= 0.1 * MIB  # 1.2 MiB shown
     assert "fix: store a copy of the slice (binary:copy/1)" in inspect
     assert "Stopping beam_probe_demo_" in out and "--keep" in out
     assert _demo_nodes() <= before

@@ -112,6 +112,12 @@ def test_cli_proc_count_node_from_env(leaky):
                    env={"HOME": node.home})
     assert "binary_memory" in text.stdout and "beam_probe_workload" in \
         text.stdout
+    # It ends on the next step: inspect the first process ranked.
+    lines = text.stdout.strip().splitlines()
+    first = lines[next(i for i, line in enumerate(lines)
+                       if line.startswith("---")) + 1].split()[0]
+    assert lines[-1].startswith(
+        f"look closer: beam-probe inspect {node.node} '{first}' "), lines
 
 
 def test_max_gc_caps_collection(leaky):

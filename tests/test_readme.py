@@ -100,7 +100,7 @@ def _made_and_kept(r) -> None:
 
 def _closer(r) -> None:
     assert re.search(r"registered_name +demo_cache", r.stdout), r.stdout
-    assert "beam_probe_demo:cache/1" in r.stdout
+    assert re.search(r"current_function +gen_server:loop/", r.stdout)
 
 
 def _its_collections(r) -> None:
@@ -113,15 +113,23 @@ def _largest_tables(r) -> None:
     assert any("code_server" in row for row in _rows(r)), r.stdout
 
 
+def _what_holds_it(r) -> None:
+    # The cause, in its state's field, and the fix.
+    assert re.search(r"^  State#state\.cache \(keys\): 20 slices using 2\.5 KiB "
+                     r"keep [\d.]+ MiB alive$", r.stdout, re.M), r.stdout
+    assert "binary:copy/1" in r.stdout
+
+
 def _leak_or_fragmentation(r) -> None:
     assert "allocators hold" in r.stdout, r.stdout
     assert any(row.startswith("binary_alloc") for row in _rows(r))
 
 
-# One check a step, in the README's order (7. confirms with watch again).
+# One check a step, in the README's order (8. confirms with watch again).
 STEPS = [_is_real, _who_holds_memory, _who_holds_binaries,
          _would_a_collection_free_it, _made_and_kept, _closer,
-         _its_collections, _largest_tables, _leak_or_fragmentation, _is_real]
+         _its_collections, _largest_tables, _what_holds_it,
+         _leak_or_fragmentation, _is_real]
 
 
 @pytest.mark.slow
@@ -129,7 +137,7 @@ def test_the_workflow_runs_against_the_demo_node(demo_node):
     commands = _workflow_commands()
     assert [c[1] for c in commands] == [
         "watch", "proc-count", "proc-count", "bin-leak", "leak-hunt",
-        "proc-info", "trace-gc", "ets", "alloc", "watch"]
+        "proc-info", "trace-gc", "ets", "inspect", "alloc", "watch"]
     # Shorter waits than a real hunt's, the commands otherwise as written.
     quick = {"--interval": "0.2", "--duration": "0.5"}
     for command, check in zip(commands, STEPS):

@@ -1,7 +1,8 @@
 """Small answers that misled on a real broker: an atom change of +0
 between two different counts, counts written two ways, a diff's JSON cut
 without saying so, a bare short node name refused, a chart's legend over
-its line and a cluster chart's leak shading tied to no node."""
+its line and a cluster chart's leak shading tied to no node; and the
+command each answer points to next."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from beam_probe.snapshots import compare
 from beam_probe.text import cluster as cluster_text
 from beam_probe.text import diff as diff_text
 from beam_probe.text import node as node_text
-from beam_probe.text.syntax import ERLANG
+from beam_probe.text.syntax import ELIXIR, ERLANG
 from conftest import run_here
 
 
@@ -80,6 +81,62 @@ def test_counts_are_written_one_way_with_separators():
     taken = {"node": "app@db1", "processes": 1349, "ets_tables": 20,
              "ports": 4, "gc": "none", "file": "f", "bytes": 10}
     assert "1,349 processes" in diff_text.snapshot_text(taken, ERLANG)
+
+
+def _suspects(**found) -> dict:
+    return {"born_and_kept": [], "growing_processes": [],
+            "groups_rising": [], "ets": [], "ports_born_and_kept": [],
+            "atoms": {"added": [0, 0], "rising": False}, **found}
+
+
+def test_each_suspect_points_to_inspect():
+    # The leak hunt's next step after proc-info: what in the process, or
+    # in the table, holds the memory, as a command to paste.
+    grew = {"pid": "<0.91.0>", "name": "hoarder", "what": "x",
+            "memory": [1, 2, 3], "binary_bytes": [1, 2, 3]}
+    born = {"what": "w", "count": 2, "bytes": 1, "binary_bytes": 0,
+            "growth": 0, "examples": ["<0.95.0>", "<0.96.0>"]}
+    named = {"name": "sessions", "id": "sessions", "owner": "o",
+             "rows": [1, 2, 3], "bytes": [1, 2, 3]}
+    text = diff_text._suspects(_suspects(
+        growing_processes=[grew], born_and_kept=[born], ets=[named]),
+        "app@db1", True, ERLANG)
+    assert "  what it holds: beam-probe inspect app@db1 '<0.91.0>' " in text
+    assert "  what it holds: beam-probe inspect app@db1 '<0.95.0>' " in text
+    assert "look closer: beam-probe inspect app@db1 --table sessions " \
+        "(what its objects hold); beam-probe ets app@db1 " in text
+    # An unnamed table by its id, quoted for the shell; pids as Elixir
+    # writes them on an Elixir node.
+    unnamed = dict(named, id="#Ref<0.1.2.3>")
+    text = diff_text._suspects(_suspects(growing_processes=[grew],
+                                         ets=[unnamed]),
+                               "app@db1", True, ELIXIR)
+    assert "inspect app@db1 --table '#Ref<0.1.2.3>' " in text
+    assert "inspect app@db1 '#PID<0.91.0>' " in text
+    # No table to name: the ets ranking alone, as before.
+    text = diff_text._suspects(_suspects(ets=[dict(named, id=None)]),
+                               "app@db1", True, ERLANG)
+    assert "--table" not in text and "beam-probe ets app@db1" in text
+
+
+def test_a_ranking_ends_on_inspect_of_its_first_live_process():
+    row = {"pid": "<0.1.0>", "value": 5, "name": None, "label": None,
+           "current_function": None, "initial_call": None, "exited": False}
+    ranking = {"node": "app@db1", "attribute": "binary_memory",
+               "scanned": 9, "labels_read": True,
+               "processes": [dict(row, pid="<0.7.0>", exited=True,
+                                  binary_distinct=5),
+                             dict(row, binary_distinct=5)]}
+    text = node_text.proc_count_text(ranking, ERLANG)
+    assert text.splitlines()[-1] == (
+        "look closer: beam-probe inspect app@db1 '<0.1.0>' (what its "
+        "state, dictionary and mailbox hold)")
+    assert text.splitlines()[-2] == ""  # after the notes, apart
+    assert "inspect app@db1 '#PID<0.1.0>'" in node_text.proc_count_text(
+        ranking, ELIXIR)
+    # Nothing ranked (all 0): nothing to point at.
+    idle = dict(ranking, processes=[dict(row, value=0)])
+    assert "inspect" not in node_text.proc_count_text(idle, ERLANG)
 
 
 @pytest.fixture

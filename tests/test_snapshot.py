@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -171,6 +172,11 @@ def test_text_lists_the_suspects_first(scene):
     assert r.stdout.index("SUSPECTS") < r.stdout.index("by group")
     assert "bp_bin_hoarder" in r.stdout and "proc-info" in r.stdout
     assert f"beam-probe ets {_node.node}" in r.stdout  # the table suspect
+    assert f"beam-probe inspect {_node.node} --table bp_leak_table " in \
+        r.stdout
+    # The hoarder, closer: what in it holds its binaries.
+    assert re.search(rf"what it holds: beam-probe inspect {_node.node} "
+                     r"'<0\.\d+\.0>'", r.stdout), r.stdout
 
 
 def test_leak_hunt_takes_and_compares_the_snapshots(target, tmp_path):

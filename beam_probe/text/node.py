@@ -137,9 +137,22 @@ def proc_count_text(result: ProcCount, syntax: Syntax) -> str:
         "lrrlll" if distinct else "lrlll", syntax)
     notes = [DISTINCT_NOTE] if distinct else []
     notes += [n for n in (labels_note(result),) if n]
+    hint = _inspect_hint(result["node"], result["processes"], syntax)
     # After a blank line: a table ends at one.
-    return text + ("\n" if notes else "") + "".join(f"\n({n})"
-                                                   for n in notes)
+    return (text + ("\n" if notes else "")
+            + "".join(f"\n({n})" for n in notes)
+            + (f"\n\n{hint}" if hint else ""))
+
+
+def _inspect_hint(node: str, processes: Sequence[ProcessRow],
+                  syntax: Syntax) -> str | None:
+    """The step after a ranking: what in its first process (one still
+    alive) holds the memory."""
+    pid = next((p["pid"] for p in processes if not p.get("exited")), None)
+    if pid is None:
+        return None
+    return (f"look closer: beam-probe inspect {node} '{syntax.code(pid)}' "
+            "(what its state, dictionary and mailbox hold)")
 
 
 def proc_window_text(result: ProcWindow, syntax: Syntax) -> str:
