@@ -165,6 +165,9 @@ class _Names:
                 names = [str(f) for f in item[1] if isinstance(f, Atom)]
                 self.fields[(str(item[0]), len(names) + 1)] = names
 
+    def known(self, tag: str) -> bool:
+        return any(key[0] == tag for key in self.fields)
+
     def field(self, tag: str, size: int, index: int) -> str | None:
         """Field ``index`` (a tuple position) of record ``tag`` of ``size``
         elements; size 0 (a pin's path) when the tag has one definition."""
@@ -211,8 +214,14 @@ def _step(step: Any, elixir: bool, names: _Names, size: int) -> str:
     return f" {format_term(step)[:40]}"
 
 
-def _kind(kind: Any) -> str:
+def _kind(kind: Any, names: "_Names | None" = None) -> str:
+    """A kind as text: 'map', 'struct Elixir.X', 'record state' for a
+    record the module's debug_info defines, else 'tuple tag' (a tuple
+    led by an atom: {M, F, A} is no record)."""
     if isinstance(kind, tuple) and len(kind) == 2:
+        if kind[0] == Atom("record") and names is not None and \
+                not names.known(str(kind[1])):
+            return f"tuple {kind[1]}"
         return f"{kind[0]} {kind[1]}"
     return str(kind) if isinstance(kind, Atom) else format_term(kind)[:60]
 
@@ -239,7 +248,7 @@ class _Tree:
         if depth and not tree.count("words") and not tree.count("binary"):
             return  # an immediate (a small integer, an atom): nothing held
         yield {"path": path[0], "path_elixir": path[1], "depth": depth,
-               "kind": _kind(kind), "count": size,
+               "kind": _kind(kind, self.names), "count": size,
                "bytes": tree.count("words") * self.wordsize,
                "binary_bytes": tree.count("binary"), "share": 0.0}
         children = tree.list("children")
@@ -340,10 +349,16 @@ def process(remote: Remote, spec: str, depth: int = 3, width: int = 10,
         pinned.extend(pins)
         sampled = sampled or walk["sampled"] is True or walk["late"] is True
 
+    failed = None
     for item in reply.list("parts"):
         if not (isinstance(item, tuple) and len(item) == 2):
             raise RemoteError(f"{where}: a malformed part")
         part, walk_raw = item
+        if part == Atom("failed"):
+            # Our walk raised inside the process (a term of a shape it
+            # did not expect): its class, reason and where, no values.
+            failed = format_term(walk_raw)[:200]
+            continue
         add(walk_raw, _roots(kind, part), kind == "gen_statem")
     dictionary = reply["dictionary"]
     dictionary_note = None
@@ -380,6 +395,10 @@ def process(remote: Remote, spec: str, depth: int = 3, width: int = 10,
         why = str(reply["why"])
         state_note = ("its loop state cannot be read from outside: "
                       + _WHY.get(why, why))
+    elif failed is not None:
+        state_note = (f"our walk failed inside the process, which went on "
+                      f"as it was (a bug of beam-probe's, please report "
+                      f"it): {failed}")
     elif timed_out == Atom("exited"):
         state_note = "the process exited while we waited for its state"
     elif timed_out is True:

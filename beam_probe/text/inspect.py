@@ -24,6 +24,12 @@ def _kind(kind: str, syntax: Syntax) -> str:
             return f"#{tag}{{}}"
         return "{" + (tag[len("Elixir."):] if tag.startswith("Elixir.")
                       else ":" + tag) + ", ...}"
+    if kind.startswith("tuple "):
+        tag = kind[len("tuple "):]
+        if not syntax.elixir:
+            return f"{{{tag}, ...}}"
+        return "{" + (tag[len("Elixir."):] if tag.startswith("Elixir.")
+                      else ":" + tag) + ", ...}"
     if kind.startswith("struct "):
         name = kind[len("struct "):]
         return f"%{syntax.code(name)}{{}}"
