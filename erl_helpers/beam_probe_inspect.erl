@@ -444,16 +444,7 @@ walker(Options) ->
                                     ets:match_spec_run(
                                       Values, erlang:element(3, Cfg))),
                   Js = lists:seq(1, erlang:length(Values)),
-                  Found = ets:match_spec_run(lists:zip3(Js, Idx, Values),
-                                             erlang:element(4, Cfg)),
-                  Found2 = ets:match_spec_run(Found,
-                                              erlang:element(5, Cfg)),
-                  Rows = lists:zip3(
-                           ets:match_spec_run(Found,
-                                              erlang:element(6, Cfg)),
-                           lists:map(fun erlang:byte_size/1, Found2),
-                           lists:map(fun binary:referenced_byte_size/1,
-                                     Found2)),
+                  Rows = Inspect({binary_rows, lists:zip3(Js, Idx, Values)}),
                   Off = ets:match_spec_run(Rows, erlang:element(7, Cfg)),
                   Held = ets:match_spec_run(Words,
                                             erlang:element(10, Cfg)),
@@ -875,6 +866,17 @@ walker(Options) ->
                        lists:sublist(lists:reverse(lists:sort(Top0 ++ Top)),
                                      erlang:element(2, Cfg))}
               end,
+          %% The binaries among [{J, P, Value}] as [{{J, P}, Size,
+          %% Referenced}].
+          binary_rows =>
+              fun(_, Cfg, {binary_rows, Triples}) ->
+                  Found = ets:match_spec_run(Triples, erlang:element(4, Cfg)),
+                  Binaries = ets:match_spec_run(Found, erlang:element(5, Cfg)),
+                  lists:zip3(ets:match_spec_run(Found, erlang:element(6, Cfg)),
+                             lists:map(fun erlang:byte_size/1, Binaries),
+                             lists:map(fun binary:referenced_byte_size/1,
+                                       Binaries))
+              end,
           %% Binaries among [{J, Term}], Levels down: {#{J => off-heap
           %% bytes}, [{J, Size, Referenced}] pinned}. Each level's
           %% containers give their elements (a list its first 1,000).
@@ -885,17 +887,8 @@ walker(Options) ->
                       {Off, Pins};
                  (Inspect, Cfg, {object_binaries, Items, Levels, Off0,
                                  Pins0}) ->
-                      Found = ets:match_spec_run(
-                                [{J, 0, V} || {J, V} <- Items],
-                                erlang:element(4, Cfg)),
-                      Values = ets:match_spec_run(Found,
-                                                  erlang:element(5, Cfg)),
-                      Rows = lists:zip3(
-                               ets:match_spec_run(Found,
-                                                  erlang:element(6, Cfg)),
-                               lists:map(fun erlang:byte_size/1, Values),
-                               lists:map(fun binary:referenced_byte_size/1,
-                                         Values)),
+                      Rows = Inspect({binary_rows,
+                                      [{J, 0, V} || {J, V} <- Items]}),
                       Off = lists:foldl(fun({J, B}, Acc) ->
                                                 Acc#{J => maps:get(J, Acc, 0)
                                                           + B}

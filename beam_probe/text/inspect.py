@@ -17,19 +17,16 @@ PATH_WIDTH = 72
 
 
 def _kind(kind: str, syntax: Syntax) -> str:
-    """'record state' as #state{}, 'struct Elixir.X' as %X{}."""
-    if kind.startswith("record "):
-        tag = kind[len("record "):]
-        if not syntax.elixir:
-            return f"#{tag}{{}}"
-        return "{" + (tag[len("Elixir."):] if tag.startswith("Elixir.")
-                      else ":" + tag) + ", ...}"
-    if kind.startswith("tuple "):
-        tag = kind[len("tuple "):]
-        if not syntax.elixir:
-            return f"{{{tag}, ...}}"
-        return "{" + (tag[len("Elixir."):] if tag.startswith("Elixir.")
-                      else ":" + tag) + ", ...}"
+    """'record state' as #state{}, 'tuple ok' (a tuple led by an atom) as
+    {ok, ...}, 'struct Elixir.X' as %X{}; Elixir writes both tuples
+    {:state, ...}."""
+    for word in ("record ", "tuple "):
+        if kind.startswith(word):
+            tag = kind[len(word):]
+            if syntax.elixir:
+                return "{" + (tag[len("Elixir."):] if tag.startswith(
+                    "Elixir.") else ":" + tag) + ", ...}"
+            return f"#{tag}{{}}" if word == "record " else f"{{{tag}, ...}}"
     if kind.startswith("struct "):
         name = kind[len("struct "):]
         return f"%{syntax.code(name)}{{}}"
