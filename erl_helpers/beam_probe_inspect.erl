@@ -775,30 +775,44 @@ walker(Options) ->
                                Kind, State}) ->
                   Started = erlang:monotonic_time(microsecond),
                   try
-                      {Part, Term} =
-                          case {Kind, State} of
-                              {gen_event, {Module, Id, Handler}} ->
-                                  {{handler, Module, Inspect({short, Id})},
-                                   Handler};
-                              _ ->
-                                  {state, State}
-                          end,
-                      Walk = Inspect({measure, Term, Budget, Deadline}),
+                      %% The parts, each its own walk: a gen_event calls
+                      %% this fun once per handler; a gen_statem's
+                      %% {State, Data} is two parts, as its docs name
+                      %% them, each with half the budget.
+                      Parts = case {Kind, State} of
+                                  {gen_event, {Module, Id, Handler}} ->
+                                      [{{handler, Module,
+                                         Inspect({short, Id})}, Handler,
+                                        Budget}];
+                                  {gen_statem, {StateName, Data}} ->
+                                      [{statem_state, StateName,
+                                        erlang:max(1, Budget div 2)},
+                                       {statem_data, Data,
+                                        erlang:max(1, Budget div 2)}];
+                                  _ ->
+                                      [{state, State, Budget}]
+                              end,
+                      [ReplyTo ! {Ref, erlang:self(), Part,
+                                  Inspect({measure, Term, Share, Deadline}),
+                                  none, 0}
+                       || {Part, Term, Share} <- Parts],
                       %% The dictionary is read where it is: get/0 makes
-                      %% the list's cells, not copies of its entries.
-                      %% Walked once (gen_event calls this fun for every
-                      %% handler).
-                      Dictionary =
-                          case Part of
-                              {handler, _, _} ->
-                                  none;
-                              _ ->
-                                  Inspect({dictionary, erlang:get(),
-                                           erlang:max(1, Budget div 4),
-                                           Deadline})
-                          end,
-                      ReplyTo ! {Ref, erlang:self(), Part, Walk, Dictionary,
-                                 erlang:monotonic_time(microsecond) - Started}
+                      %% the list's cells, not copies of its entries; once
+                      %% (not for each of a gen_event's handlers).
+                      case Kind of
+                          gen_event ->
+                              ok;
+                          _ ->
+                              ReplyTo ! {Ref, erlang:self(), dictionary,
+                                         Inspect({dictionary, erlang:get(),
+                                                  erlang:max(1,
+                                                             Budget div 4),
+                                                  Deadline}),
+                                         none, 0}
+                      end,
+                      ReplyTo ! {Ref, erlang:self(), paused, none, none,
+                                 erlang:monotonic_time(microsecond)
+                                 - Started}
                   catch
                       Class:Reason:Stack ->
                           ReplyTo ! {Ref, erlang:self(), failed,
@@ -1211,12 +1225,12 @@ process(Target, Resolve, Walker, Options) ->
                     Collect =
                         fun Collect(Parts, Dict, Pause) ->
                                 receive
-                                    {Ref, Pid, Part, Walk, D, Us} ->
-                                        Collect([{Part, Walk} | Parts],
-                                                case Dict of
-                                                    none -> D;
-                                                    _ -> Dict
-                                                end,
+                                    {Ref, Pid, dictionary, Walk, _, _} ->
+                                        Collect(Parts, Walk, Pause);
+                                    {Ref, Pid, paused, _, _, Us} ->
+                                        Collect(Parts, Dict, Pause + Us);
+                                    {Ref, Pid, Part, Walk, _, Us} ->
+                                        Collect([{Part, Walk} | Parts], Dict,
                                                 Pause + Us);
                                     {Fence, _} ->
                                         {lists:reverse(Parts), Dict, Pause,

@@ -101,7 +101,8 @@ def test_gen_statem_and_gen_event(fixture_node):
     statem = inspect(fixture_node, "bp_statem")
     assert statem["kind"] == "gen_statem"
     roots = [p["path"] for p in statem["parts"] if p["depth"] == 0]
-    assert "Data" in roots and "get()" in roots
+    assert roots[:2] == ["State", "Data"] and "get()" in roots
+    assert parts(statem)["State"]["kind"] == "atom"
     data = parts(statem)["Data"]
     assert data["kind"] == "map" and data["binary_bytes"] == 30 * 100
     events = inspect(fixture_node, "bp_events")

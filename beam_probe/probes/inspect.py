@@ -306,6 +306,10 @@ def _pins(walk: Reply, root: tuple[str, str], names: _Names
 def _roots(kind: str, part: Any) -> tuple[str, str]:
     if part == A_STATE:
         return ("State", "state")
+    if part == Atom("statem_state"):
+        return ("State", "state")
+    if part == Atom("statem_data"):
+        return ("Data", "data")
     if isinstance(part, tuple) and len(part) == 3 and part[0] == A_HANDLER:
         module = format_term(part[1])
         who = f"{module}" if part[2] is False else \
@@ -336,15 +340,12 @@ def process(remote: Remote, spec: str, depth: int = 3, width: int = 10,
     pinned: list[InspectPin] = []
     sampled = False
 
-    def add(walk_raw: Any, root: tuple[str, str], split: bool) -> None:
+    def add(walk_raw: Any, root: tuple[str, str]) -> None:
         nonlocal sampled
         walk = Reply(where, walk_raw)
         tree = _Tree(where, wordsize, names)
         rows = list(tree.rows(walk["tree"], root, 0))
         pins = _pins(walk, root, names)
-        if split and rows and rows[0]["count"] == 2:
-            rows = [row for row in map(_statem, rows) if row is not None]
-            pins = [pin for pin in map(_statem, pins) if pin is not None]
         parts.extend(rows)
         pinned.extend(pins)
         sampled = sampled or walk["sampled"] is True or walk["late"] is True
@@ -359,11 +360,11 @@ def process(remote: Remote, spec: str, depth: int = 3, width: int = 10,
             # did not expect): its class, reason and where, no values.
             failed = format_term(walk_raw)[:200]
             continue
-        add(walk_raw, _roots(kind, part), kind == "gen_statem")
+        add(walk_raw, _roots(kind, part))
     dictionary = reply["dictionary"]
     dictionary_note = None
     if isinstance(dictionary, dict):
-        add(dictionary, ("get()", "Process.get()"), False)
+        add(dictionary, ("get()", "Process.get()"))
     elif isinstance(dictionary, tuple) and dictionary[0] == A_TOO_LARGE:
         dictionary_note = (f"not read: the process's heap is "
                            f"{count(where, dictionary[1]) * wordsize:,} "
@@ -372,7 +373,7 @@ def process(remote: Remote, spec: str, depth: int = 3, width: int = 10,
     mailbox = reply["mailbox"]
     mailbox_note = None
     if isinstance(mailbox, dict):
-        add(mailbox, ("Messages", "messages"), False)
+        add(mailbox, ("Messages", "messages"))
     elif isinstance(mailbox, tuple) and mailbox[0] == A_TOO_LONG:
         mailbox_note = (f"{count(where, mailbox[1]):,} messages: over "
                         f"{MAILBOX_MOST:,}, only its length is read "
@@ -423,24 +424,6 @@ def process(remote: Remote, spec: str, depth: int = 3, width: int = 10,
                       "pause_ms": round(reply.count("pause_us") / 1000, 1)},
             "state": state_note, "dictionary": dictionary_note,
             "mailbox": mailbox_note}
-
-
-_STATEM = ((("State{1}", "state |> elem(0)"), ("State", "state")),
-           (("State{2}", "state |> elem(1)"), ("Data", "data")))
-
-
-def _statem(row: Any) -> Any:
-    """gen_statem's {State, Data} as the two parts its docs name: a row
-    (or pin) under one of them renamed, the tuple itself None."""
-    for (erl, ex), (erl_name, ex_name) in _STATEM:
-        if row["path"].startswith(erl) and row["path_elixir"].startswith(ex):
-            row = dict(row)
-            row["path"] = erl_name + row["path"][len(erl):]
-            row["path_elixir"] = ex_name + row["path_elixir"][len(ex):]
-            if "depth" in row:
-                row["depth"] -= 1
-            return row
-    return None
 
 
 def _refused(why: Any, spec: str, node: str) -> None:
