@@ -105,13 +105,17 @@ walker(Options) ->
     Pinned = Ms([{{{'_', '$1'}, '$2', '$3'},
                   [{'>', '$3', 64}, {'>', '$3', {'*', 2, '$2'}}],
                   [{{'$1', '$2', '$3'}}]}]),
-    Containers = Ms([{{'$1', '$2'}, Nested('$2'), [{{'$1', '$2'}}]}]),
+    %% The ordinals of the containers among {J, Value}: never the
+    %% containers themselves, as ets:match_spec_run/2 copies what it
+    %% returns into the caller's heap (a whole subterm, in the target).
+    Containers = Ms([{{'$1', '$2'}, Nested('$2'), ['$1']}]),
     Bytes = Ms([{'$1', [], [{'*', '$1', 8}]}]),
     PinnedRows = Ms([{{'$1', '$2', '$3'},
                       [{'>', '$3', 64}, {'>', '$3', {'*', 2, '$2'}}],
                       ['$_']}]),
     Config = {Depth, Width, LeafOnly, Binaries, Third, FirstTwo, OffHeap,
-              Pinned, Containers, Bytes, PinnedRows},
+              Pinned, Containers, Bytes, PinnedRows,
+              maps:get(shared_most, Options, 0)},
     %% The inspector: one named fun whose first argument names the
     %% operation. erl_eval keeps in a fun only the variables it uses:
     %% this one carries Cfg and its clauses, and refers to itself by name.
@@ -177,21 +181,21 @@ walker(Options) ->
                       {N, Own} = Inspect({shape, T}),
                       K = Inspect({k, erlang:monotonic_time(millisecond)
                                    > Deadline, Left, N, erlang:is_map(T)}),
-                      Inspect({sample, K, T, N, Own, Level, Left - 16, Path,
+                      Inspect({sample, K, T, N, Own, Level, Left - 48, Path,
                                Deadline})
               end,
           %% A map's entries are taken one by one (maps:next/1 through
           %% erl_eval), so a map samples a quarter as many, 1,024 at most.
           k =>
               fun(_, _, {k, true, _, _, _}) -> late;
-                 (_, _, {k, _, Left, _, _}) when Left < 16 -> 0;
+                 (_, _, {k, _, Left, _, _}) when Left < 48 -> 0;
                  (_, _, {k, _, Left, N, true}) ->
                       erlang:min(N, erlang:max(erlang:min(N, 4),
-                                               erlang:min(1024,
-                                                          (Left - 16) div 4)));
+                                               erlang:min(256,
+                                                          (Left - 48) div 4)));
                  (_, _, {k, _, Left, N, false}) ->
                       erlang:min(N, erlang:max(erlang:min(N, 4),
-                                               erlang:min(4096, Left - 16)))
+                                               erlang:min(1024, Left - 48)))
               end,
           %% The sampled children, as groups {Values, Positions, Spec}; a
           %% map's keys and values are two groups whose positions are the
@@ -200,9 +204,18 @@ walker(Options) ->
               fun(Inspect, _, {sample, late, T, N, Own, _, Left, _, _}) ->
                   {{Inspect({kind, T}), N, Own, 0, [], {N, 0, 0}}, #{}, Left,
                    N > 0, true};
-                 (Inspect, _, {sample, 0, T, N, Own, _, Left, _, _}) ->
-                  {{Inspect({kind, T}), N, Own, 0, [], {N, 0, 0}}, #{}, Left,
-                   N > 0, false};
+                 (Inspect, Cfg, {sample, 0, T, N, Own, _, Left, _, _}) ->
+                  %% The budget is spent: a process of at most
+                  %% shared_most words has the rest of this part sized by
+                  %% erts_debug:size_shared/1 (C, linear in what the part
+                  %% really holds, shared subterms once; so never more
+                  %% than the heap), else only its own words count (and
+                  %% the answer says "sampled").
+                  {{Inspect({kind, T}), N,
+                    case erlang:element(12, Cfg) > 0 of
+                        true -> erts_debug:size_shared(T);
+                        false -> Own
+                    end, 0, [], {N, 0, 0}}, #{}, Left, N > 0, false};
                  (Inspect, _, {sample, K, T, N, Own, Level, Left, Path,
                                Deadline})
                 when erlang:is_map(T) ->
@@ -395,10 +408,15 @@ walker(Options) ->
                                           Ranks},
                                Values, Idx, Spec, Level, Left, Path,
                                Deadline}) ->
-                  Chosen = Inspect({spread, Inner,
-                                    erlang:max(erlang:min(
-                                                 erlang:length(Inner), 2),
-                                               Left div 32)}),
+                  IdxT = erlang:list_to_tuple(Idx),
+                  ValuesT = erlang:list_to_tuple(Values),
+                  Chosen = [{erlang:element(J, IdxT),
+                             erlang:element(J, ValuesT)}
+                            || J <- Inspect({spread, Inner,
+                                             erlang:max(erlang:min(
+                                                          erlang:length(Inner),
+                                                          2),
+                                                        Left div 96)})],
                   Inspect({grouped, Level, Spec, Values, Idx, Aligned, LW, LB,
                            Pins0, Ranks,
                            Inspect({factor, erlang:length(Inner),
@@ -455,7 +473,7 @@ walker(Options) ->
                    Inspect({pins, ets:match_spec_run(
                                     Rows, erlang:element(8, Cfg)),
                             Spec, Path, #{}}),
-                   ets:match_spec_run(lists:zip(Idx, Values),
+                   ets:match_spec_run(lists:zip(Js, Values),
                                       erlang:element(9, Cfg)),
                    lists:zip(Held, Js)
                    ++ [{erlang:element(J, ByJ) * 8 + B, J}
@@ -685,17 +703,18 @@ walker(Options) ->
                                          Key < 1000000000 ->
                   Key;
                  (_, _, {short, Key}) when erlang:is_binary(Key) ->
-                  %% The first bytes of a printable key: enough to name it,
-                  %% too few to show a secret kept as a key.
+                  %% The first 16 bytes of a printable key: enough to name
+                  %% most keys (user:42, a path, a module); a token kept
+                  %% as a key shows its first 16 characters at most.
                   Cut = erlang:binary_part(
-                          Key, 0, erlang:min(24, erlang:byte_size(Key))),
+                          Key, 0, erlang:min(16, erlang:byte_size(Key))),
                   case io_lib:printable_unicode_list(
                          erlang:binary_to_list(Cut)) of
                       true -> {binary, Cut, erlang:byte_size(Key)};
                       false -> {kind, binary}
                   end;
                  (_, _, {short, Key}) when erlang:is_list(Key) ->
-                  Cut = lists:sublist(Key, 24),
+                  Cut = lists:sublist(Key, 16),
                   case io_lib:printable_unicode_list(Cut) of
                       true -> {string, Cut, erlang:length(Key)};
                       false -> {kind, list}
@@ -714,7 +733,7 @@ walker(Options) ->
                   {kind, Inspect({kind, Key})}
               end,
           cells =>
-              fun(Inspect, _, {cells, [_ | T], C}) when C < 1000000 ->
+              fun(Inspect, _, {cells, [_ | T], C}) when C < 10000 ->
                   Inspect({cells, T, C + 1});
                  (_, _, {cells, _, C}) ->
                   C
@@ -914,10 +933,18 @@ walker(Options) ->
                                                      Rows,
                                                      erlang:element(11, Cfg))]
                           ++ Pins0,
+                      {Owners, Terms} = lists:unzip(Items),
+                      OwnersT = erlang:list_to_tuple(Owners),
+                      TermsT = erlang:list_to_tuple(Terms),
                       Next = lists:append(
-                               [Inspect({elements_of, J, C})
-                                || {J, C} <- ets:match_spec_run(
-                                               Items, erlang:element(9, Cfg))]),
+                               [Inspect({elements_of,
+                                         erlang:element(K, OwnersT),
+                                         erlang:element(K, TermsT)})
+                                || K <- ets:match_spec_run(
+                                          lists:zip(lists:seq(
+                                                      1, erlang:length(Terms)),
+                                                    Terms),
+                                          erlang:element(9, Cfg))]),
                       Inspect({object_binaries, Next, Levels - 1, Off, Pins})
               end,
           elements_of =>
@@ -1047,11 +1074,11 @@ walker(Options) ->
             pause_us := non_neg_integer(),
             timed_out := boolean(),
             records := [{atom(), [atom()]}],
+            binary_distinct := non_neg_integer() | unknown,
             wordsize := pos_integer()} |
           {error, not_a_pid | no_such_name | {other_node, node()} |
                   {not_alive, pid()} | ours}.
 process(Target, Resolve, Walker, Options) ->
-    Inspect = Walker(Options),
     #{budget := Budget, walk_ms := WalkMs, wait_ms := WaitMs,
       mailbox_most := MailboxMost, copy_most := CopyMost} = Options,
     Pid = Resolve(Target),
@@ -1084,6 +1111,14 @@ process(Target, Resolve, Walker, Options) ->
             {error, ours};
         _ ->
             {total_heap_size, Heap} = lists:keyfind(total_heap_size, 1, Info),
+            %% A part past the budget is sized by erts_debug:size_shared/1
+            %% in a process of at most 16M words (128 MB): linear in what
+            %% it holds, never more than its heap (~50 ms at most here).
+            Inspect = Walker(Options#{shared_most =>
+                                          case Heap =< 16777216 of
+                                              true -> Heap;
+                                              false -> 0
+                                          end}),
             {message_queue_len, Queue} =
                 lists:keyfind(message_queue_len, 1, Info),
             {memory, Memory} = lists:keyfind(memory, 1, Info),
@@ -1121,23 +1156,18 @@ process(Target, Resolve, Walker, Options) ->
                                                           Copied)
                         end
                 end,
-            Servers = #{gen_server => [loop, handle_msg, try_handle_call,
-                                       try_dispatch, try_handle_continue,
-                                       decode_msg, wake_hib,
-                                       handle_common_reply, enter_loop],
-                        gen_event => [fetch_msg, handle_msg, wake_hib,
-                                      server_notify, server_call,
-                                      server_update, server_add_handler,
-                                      server_delete_handler,
-                                      server_swap_handler]},
-            %% A function named loop... of a gen module is its server
-            %% loop (gen_server:loop_hibernate/4 is where OTP 28 hibernates).
+            %% Waiting for a message in a gen module's loop: a function
+            %% named loop... of gen_server, gen_statem (their receive, and
+            %% gen_server:loop_hibernate/4 where OTP 28 hibernates), or
+            %% gen_event:fetch_msg/6. Only the current function counts: a
+            %% process running a callback (a gen frame below it) or
+            %% handling another system message may never come back to
+            %% its loop, and our request would stay in its mailbox.
             InLoop =
-                fun({M, F, _, _}) when M =:= gen_server; M =:= gen_statem;
-                                       M =:= gen_event ->
-                        lists:prefix("loop", erlang:atom_to_list(F))
-                            orelse F =:= wakeup_after_hibernate
-                            orelse lists:member(F, maps:get(M, Servers, []));
+                fun({M, F, _}) when M =:= gen_server; M =:= gen_statem ->
+                        lists:prefix("loop", erlang:atom_to_list(F));
+                   ({gen_event, fetch_msg, _}) ->
+                        true;
                    (_) ->
                         false
                 end,
@@ -1160,36 +1190,53 @@ process(Target, Resolve, Walker, Options) ->
                      {'Elixir.GenServer', gen_server},
                      {'Elixir.Supervisor', gen_server},
                      {gen_statem, gen_statem}, {gen_event, gen_event}],
+            %% Hibernating (erlang:hibernate/3, OTP 25 to 27): what it
+            %% wakes into is not shown, so the process must have been
+            %% started as the gen behaviours start theirs: its
+            %% '$initial_call' Module:init/1 (a supervisor's
+            %% {supervisor, Module, 1}, gen_event's own init_it/6), of a
+            %% module that declares the behaviour.
+            Hibernating =
+                fun({gen_event, init_it, 6}) ->
+                        {gen_event, gen};
+                   ({supervisor, _, 1}) ->
+                        {gen_server, gen};
+                   ({Module, init, 1}) ->
+                        case [K || {B, K} <- Kinds,
+                                   lists:member(B, Behaviours(Module))] of
+                            [K | _] -> {K, gen};
+                            [] -> {plain, hibernating}
+                        end;
+                   (undefined) ->
+                        {plain, hibernating_unknown};
+                   (_) ->
+                        {plain, hibernating}
+                end,
             {Kind, Why} =
-                case Initial of
-                    {proc_lib, init_p, 5} ->
-                        case [M || {M, _, _, _} = Frame <- Stack,
-                                   InLoop(Frame)] of
-                            [Module | _] ->
-                                {Module, gen};
-                            [] when Current =:= {erlang, hibernate, 3} ->
-                                case FirstCall of
-                                    {gen_event, _, _} ->
-                                        {gen_event, gen};
-                                    {Module, _, _} ->
-                                        case [K || {B, K} <- Kinds,
-                                                   lists:member(
-                                                     B, Behaviours(Module))] of
-                                            [K | _] -> {K, gen};
-                                            [] -> {plain, hibernating}
-                                        end;
-                                    _ ->
-                                        {plain, hibernating_unknown}
-                                end;
-                            [] ->
-                                {plain, not_in_gen_loop}
+                case {Initial, Current} of
+                    {{proc_lib, init_p, 5}, {erlang, hibernate, 3}} ->
+                        Hibernating(FirstCall);
+                    {{proc_lib, init_p, 5}, {Module, _, _}} ->
+                        case InLoop(Current) of
+                            true -> {Module, gen};
+                            false when Module =:= sys ->
+                                {plain, busy_system};
+                            false ->
+                                case [M || {M, _, _, _} <- Stack,
+                                           M =:= gen_server
+                                               orelse M =:= gen_statem
+                                               orelse M =:= gen_event] of
+                                    [_ | _] -> {plain, busy_callback};
+                                    [] -> {plain, not_in_gen_loop}
+                                end
                         end;
                     _ ->
                         {plain, not_proc_lib}
                 end,
+            MemoryWords = Memory div erlang:system_info(wordsize),
             Mailbox =
                 if Queue > MailboxMost -> {too_long, Queue};
-                   Memory div 8 > CopyMost -> {too_large, Memory};
+                   MemoryWords > CopyMost -> {too_large, Memory};
                    true ->
                         case erlang:process_info(Pid, messages) of
                             {messages, Messages} ->
@@ -1199,7 +1246,24 @@ process(Target, Resolve, Walker, Options) ->
                                 {too_long, 0}
                         end
                 end,
+            %% The refc binaries the process refers to, each once (a
+            %% walk counts a binary once per reference: a thousand slices
+            %% of one binary are a thousand times it): from
+            %% process_info(P, binary), a list as long as its references,
+            %% so only from a heap of at most CopyMost words (each
+            %% reference is 6 words of it).
+            Distinct =
+                case Heap =< CopyMost andalso
+                    erlang:process_info(Pid, binary) of
+                    {binary, References} ->
+                        lists:sum([Size || {_, Size, _}
+                                               <- lists:ukeysort(
+                                                    1, References)]);
+                    _ ->
+                        unknown
+                end,
             Base = #{pid => Pid, info => Info, kind => Kind, why => Why,
+                     binary_distinct => Distinct,
                      mailbox => Mailbox, records => [],
                      wordsize => erlang:system_info(wordsize)},
             case Kind of
@@ -1218,7 +1282,27 @@ process(Target, Resolve, Walker, Options) ->
                     receive {'DOWN', Watch, process, Gone, _} -> ok end,
                     Monitor = erlang:monitor(process, Pid),
                     Me = erlang:self(),
-                    Fun = Inspect({inside, Me, Ref, Budget, Deadline, Kind}),
+                    %% A gen_event calls the fun once per handler: the
+                    %% budget is shared among them (300 handlers each
+                    %% with the whole budget held one 6 s, measured).
+                    Share = case Kind of
+                                gen_event ->
+                                    case catch gen:call(Pid, erlang:self(),
+                                                        which_handlers,
+                                                        1000) of
+                                        {ok, Handlers}
+                                          when erlang:is_list(Handlers),
+                                               Handlers =/= [] ->
+                                            erlang:max(
+                                              64, Budget div
+                                                  erlang:length(Handlers));
+                                        _ ->
+                                            erlang:max(64, Budget div 10)
+                                    end;
+                                _ ->
+                                    Budget
+                            end,
+                    Fun = Inspect({inside, Me, Ref, Share, Deadline, Kind}),
                     Pid ! {system, {Gone, Ref}, {replace_state, Fun}},
                     Pid ! {system, {Me, Fence},
                            {debug, {statistics, get}}},
@@ -1325,7 +1409,7 @@ process(Target, Resolve, Walker, Options) ->
 %% table stores objects flat, so the copy is no larger, and flat_size is
 %% linear in it); its binaries and pins come from a walk of at most 64
 %% terms.
--spec table({name, string()} | {id, string()},
+-spec table({names, [string()]} | {id, string()},
             fun((options()) -> inspector()), options()) ->
           #{table := term(), info := [{atom(), term()}],
             families := [{term(), non_neg_integer(), non_neg_integer(),
@@ -1342,15 +1426,18 @@ table(Spec, Walker, Options) ->
     #{budget := Budget, walk_ms := WalkMs} = Options,
     Tables = ets:all(),
     Found = case Spec of
-                {name, Name} ->
-                    try erlang:list_to_existing_atom(Name) of
-                        Atom ->
-                            case lists:member(Atom, Tables) of
-                                true -> Atom;
-                                false -> ets:info(Atom, id)
-                            end
-                    catch
-                        error:badarg -> undefined
+                {names, Names} ->
+                    %% Never a new atom: a name the node has no atom for
+                    %% names no table.
+                    Known = [Atom || Name <- Names,
+                                     Atom <- try [erlang:list_to_existing_atom(
+                                                    Name)]
+                                             catch error:badarg -> []
+                                             end,
+                                     ets:info(Atom, id) =/= undefined],
+                    case Known of
+                        [Atom | _] -> Atom;
+                        [] -> undefined
                     end;
                 {id, Text} ->
                     case [T || T <- Tables, erlang:is_reference(T),
@@ -1379,7 +1466,20 @@ table(Spec, Walker, Options) ->
                     Deadline = erlang:monotonic_time(millisecond) + WalkMs,
                     Fixed = Type =/= ordered_set andalso
                         ets:safe_fixtable(Found, true),
-                    Chunk = erlang:min(500, Budget),
+                    %% A chunk is at most 500 objects and about 1M words
+                    %% (8 MB) of them by the table's average: every
+                    %% object is copied to us (200 objects of 200,000
+                    %% words each took a node 2.6 GB higher in chunks of
+                    %% 500).
+                    {size, Objects} = lists:keyfind(size, 1, Info),
+                    {memory, Stored} = lists:keyfind(memory, 1, Info),
+                    Chunk = erlang:max(1, erlang:min(
+                                            erlang:min(500, Budget),
+                                            1048576 div erlang:max(
+                                                          1, Stored div
+                                                              erlang:max(
+                                                                1,
+                                                                Objects)))),
                     Read =
                         fun Read(Step, Seen, Acc) ->
                                 Late = erlang:monotonic_time(millisecond)

@@ -34,6 +34,8 @@ defmodule MyApp.Store do
   use GenServer
   defstruct items: %{}, name: "store"
   def init(:ok) do
+    :ets.new(__MODULE__, [:named_table, :public])
+    :ets.insert(__MODULE__, {{:user, 1}, "one"})
     items = Map.new(1..20, fn i -> {"item:#{i}", :binary.part(<<i::32, 0::size(524256)>>, 0, 100)} end)
     {:ok, %MyApp.Store{items: items}}
   end
@@ -253,3 +255,9 @@ def test_inspect_reads_a_genserver_struct_and_an_agent(elixir_node):
     assert agent["kind"] == "gen_server"
     state = next(p for p in agent["parts"] if p["path"] == "State")
     assert state["kind"] == "list" and state["count"] == 300
+    # A table named by its module, as :ets.new(__MODULE__, ...) names it,
+    # in the syntax an Elixir user types.
+    table = json.loads(run_here("inspect", node.node, "--table",
+                                "MyApp.Store", "--format", "json",
+                                node=node).stdout)
+    assert table["table"] == "'Elixir.MyApp.Store'" and table["size"] == 1

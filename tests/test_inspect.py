@@ -147,10 +147,28 @@ def test_a_plain_loop_is_left_untouched(fixture_node):
     assert queue_of(fixture_node, "bp_proc_lib") == 0
 
 
-def test_a_busy_process_times_out_and_nothing_stays(fixture_node):
+def test_a_busy_process_is_not_sent_anything(fixture_node):
+    """A process running a callback may not come back to its loop for a
+    long while: nothing is sent to it, and its mailbox stays empty."""
     with attach(fixture_node.node, fixture_node.cookie.encode()) as remote:
         remote.call("gen_server", "cast", [Atom("bp_busy"),
-                                           (Atom("sleep"), 3000)])
+                                           (Atom("sleep"), 1500)])
+    time.sleep(0.1)
+    answer = inspect(fixture_node, "bp_busy")
+    assert "running a callback" in answer["state"]
+    assert answer["parts"][0]["path"] != "State"
+    assert queue_of(fixture_node, "bp_busy") == 0
+    time.sleep(1.5)
+
+
+def test_a_held_process_times_out_and_nothing_stays(fixture_node):
+    """Idle in its loop, then held (suspended, as an overloaded node
+    holds it) past --timeout: we give up in time, and when it runs again
+    our request finds us gone; its mailbox drains, its state is as it
+    was."""
+    before = state_of(fixture_node, "bp_busy")
+    with attach(fixture_node.node, fixture_node.cookie.encode()) as remote:
+        remote.call(FIXTURE, "hold", [Atom("bp_busy"), 3000, Atom("resume")])
     started = time.monotonic()
     result = run_here("inspect", fixture_node.node, "bp_busy", "--timeout",
                       "1", "--format", "json", node=fixture_node)
@@ -158,19 +176,16 @@ def test_a_busy_process_times_out_and_nothing_stays(fixture_node):
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
     assert "did not handle our request in time" in answer["state"]
-    # When it wakes, our request finds us gone: its mailbox drains and
-    # its state is as it was.
     deadline = time.monotonic() + 10
     while queue_of(fixture_node, "bp_busy") != 0:
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    assert state_of(fixture_node, "bp_busy") == {Atom("calls"): 0}
+    assert state_of(fixture_node, "bp_busy") == before
 
 
-def test_a_process_that_dies_mid_walk(fixture_node):
+def test_a_process_that_dies_while_we_wait(fixture_node):
     with attach(fixture_node.node, fixture_node.cookie.encode()) as remote:
-        remote.call("gen_server", "cast", [Atom("bp_doomed"),
-                                           (Atom("die_in"), 500)])
+        remote.call(FIXTURE, "hold", [Atom("bp_doomed"), 500, Atom("kill")])
     answer = inspect(fixture_node, "bp_doomed", "--timeout", "10")
     assert "exited" in answer["state"]
 
@@ -267,9 +282,11 @@ def test_table_names_and_ids():
     from beam_probe.errors import UsageError
     from beam_probe.probes.inspect import table_spec
 
-    assert table_spec("sessions") == (Atom("name"), "sessions")
-    assert table_spec(":sessions") == (Atom("name"), "sessions")
-    assert table_spec("'my table'") == (Atom("name"), "my table")
+    assert table_spec("sessions") == (Atom("names"), ["sessions"])
+    assert table_spec(":sessions") == (Atom("names"), ["sessions"])
+    assert table_spec("'my table'") == (Atom("names"), ["my table"])
+    assert table_spec("MyApp.Cache") == (Atom("names"), [
+        "MyApp.Cache", "Elixir.MyApp.Cache"])
     assert table_spec("#Ref<0.1.2.3>") == (Atom("id"), "#Ref<0.1.2.3>")
     for bad in ("", "x" * 300, "a\nb"):
         with pytest.raises(UsageError):
@@ -303,3 +320,108 @@ def test_the_largest_objects_come_largest_first(fixture_node):
     table = inspect(fixture_node, "--table", "bp_table", "--width", "5")
     held = [o["bytes"] + o["binary_bytes"] for o in table["largest"]]
     assert len(held) == 5 and held == sorted(held, reverse=True)
+
+
+@pytest.fixture(scope="module")
+def shapes_node(fixture_node):
+    with attach(fixture_node.node, fixture_node.cookie.encode()) as remote:
+        assert remote.call(FIXTURE, "start_shapes", [], timeout=60) == \
+            Atom("ok")
+    return fixture_node
+
+
+def heap_of(node, name: str) -> int:
+    with attach(node.node, node.cookie.encode()) as remote:
+        pid = remote.call("erlang", "whereis", [Atom(name)])
+        assert pid != Atom("undefined"), f"{name} is gone"
+        return remote.call("erlang", "process_info",
+                           [pid, Atom("total_heap_size")])[1]
+
+
+def test_nothing_of_a_state_is_copied_into_its_process(shapes_node):
+    """A record around a map of 200,000 entries, the process capped by
+    max_heap_size at twice its heap (kill): children of containers came
+    back from a match specification copied into the process's own heap,
+    level after level, until the cap killed it. It lives, and its heap
+    is as it was."""
+    before = heap_of(shapes_node, "bp_wrapped")
+    answer = inspect(shapes_node, "bp_wrapped")
+    assert answer["state"] is None, answer["state"]
+    state = parts(answer)["State"]
+    assert state["kind"] == "tuple state"  # no record: not in debug_info
+    entries = parts(answer)["State{2}"]
+    assert entries["count"] == 200_000
+    # 200,000 x (3.75 map words + 3 tuple + 3 heap binary) x 8 bytes.
+    assert entries["bytes"] == pytest.approx(200_000 * 9.75 * 8, rel=0.1)
+    assert heap_of(shapes_node, "bp_wrapped") <= before * 2
+
+
+def test_each_binary_counted_once(shapes_node):
+    """A thousand 100-byte slices of one 1 MiB binary keep 1 MiB alive,
+    not a thousand."""
+    answer = inspect(shapes_node, "bp_shared")
+    assert answer["total"]["binary_distinct"] == 1_048_576
+    assert answer["total"]["binary_bytes"] == 1_048_576
+    (pin,) = answer["pinned"]
+    assert pin["path"] == "State#{fields}[_]" and pin["count"] == 1000
+    assert pin["referenced_bytes"] == 1_048_576
+
+
+def test_depth_past_the_budget_is_still_sized(shapes_node):
+    """A gb_tree of 100,000 entries is 17 levels deep: past the budget
+    its subtrees are sized by erts_debug:size_shared/1, not counted as
+    their own few words (4 KB against 8.8 MB before)."""
+    answer = inspect(shapes_node, "bp_tree")
+    with attach(shapes_node.node, shapes_node.cookie.encode()) as remote:
+        flat = remote.call("erts_debug", "flat_size",
+                           [remote.call("sys", "get_state",
+                                        [Atom("bp_tree")])]) * 8
+    assert parts(answer)["State"]["bytes"] == pytest.approx(flat, rel=0.25)
+
+
+def test_an_improper_list_is_counted_within_bounds(shapes_node):
+    answer = inspect(shapes_node, "bp_improper")
+    state = parts(answer)["State"]
+    assert state["kind"] == "list" and state["count"] == 10_000
+    assert answer["total"]["sampled"] is True
+
+
+def test_a_hibernating_worker_of_a_gen_module_is_left_alone(shapes_node):
+    """Started by proc_lib in a module that declares gen_server, but
+    hibernating in a loop of its own ('$initial_call' is its loop, not
+    init/1): no system message."""
+    answer = inspect(shapes_node, "bp_worker")
+    assert answer["kind"] == "plain" and "hibernates" in answer["state"]
+    assert queue_of(shapes_node, "bp_worker") == 0
+
+
+def test_malformed_replies_are_bad_replies():
+    """Replies no node of ours gives: exit 8 in one line, never a
+    traceback or a 'bug' exit 1."""
+    from beam_probe.errors import BadReply
+    from beam_probe.probes.inspect import _malformed, _read_process
+
+    good_tree = _tree(0)
+    base = {Atom("pid"): None, Atom("info"): [], Atom("kind"): Atom("plain"),
+            Atom("why"): Atom("not_proc_lib"), Atom("parts"): [],
+            Atom("mailbox"): (Atom("too_long"), 3),
+            Atom("dictionary"): (Atom("too_large"), 5),
+            Atom("pause_us"): 0, Atom("timed_out"): False,
+            Atom("records"): [], Atom("binary_distinct"): Atom("unknown"),
+            Atom("wordsize"): 8}
+    walk = {Atom("tree"): good_tree, Atom("pins"): [], Atom("visits"): 1,
+            Atom("sampled"): False, Atom("late"): False}
+    crafted = [
+        {Atom("dictionary"): {}},
+        {Atom("mailbox"): (Atom("too_large"),)},
+        {Atom("parts"): [(Atom("state"), dict(walk, **{Atom("pins"): [
+            ([(Atom("elem"), Atom("foo"))], 1, 2, 3)]}))]},
+        {Atom("parts"): [(Atom("state"), dict(walk, **{Atom("tree"): dict(
+            good_tree, **{Atom("kind"): 2**20000})}))]},
+        {Atom("parts"): [(Atom("state"),)]},
+        {Atom("binary_distinct"): -1},
+    ]
+    for change in crafted:
+        with pytest.raises(BadReply):
+            with _malformed("beam_probe_inspect:process"):
+                _read_process("n@h", dict(base, **change))

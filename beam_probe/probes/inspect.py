@@ -17,6 +17,7 @@ Paths are written in both languages here (JSON carries Erlang's as
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from typing import Any, Iterator, TYPE_CHECKING
 
 from beam_probe.erldist.terms import Atom, Pid, format_term, mfa
@@ -75,6 +76,12 @@ _WHY = {
     "hibernating_unknown": "it hibernates, and which loop it wakes into is "
                            "not known without copying its dictionary (it "
                            "is over the copy bound)",
+    "busy_callback": "it is running a callback now, not waiting in its "
+                     "gen loop, and may not come back to it for a while; "
+                     "nothing was sent to it: try again when it is idle",
+    "busy_system": "it is handling a system message now (another "
+                   "inspect, or a debugger's); nothing was sent to it: "
+                   "try again",
 }
 
 
@@ -92,9 +99,11 @@ def check_bounds(depth: int, width: int, budget: int | None,
 _TABLE_ID = re.compile(r"#Ref<\d+\.\d+\.\d+\.\d+>")
 
 
-def table_spec(spec: str) -> tuple[Atom, str]:
-    """A table as the user gives it: its name (Erlang or Elixir form) or
-    its id as ``ets`` prints it (#Ref<0.1.2.3>)."""
+def table_spec(spec: str) -> tuple[Atom, Any]:
+    """A table as the user gives it: its name (Erlang or Elixir form:
+    MyApp.Cache is also tried as 'Elixir.MyApp.Cache', the name
+    ``:ets.new(__MODULE__, ...)`` gives) or its id as ``ets`` prints it
+    (#Ref<0.1.2.3>)."""
     spec = spec.strip()
     if _TABLE_ID.fullmatch(spec):
         return Atom("id"), spec
@@ -104,7 +113,10 @@ def table_spec(spec: str) -> tuple[Atom, str]:
     if not name or len(name) > 255 or any(ord(c) < 32 for c in name):
         raise UsageError(f"TABLE is a table's name or its id as ets prints "
                          f"it (#Ref<0.1.2.3>), not {spec!r}")
-    return Atom("name"), name
+    names = [name]
+    if name[0].isupper() and not name.startswith("Elixir."):
+        names.append("Elixir." + name)
+    return Atom("names"), names
 
 
 def _options(depth: int, width: int, budget: int,
@@ -165,8 +177,8 @@ class _Names:
                 names = [str(f) for f in item[1] if isinstance(f, Atom)]
                 self.fields[(str(item[0]), len(names) + 1)] = names
 
-    def known(self, tag: str) -> bool:
-        return any(key[0] == tag for key in self.fields)
+    def known(self, tag: str, size: int) -> bool:
+        return (tag, size) in self.fields
 
     def field(self, tag: str, size: int, index: int) -> str | None:
         """Field ``index`` (a tuple position) of record ``tag`` of ``size``
@@ -214,13 +226,13 @@ def _step(step: Any, elixir: bool, names: _Names, size: int) -> str:
     return f" {format_term(step)[:40]}"
 
 
-def _kind(kind: Any, names: "_Names | None" = None) -> str:
+def _kind(kind: Any, names: "_Names | None" = None, size: int = 0) -> str:
     """A kind as text: 'map', 'struct Elixir.X', 'record state' for a
     record the module's debug_info defines, else 'tuple tag' (a tuple
     led by an atom: {M, F, A} is no record)."""
     if isinstance(kind, tuple) and len(kind) == 2:
         if kind[0] == Atom("record") and names is not None and \
-                not names.known(str(kind[1])):
+                not names.known(str(kind[1]), size):
             return f"tuple {kind[1]}"
         return f"{kind[0]} {kind[1]}"
     return str(kind) if isinstance(kind, Atom) else format_term(kind)[:60]
@@ -248,7 +260,7 @@ class _Tree:
         if depth and not tree.count("words") and not tree.count("binary"):
             return  # an immediate (a small integer, an atom): nothing held
         yield {"path": path[0], "path_elixir": path[1], "depth": depth,
-               "kind": _kind(kind, self.names), "count": size,
+               "kind": _kind(kind, self.names, size), "count": size,
                "bytes": tree.count("words") * self.wordsize,
                "binary_bytes": tree.count("binary"), "share": 0.0}
         children = tree.list("children")
@@ -330,6 +342,27 @@ def process(remote: Remote, spec: str, depth: int = 3, width: int = 10,
                      _options(depth, width, budget, remote.timeout))
     if isinstance(raw, tuple) and len(raw) == 2 and raw[0] == A_ERROR:
         _refused(raw[1], spec, remote.node)
+    with _malformed(f"{HELPER}:process"):
+        return _read_process(remote.node, raw)
+
+
+@contextmanager
+def _malformed(where: str) -> Iterator[None]:
+    """A reply no node of ours gives (a step of the wrong shape, a part
+    missing, a tuple too short) is a BadReply, one line and exit 8,
+    wherever the reading meets it."""
+    try:
+        yield
+    except (IndexError, TypeError, ValueError, KeyError, AttributeError,
+            RecursionError, RemoteError) as exc:
+        if isinstance(exc, BadReply):
+            raise
+        raise BadReply(escaped(f"{where}'s reply is malformed "
+                               f"({exc.__class__.__name__}: "
+                               f"{str(exc)[:80]})")) from None
+
+
+def _read_process(node: str, raw: Any) -> ProcessInspection:
     reply = Reply(f"{HELPER}:process", raw)
     wordsize = reply.wordsize()
     names = _Names(reply["records"])
@@ -382,9 +415,21 @@ def process(remote: Remote, spec: str, depth: int = 3, width: int = 10,
         mailbox_note = (f"not read: the process holds "
                         f"{count(where, mailbox[1]):,} bytes, and reading a "
                         "mailbox copies it")
+    # The walk counts a binary once per reference to it; the node's own
+    # list of the process's binaries, each once, bounds every figure.
+    distinct = reply["binary_distinct"]
+    distinct = None if distinct == Atom("unknown") else \
+        count(f"{where}'s binary_distinct", distinct)
+    if distinct is not None:
+        for row in parts:
+            row["binary_bytes"] = min(row["binary_bytes"], distinct)
+        for pin in pinned:
+            pin["referenced_bytes"] = min(pin["referenced_bytes"], distinct)
     roots = [row for row in parts if row["depth"] == 0]
     total_bytes = sum(row["bytes"] for row in roots)
     total_binary = sum(row["binary_bytes"] for row in roots)
+    if distinct is not None:
+        total_binary = min(total_binary, distinct)
     held = total_bytes + total_binary
     for row in parts:
         row["share"] = round((row["bytes"] + row["binary_bytes"]) / held, 4) \
@@ -403,15 +448,16 @@ def process(remote: Remote, spec: str, depth: int = 3, width: int = 10,
     elif timed_out == Atom("exited"):
         state_note = "the process exited while we waited for its state"
     elif timed_out is True:
-        state_note = ("it did not handle our request in time (busy, or a "
-                      "long mailbox); nothing of ours stays: the request "
-                      "finds us gone and measures nothing")
+        state_note = ("it did not handle our request in time (a long "
+                      "mailbox, or busy since); the request waits in its "
+                      "mailbox behind the others, and when handled finds "
+                      "us gone and measures nothing")
     name = info.get("registered_name")
     current = info.get("current_function")
     initial = info.get("initial_call")
     memory = info.get("memory")
     queue = info.get("message_queue_len")
-    return {"node": remote.node, "pid": str(reply["pid"]),
+    return {"node": node, "pid": str(reply["pid"]),
             "name": str(name) if isinstance(name, Atom) else None,
             "kind": kind,
             "current_function": mfa(current) if current else None,
@@ -420,6 +466,7 @@ def process(remote: Remote, spec: str, depth: int = 3, width: int = 10,
             "total": {"bytes": total_bytes, "binary_bytes": total_binary,
                       "memory": count(f"{where}'s memory", memory),
                       "message_queue_len": count(f"{where}'s queue", queue),
+                      "binary_distinct": distinct,
                       "sampled": sampled,
                       "pause_ms": round(reply.count("pause_us") / 1000, 1)},
             "state": state_note, "dictionary": dictionary_note,
@@ -435,10 +482,12 @@ def _refused(why: Any, spec: str, node: str) -> None:
     if why == Atom("ours"):
         raise UsageError(f"{spec} is one of beam-probe's own processes on "
                          f"{node}")
-    if isinstance(why, tuple) and why and why[0] == Atom("other_node"):
+    if isinstance(why, tuple) and len(why) == 2 and \
+            why[0] == Atom("other_node"):
         raise UsageError(f"{spec} is a pid of another node ({why[1]}); give "
                          f"pids as {node} prints them")
-    if isinstance(why, tuple) and why and why[0] == Atom("not_alive"):
+    if isinstance(why, tuple) and len(why) == 2 and \
+            why[0] == Atom("not_alive"):
         raise NoSuchProcess(f"{why[1]} is not alive on {node} (it exited, "
                             "or never existed)")
     raise RemoteError(f"inspect failed: {format_term(why)}"[:300])
@@ -474,6 +523,11 @@ def table(remote: Remote, spec: str, width: int = 10,
             raise UsageError(f"table {spec} is private: only its owner can "
                              "read it")
         raise RemoteError(f"inspect failed: {format_term(raw[1])}"[:300])
+    with _malformed(f"{HELPER}:table"):
+        return _read_table(remote.node, raw)
+
+
+def _read_table(node: str, raw: Any) -> TableInspection:
     where = f"{HELPER}:table"
     reply = Reply(where, raw)
     wordsize = reply.wordsize()
@@ -516,7 +570,7 @@ def table(remote: Remote, spec: str, width: int = 10,
                                        * scale),
                         "binary_bytes": count(where, item[3])})
     name = info.get("name")
-    return {"node": remote.node, "table": format_term(reply["table"]),
+    return {"node": node, "table": format_term(reply["table"]),
             "name": format_term(name) if name is not None else None,
             "type": format_term(info.get("type")),
             "owner": str(info.get("owner")) if isinstance(info.get("owner"),

@@ -89,7 +89,8 @@ def table_text(result: TableInspection, syntax: Syntax) -> str:
     lines = [
         f"{result['node']}: table {syntax.code(result['table'])} "
         f"({result['type']}, owner {syntax.code(result['owner'] or '?')}; "
-        f"{result['size']:,} objects, {human_bytes(result['memory'])}"
+        f"{result['size']:,} object{'s' if result['size'] != 1 else ''}, "
+        f"{human_bytes(result['memory'])}"
         + (", compressed: sizes as stored" if result["compressed"] else "")
         + ")"]
     if result["sampled"]:
@@ -97,7 +98,10 @@ def table_text(result: TableInspection, syntax: Syntax) -> str:
                      f"objects read ({result['fraction']:.1%}), the figures "
                      "scaled to the whole"
                      + (" (stopped at the deadline)" if result["late"]
-                        else ""))
+                        else "")
+                     + ("; an ordered_set is read from its lowest key, so "
+                        "its sample is its first keys'" if result["type"]
+                        == "ordered_set" else ""))
     rows = [(printable(f["family"]), f"{f['count']:,}",
              human_bytes(f["bytes"]), human_bytes(f["binary_bytes"]),
              f"{f['pinned']['count']:,}" if f["pinned"]["count"] else "",

@@ -17,6 +17,12 @@
 -export([handle_event/2]).
 %% For tests/bench_inspect.py.
 -export([big/1, big_table/1, watch_start/1, watch_stop/0]).
+%% For tests/test_inspect.py: a process held, idle in its loop, for a
+%% while (as a descheduled or overloaded node holds it), then let go or
+%% killed.
+-export([hold/3]).
+%% What a hostile review found: see tests/test_inspect.py.
+-export([start_shapes/0, worker_loop/0]).
 
 -record(state, {cache = #{} :: map(),
                 log = [] :: list(),
@@ -53,6 +59,8 @@ init(cache) ->
     {ok, #state{cache = Cache, log = lists:seq(1, 500)}};
 init(busy) ->
     {ok, #{calls => 0}};
+init({shape, Make}) ->
+    {ok, Make()};
 init({big, N}) ->
     {ok, maps:from_list([{I, {I, <<"value">>}} || I <- lists:seq(1, N)])};
 init(statem) ->
@@ -67,6 +75,10 @@ init(supervisor) ->
 init(#{seen := _} = Handler) ->
     {ok, Handler}.
 
+handle_call({max_heap, Words}, _From, State) ->
+    process_flag(max_heap_size, #{size => Words, kill => true,
+                                  error_logger => false}),
+    {reply, ok, State};
 handle_call(hibernate, _From, State) ->
     {reply, ok, State, hibernate};
 handle_call(_, _From, State) ->
@@ -176,3 +188,55 @@ ask(Name) ->
 watch_stop() ->
     bp_watch ! {stop, self()},
     receive {longest, Us} -> Us end.
+
+hold(Name, Ms, Then) ->
+    Pid = whereis(Name),
+    spawn(fun() ->
+                  true = erlang:suspend_process(Pid),
+                  timer:sleep(Ms),
+                  case Then of
+                      resume -> erlang:resume_process(Pid);
+                      kill -> exit(Pid, kill)
+                  end
+          end),
+    ok.
+
+%% States of the shapes that broke the walk once: a record around a big
+%% map (its children were copied into the process by a match
+%% specification), a thousand slices of one binary (counted a thousand
+%% times), a gb_tree (its depth past the budget counted as nothing), an
+%% improper list (counted cell by cell, unbounded), and a proc_lib
+%% worker of this gen_server module that hibernates in a loop of its own.
+start_shapes() ->
+    {ok, W} = gen_server:start({local, bp_wrapped}, ?MODULE,
+                               {shape, fun() ->
+                                               {state, maps:from_list(
+                                                         [{I, {I, <<"v">>}}
+                                                          || I <- lists:seq(
+                                                                    1, 200000)])}
+                                       end}, []),
+    {total_heap_size, Heap} = process_info(W, total_heap_size),
+    ok = gen_server:call(W, {max_heap, 2 * Heap}),
+    One = <<0:(8 * 1048576)>>,
+    {ok, _} = gen_server:start({local, bp_shared}, ?MODULE,
+                               {shape, fun() ->
+                                               #{fields =>
+                                                     [binary:part(One, I * 1000,
+                                                                  100)
+                                                      || I <- lists:seq(0, 999)]}
+                                       end}, []),
+    {ok, _} = gen_server:start({local, bp_tree}, ?MODULE,
+                               {shape, fun() ->
+                                               gb_trees:from_orddict(
+                                                 [{I, {I, I}}
+                                                  || I <- lists:seq(1, 100000)])
+                                       end}, []),
+    {ok, _} = gen_server:start({local, bp_improper}, ?MODULE,
+                               {shape, fun() ->
+                                               lists:seq(1, 300000) ++ tail
+                                       end}, []),
+    register(bp_worker, proc_lib:spawn(?MODULE, worker_loop, [])),
+    ok.
+
+worker_loop() ->
+    proc_lib:hibernate(?MODULE, worker_loop, []).
