@@ -54,21 +54,22 @@
                      copy_most := non_neg_integer()}.
 -type inspector() :: fun((tuple()) -> term()).
 
-%% The inspector: one named fun whose first argument names the operation.
-%% One fun, not one per operation, because a fun made by erl_eval carries
-%% every binding around it, funs included: a chain of a dozen funs would
-%% carry each other over and over once copied into the target with the
-%% system message (copying flattens what they share). This one carries
-%% Depth and Width alone, and refers to itself by name.
+%% The inspector: a named fun whose argument is a request tuple led by
+%% the operation's name, dispatched through a map of one fun per
+%% operation (the ways tried, measured, are in docs/CONTRIBUTING.md).
 %%
-%% Operations:
+%% Requests made from outside the walker:
 %%   {measure, Term, Budget, DeadlineMs} -> walk()
 %%   {inside, ReplyTo, Ref, Budget, DeadlineMs, Kind} -> the fun for
-%%       sys's replace_state: measures the state (and, once, the
-%%       dictionary) where it is, sends {Ref, self(), Part, walk()} to
-%%       ReplyTo, and throws. It measures nothing when ReplyTo is gone or
-%%       the deadline has passed (a late system message, after we gave up).
-%%   {family, Key, Object, Keypos} -> a table object's key family
+%%       sys's replace_state: the state's parts and, once, the dictionary
+%%       measured where they are, each sent to ReplyTo as {Ref, self(),
+%%       Part, walk(), none, 0}, then {Ref, self(), paused, none, none,
+%%       Microseconds} (a failure as {Ref, self(), failed, {Class,
+%%       Reason, Where}, none, Microseconds}); then it throws. It
+%%       measures nothing when ReplyTo is gone or the deadline has passed
+%%       (a late system message, after we gave up).
+%%   {dictionary, Entries, Budget, DeadlineMs} -> walk()
+%%   {objects, [{Key, Object}], Keypos, Acc} -> a table chunk's tally
 -spec walker(options()) -> inspector().
 walker(Options) ->
     #{depth := Depth, width := Width} = Options,
@@ -116,22 +117,9 @@ walker(Options) ->
     Config = {Depth, Width, LeafOnly, Binaries, Third, FirstTwo, OffHeap,
               Pinned, Containers, Bytes, PinnedRows,
               maps:get(shared_most, Options, 0)},
-    %% The inspector: one named fun whose first argument names the
-    %% operation. erl_eval keeps in a fun only the variables it uses:
-    %% this one carries Cfg and its clauses, and refers to itself by name.
-    %% No variable inside may share a name with one above (it would be
-    %% taken as bound).
-    %%
-    %% Operations:
-    %%   {measure, Term, Budget, DeadlineMs} -> walk()
-    %%   {inside, ReplyTo, Ref, Budget, DeadlineMs, Kind} -> the fun for
-    %%       sys's replace_state: measures the state (and, once, the
-    %%       dictionary) where it is, sends {Ref, self(), Part, walk(),
-    %%       Dictionary, Microseconds} to ReplyTo, and throws. It measures
-    %%       nothing when ReplyTo is gone or the deadline has passed (a
-    %%       late system message, after we gave up).
-    %%   {dictionary, Entries, Budget, DeadlineMs} -> walk()
-    %%   {family, Key, Object, Keypos} -> a table object's key family
+    %% Each operation is a fun (Inspect, Config, Request); no variable
+    %% inside one may share a name with one above (erl_eval would take it
+    %% as bound), and each is made again below with no bindings at all.
     %%
     %% A walk gives {Tree, Pins, Left, Sampled, Late}. Tree is {Kind,
     %% Count, Words, Binary, Children, Others}, children (the Width
