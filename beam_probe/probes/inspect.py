@@ -535,6 +535,8 @@ def _read_table(node: str, raw: Any) -> TableInspection:
     size = count(f"{where}'s size", info.get("size"))
     stored = count(f"{where}'s memory", info.get("memory")) * wordsize
     seen = reply.count("seen")
+    # A table that grew while we read it: we saw more than it had.
+    size = max(size, seen)
     families = []
     for item in reply.list("families"):
         if not (isinstance(item, tuple) and len(item) == 5
