@@ -432,10 +432,11 @@ walker(Options) ->
                       List;
                  (_, _, {spread, List, K}) ->
                       Step = erlang:length(List) div K,
-                      [X || {I, X} <- lists:zip(
-                                         lists:seq(1, erlang:length(List)),
-                                         List),
-                            I rem Step =:= 0]
+                      [Item || {I, Item} <- lists:zip(
+                                               lists:seq(1, erlang:length(
+                                                              List)),
+                                               List),
+                               I rem Step =:= 0]
               end,
           %% The leaves among Values (positions Idx): {[{Words, Binary,
           %% Position}] aligned with Values (0, 0 for a container), words,

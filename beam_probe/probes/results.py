@@ -779,11 +779,11 @@ class InspectPin(TypedDict):
 class InspectTotal(TypedDict):
     bytes: int
     binary_bytes: int
+    memory: int
+    message_queue_len: int
     # The refc binaries the process refers to, each once (the node's own
     # list; None past 8 MB of heap): every binary figure is at most this.
     binary_distinct: Optional[int]
-    memory: int
-    message_queue_len: int
     sampled: bool
     pause_ms: float
 
