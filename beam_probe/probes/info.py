@@ -69,18 +69,27 @@ def target(spec: str) -> tuple[Atom, Any]:
     if _PID_TYPO.fullmatch(spec):
         raise UsageError(f"PID must look like <0.123.0>, #PID<0.123.0> or "
                          f"0.123.0, not {spec!r} (a bracket is missing)")
-    name = spec
-    if name.startswith(":"):
-        name = name[1:]
+    names = atom_names(spec)
+    if names is None:
+        raise UsageError(f"PID must look like <0.123.0> or #PID<0.123.0>, or "
+                         f"be a registered name, not {spec!r}")
+    return Atom("names"), names
+
+
+def atom_names(spec: str) -> list[str] | None:
+    """The atoms a name may mean, as the user typed it in Erlang or Elixir
+    (``code_server``, ``'my name'``, ``:code_server``, ``:"my name"``,
+    ``MyApp.Cache`` which is also 'Elixir.MyApp.Cache'), or None when it
+    can be no atom (empty, too long, control characters)."""
+    name = spec[1:] if spec.startswith(":") else spec
     if len(name) >= 2 and name[0] == name[-1] and name[0] in "'\"":
         name = name[1:-1]
     if not name or len(name) > MAX_NAME or any(ord(c) < 32 for c in name):
-        raise UsageError(f"PID must look like <0.123.0> or #PID<0.123.0>, or "
-                         f"be a registered name, not {spec!r}")
+        return None
     names = [name]
     if name[0].isupper() and not name.startswith("Elixir."):
         names.append("Elixir." + name)
-    return Atom("names"), names
+    return names
 
 
 def _plain(term: Any) -> Any:

@@ -26,7 +26,7 @@ from beam_probe.errors import (BadReply, NoSuchProcess, RemoteError,
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply, count, escaped
-from beam_probe.probes.info import target
+from beam_probe.probes.info import atom_names, target
 
 if TYPE_CHECKING:
     from beam_probe.probes.results import (InspectPart, InspectPin,
@@ -107,15 +107,10 @@ def table_spec(spec: str) -> tuple[Atom, Any]:
     spec = spec.strip()
     if _TABLE_ID.fullmatch(spec):
         return Atom("id"), spec
-    name = spec[1:] if spec.startswith(":") else spec
-    if len(name) >= 2 and name[0] == name[-1] and name[0] in "'\"":
-        name = name[1:-1]
-    if not name or len(name) > 255 or any(ord(c) < 32 for c in name):
+    names = atom_names(spec)
+    if names is None:
         raise UsageError(f"TABLE is a table's name or its id as ets prints "
                          f"it (#Ref<0.1.2.3>), not {spec!r}")
-    names = [name]
-    if name[0].isupper() and not name.startswith("Elixir."):
-        names.append("Elixir." + name)
     return Atom("names"), names
 
 
