@@ -152,13 +152,16 @@ def test_a_busy_process_is_not_sent_anything(fixture_node):
     long while: nothing is sent to it, and its mailbox stays empty."""
     with attach(fixture_node.node, fixture_node.cookie.encode()) as remote:
         remote.call("gen_server", "cast", [Atom("bp_busy"),
-                                           (Atom("sleep"), 1500)])
+                                           (Atom("sleep"), 4000)])
     time.sleep(0.1)
     answer = inspect(fixture_node, "bp_busy")
     assert "running a callback" in answer["state"]
     assert answer["parts"][0]["path"] != "State"
     assert queue_of(fixture_node, "bp_busy") == 0
-    time.sleep(1.5)
+    deadline = time.monotonic() + 10  # until it is idle again
+    while not inspect(fixture_node, "bp_busy")["state"] is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
 
 
 def test_a_held_process_times_out_and_nothing_stays(fixture_node):
@@ -185,7 +188,8 @@ def test_a_held_process_times_out_and_nothing_stays(fixture_node):
 
 def test_a_process_that_dies_while_we_wait(fixture_node):
     with attach(fixture_node.node, fixture_node.cookie.encode()) as remote:
-        remote.call(FIXTURE, "hold", [Atom("bp_doomed"), 500, Atom("kill")])
+        remote.call(FIXTURE, "hold", [Atom("bp_doomed"), 2000,
+                                      Atom("kill")])
     answer = inspect(fixture_node, "bp_doomed", "--timeout", "10")
     assert "exited" in answer["state"]
 
