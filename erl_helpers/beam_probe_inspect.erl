@@ -1337,12 +1337,17 @@ process(Target, Resolve, Walker, Options) ->
                     %% callback module's debug_info (rebar3 and mix keep
                     %% it by default) has them, for the tags the state
                     %% shows. A file of at most 8 MB, read by our worker.
+                    %% Every record tag the trees show, at any level
+                    %% (a tree is at most as many parts as the budget).
+                    Shown = fun Shown(#{kind := Kind0, children := Ch}) ->
+                                    [T || {record, T} <- [Kind0]]
+                                        ++ lists:append(
+                                             [Shown(C) || {_, C} <- Ch])
+                            end,
                     Tags = lists:usort(
-                             [Tag || {_, #{tree := #{kind := {record, Tag}}}}
-                                         <- Parts]
-                             ++ [Tag || {_, #{tree := #{children := Ch}}}
-                                            <- Parts,
-                                        {_, #{kind := {record, Tag}}} <- Ch]),
+                             lists:append([Shown(Tree)
+                                           || {_, #{tree := Tree}}
+                                                  <- Parts])),
                     Field = fun({record_field, _, {atom, _, F}}) -> F;
                                ({record_field, _, {atom, _, F}, _}) -> F;
                                ({typed_record_field, R, _}) ->

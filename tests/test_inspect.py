@@ -70,7 +70,10 @@ def test_the_slices_that_pin_requests_are_named(fixture_node):
     # What a 64 KiB binary keeps alive: 65,536 bytes, or a little more
     # where the release rounds its allocation (65,792 on OTP 28).
     assert 20 * 65536 <= cache["binary_bytes"] <= 20 * 66000
-    assert shown["State#state.log"]["count"] == 500
+    assert shown["State#state.log"]["count"] == 200
+    # A record inside the record is named too.
+    assert shown["State#state.name"]["kind"] == "record conn"
+    assert "State#state.name#conn.buffer" in shown
     # Largest first: the cache holds 99% of what the state holds.
     children = [p for p in result["parts"] if p["depth"] == 1
                 and p["path"].startswith("State")]

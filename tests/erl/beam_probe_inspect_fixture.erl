@@ -28,6 +28,7 @@
                 log = [] :: list(),
                 name = <<"cache">> :: binary()}).
 -record(session, {id, user, token}).
+-record(conn, {socket, buffer = <<>>}).
 
 start() ->
     {ok, _} = gen_server:start({local, bp_cache}, ?MODULE, cache, []),
@@ -56,7 +57,8 @@ slice(I) ->
 init(cache) ->
     put(secret, <<"hunter2">>),
     Cache = maps:from_list([{slice(I), I} || I <- lists:seq(1, 20)]),
-    {ok, #state{cache = Cache, log = lists:seq(1, 500)}};
+    {ok, #state{cache = Cache, log = lists:seq(1, 200),
+                name = #conn{socket = undefined, buffer = <<0:1000>>}}};
 init(busy) ->
     {ok, #{calls => 0}};
 init({shape, Make}) ->
