@@ -432,3 +432,19 @@ def test_malformed_replies_are_bad_replies():
         with pytest.raises(BadReply):
             with _malformed("beam_probe_inspect:process"):
                 _read_process("n@h", dict(base, **change))
+
+
+def test_text_says_when_binaries_count_per_reference():
+    from beam_probe.text.inspect import process_text
+    from beam_probe.text.syntax import Syntax
+
+    result = {"node": "n@h", "pid": "<0.1.0>", "name": None,
+              "kind": "gen_server", "current_function": None,
+              "initial_call": None, "parts": [], "pinned": [],
+              "total": {"bytes": 1, "binary_bytes": 5, "memory": 9,
+                        "message_queue_len": 0, "binary_distinct": None,
+                        "sampled": False, "pause_ms": 1.0},
+              "state": None, "dictionary": None, "mailbox": None}
+    assert "once per reference" in process_text(result, Syntax(False))
+    result["total"]["binary_distinct"] = 5
+    assert "once per reference" not in process_text(result, Syntax(False))

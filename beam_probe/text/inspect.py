@@ -53,6 +53,10 @@ def process_text(result: ProcessInspection, syntax: Syntax) -> str:
            else "")
         + (f"; the process paused {total['pause_ms']:g} ms"
            if total["pause_ms"] else "")]
+    if total["binary_distinct"] is None and total["binary_bytes"]:
+        lines.append("binary figures count a binary once per reference to "
+                     "it (the process's heap is over 8 MB: its list of "
+                     "binaries was not read to count each once)")
     rows = []
     for part in result["parts"]:
         rows.append(("  " * part["depth"] + _path(part[key]),  # type: ignore[literal-required]
