@@ -43,8 +43,7 @@
 -type pin() :: {[step()], non_neg_integer(), non_neg_integer(),
                 non_neg_integer()}.
 -type walk() :: #{tree := tree(), pins := [pin()],
-                  visits := integer(), sampled := boolean(),
-                  late := boolean()}.
+                  sampled := boolean(), late := boolean()}.
 -type options() :: #{depth := non_neg_integer(),
                      width := pos_integer(),
                      budget := pos_integer(),
@@ -740,14 +739,14 @@ walker(Options) ->
               end,
           measure =>
               fun(Inspect, _, {measure, Term, Budget, Deadline}) ->
-                  {Tree, Pins, Left, Sampled, Late} =
+                  {Tree, Pins, _, Sampled, Late} =
                       Inspect({walk, Term, 0, Budget, [], Deadline}),
                   #{tree => Inspect({plain, Tree}),
                     pins => [{lists:reverse(P), erlang:round(C),
                               erlang:round(U),
                               erlang:round(R)}
                              || {P, {C, U, R}} <- maps:to_list(Pins)],
-                    visits => Budget - Left, sampled => Sampled, late => Late}
+                    sampled => Sampled, late => Late}
               end,
           %% The dictionary by key, as a map (its cells' worth of words,
           %% made for the walk) when it has at most 10,000 keys, else as
@@ -868,16 +867,15 @@ walker(Options) ->
                       Families =
                           Inspect({tally, lists:zip3(Fams, Words, Js),
                                    Off, Families0}),
+                      WordsT = erlang:list_to_tuple(Words),
                       Held = lists:zip(
                                ets:match_spec_run(
                                  Words, erlang:element(10, Cfg)), Js)
-                          ++ [{erlang:element(J, erlang:list_to_tuple(
-                                                   Words)) * 8 + B, J}
+                          ++ [{erlang:element(J, WordsT) * 8 + B, J}
                               || {J, B} <- maps:to_list(Off)],
                       Best = Inspect({best, Held,
                                       erlang:element(2, Cfg)}),
                       KeysT = erlang:list_to_tuple(Keys),
-                      WordsT = erlang:list_to_tuple(Words),
                       FamsT = erlang:list_to_tuple(Fams),
                       Top = [{H, Inspect({short, erlang:element(J, KeysT)}),
                               erlang:element(J, FamsT),
@@ -1072,8 +1070,7 @@ process(Target, Resolve, Walker, Options) ->
       mailbox_most := MailboxMost, copy_most := CopyMost} = Options,
     Pid = Resolve(Target),
     Items = [registered_name, initial_call, current_function,
-             current_stacktrace, status, message_queue_len, memory,
-             total_heap_size],
+             current_stacktrace, message_queue_len, memory, total_heap_size],
     Ours = case erlang:get('$beam_probe_ours') of
                undefined -> [erlang:self()];
                List -> List
@@ -1118,31 +1115,27 @@ process(Target, Resolve, Walker, Options) ->
             {initial_call, Initial} = lists:keyfind(initial_call, 1, Info),
             Deadline = erlang:monotonic_time(millisecond) + WalkMs,
             %% Copying from outside: the dictionary (plain processes; OTP
-            %% 25 to 26.1 also to tell a hibernating process's kind) and
-            %% the mailbox.
-            Copyable = Heap =< CopyMost,
+            %% 25 to 26.1 also to tell a hibernating process's kind and
+            %% find its callback module, copied once for both) and the
+            %% mailbox.
             Dictionary =
                 fun() ->
-                        case Copyable of
-                            true ->
-                                case erlang:process_info(Pid, dictionary) of
-                                    {dictionary, D} -> D;
-                                    undefined -> []
-                                end;
-                            false ->
-                                too_large
+                        case Heap =< CopyMost andalso
+                            erlang:process_info(Pid, dictionary) of
+                            {dictionary, D} -> D;
+                            undefined -> [];
+                            false -> too_large
                         end
                 end,
-            FirstCall =
+            {FirstCall, Copied} =
                 try erlang:process_info(Pid, {dictionary, '$initial_call'}) of
-                    {{dictionary, '$initial_call'}, Call} -> Call;
-                    _ -> undefined
+                    {{dictionary, '$initial_call'}, Call} -> {Call, unread};
+                    _ -> {undefined, unread}
                 catch
                     error:badarg ->
                         case Dictionary() of
-                            too_large -> undefined;
-                            Copied -> proplists:get_value('$initial_call',
-                                                          Copied)
+                            too_large -> {undefined, too_large};
+                            D -> {proplists:get_value('$initial_call', D), D}
                         end
                 end,
             %% Waiting for a message in a gen module's loop: a function
@@ -1257,11 +1250,15 @@ process(Target, Resolve, Walker, Options) ->
                      wordsize => erlang:system_info(wordsize)},
             case Kind of
                 plain ->
+                    Entries = case Copied of
+                                  unread -> Dictionary();
+                                  _ -> Copied
+                              end,
                     Base#{parts => [], pause_us => 0, timed_out => false,
                           dictionary =>
-                              case Dictionary() of
+                              case Entries of
                                   too_large -> {too_large, Heap};
-                                  D -> Inspect({dictionary, D, Budget,
+                                  _ -> Inspect({dictionary, Entries, Budget,
                                                 Deadline})
                               end};
                 _ ->

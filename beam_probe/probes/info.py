@@ -11,7 +11,7 @@ binaries never crosses the wire.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, TYPE_CHECKING
+from typing import Any, Callable, NoReturn, TYPE_CHECKING
 
 from beam_probe.erldist.terms import Atom, Pid, format_term, mfa
 from beam_probe.errors import (NoSuchProcess, ProtocolError, RemoteError,
@@ -92,6 +92,25 @@ def atom_names(spec: str) -> list[str] | None:
     return names
 
 
+def refused(why: Any, spec: str, node: str, what: str) -> NoReturn:
+    """The error a helper's resolve/1 of ``spec`` answered, as the
+    exception the user reads: a usage error, or no such process."""
+    if why == Atom("not_a_pid"):
+        raise UsageError(f"{spec!r} is not a pid of {node}; give pids as it "
+                         f"prints them, <0.N.M>")
+    if why == Atom("no_such_name"):
+        raise NoSuchProcess(f"no process registered as {spec} on {node}")
+    if isinstance(why, tuple) and len(why) == 2 and \
+            why[0] == Atom("other_node"):
+        raise UsageError(f"{spec} is a pid of another node ({why[1]}); give "
+                         f"pids as {node} prints them")
+    if isinstance(why, tuple) and len(why) == 2 and \
+            why[0] == Atom("not_alive"):
+        raise NoSuchProcess(f"{why[1]} is not alive on {node} (it exited, "
+                            f"or never existed)")
+    raise RemoteError(f"{what} failed: {format_term(why)}"[:300])
+
+
 def _plain(term: Any) -> Any:
     """A term as JSON-ready Python: atoms and pids as text."""
     if isinstance(term, bool) or isinstance(term, (int, float)):
@@ -154,20 +173,7 @@ def proc_info(remote: Remote, spec: str) -> ProcInfo:
     kind, text = target(spec)
     raw = remote.run(HELPER, "proc_info", (kind, text), Local("resolve", LIB))
     if isinstance(raw, tuple) and raw[0] == Atom("error"):
-        why = raw[1]
-        if why == Atom("not_a_pid"):
-            raise UsageError(f"{spec!r} is not a pid of {remote.node}; give "
-                             f"pids as it prints them, <0.N.M>")
-        if why == Atom("no_such_name"):
-            raise NoSuchProcess(f"no process registered as {spec} on "
-                                f"{remote.node}")
-        if isinstance(why, tuple) and why[0] == Atom("other_node"):
-            raise UsageError(f"{spec} is a pid of another node ({why[1]}); "
-                             f"give pids as {remote.node} prints them")
-        if isinstance(why, tuple) and why[0] == Atom("not_alive"):
-            raise NoSuchProcess(f"{why[1]} is not alive on {remote.node} "
-                                f"(it exited, or never existed)")
-        raise RemoteError(f"proc_info failed: {format_term(why)}"[:300])
+        refused(raw[1], spec, remote.node, "proc_info")
     reply = Reply(f"{HELPER}:proc_info", raw)
     fields = reply.pairs("items")
     fields["binary_count"] = reply.count("binary_count")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from typing import Any, Iterator, TYPE_CHECKING
+from typing import Any, Iterator, NoReturn, TYPE_CHECKING
 
 from beam_probe.erldist.terms import Atom, Pid, format_term, mfa
 from beam_probe.errors import (BadReply, NoSuchProcess, RemoteError,
@@ -26,7 +26,7 @@ from beam_probe.errors import (BadReply, NoSuchProcess, RemoteError,
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply, count, escaped
-from beam_probe.probes.info import atom_names, target
+from beam_probe.probes.info import atom_names, refused, target
 
 if TYPE_CHECKING:
     from beam_probe.probes.results import (InspectPart, InspectPin,
@@ -38,16 +38,17 @@ HELPER = "beam_probe_inspect"
 
 # The walk runs inside the target and blocks it: a budget of terms. A
 # leaf costs one (the leaves of a container are measured in compiled
-# passes, ~1 us each), a container walked 16 and more (erl_eval walks
-# it: 0.5-2 ms on OTP 25 here). 1,000 holds a process for 30-60 ms on
-# this 2-core machine, "tens of milliseconds"; a map of a million
-# entries is then sampled (its first ~1,000 keys in hash order, ~15 of
-# their values walked).
+# passes, ~1 us each), a container walked 48 (erl_eval walks it: 0.5-2
+# ms on OTP 25 here). 1,000 held a gen_server of a million-entry map
+# 16-20 ms on this 2-core machine, "tens of milliseconds"; such a map is
+# sampled (its first ~240 keys in hash order, a few of their values
+# walked).
 DEFAULT_BUDGET = 1_000
 MAX_BUDGET = 1_000_000
 # A table is read by our worker (the table stays usable): objects, read
-# in chunks of 500 with ets:select/3, each walked for its binaries
-# (~50 us an object here: 20,000 objects take about a second).
+# in chunks of at most 500 with ets:select/3, three levels of each
+# searched for binaries (~70-130 us an object here: 20,000 objects of a
+# 10M-object table took 1.6-2.8 s).
 DEFAULT_TABLE_BUDGET = 20_000
 MAX_TABLE_BUDGET = 10_000_000
 MAX_DEPTH = 10
@@ -60,7 +61,6 @@ MAILBOX_MOST = 10_000
 COPY_MOST = 1_000_000
 
 A_ERROR = Atom("error")
-A_NONE = Atom("none")
 A_STATE = Atom("state")
 A_HANDLER = Atom("handler")
 A_TOO_LONG = Atom("too_long")
@@ -264,7 +264,7 @@ class _Tree:
                            f"at most {MAX_WIDTH} were asked for")
         for item in children:
             if not (isinstance(item, tuple) and len(item) == 2):
-                raise RemoteError(f"{self.where}: a malformed child")
+                raise BadReply(f"{self.where}: a malformed child")
             step, child = item
             yield from self.rows(child, (
                 path[0] + _step(step, False, self.names, size),
@@ -300,7 +300,7 @@ def _pins(walk: Reply, root: tuple[str, str], names: _Names
     out: list["InspectPin"] = []
     for item in walk.list("pins"):
         if not (isinstance(item, tuple) and len(item) == 4):
-            raise RemoteError(f"{walk.helper}: a malformed pin")
+            raise BadReply(f"{walk.helper}: a malformed pin")
         erl, ex = _pin_path(item[0], root, names)
         out.append({"path": erl, "path_elixir": ex,
                     "count": count(f"{walk.helper}'s pin count", item[1]),
@@ -310,10 +310,8 @@ def _pins(walk: Reply, root: tuple[str, str], names: _Names
     return out
 
 
-def _roots(kind: str, part: Any) -> tuple[str, str]:
-    if part == A_STATE:
-        return ("State", "state")
-    if part == Atom("statem_state"):
+def _roots(part: Any) -> tuple[str, str]:
+    if part in (A_STATE, Atom("statem_state")):
         return ("State", "state")
     if part == Atom("statem_data"):
         return ("Data", "data")
@@ -349,9 +347,7 @@ def _malformed(where: str) -> Iterator[None]:
     try:
         yield
     except (IndexError, TypeError, ValueError, KeyError, AttributeError,
-            RecursionError, RemoteError) as exc:
-        if isinstance(exc, BadReply):
-            raise
+            RecursionError) as exc:
         raise BadReply(escaped(f"{where}'s reply is malformed "
                                f"({exc.__class__.__name__}: "
                                f"{str(exc)[:80]})")) from None
@@ -381,14 +377,14 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
     failed = None
     for item in reply.list("parts"):
         if not (isinstance(item, tuple) and len(item) == 2):
-            raise RemoteError(f"{where}: a malformed part")
+            raise BadReply(f"{where}: a malformed part")
         part, walk_raw = item
         if part == Atom("failed"):
             # Our walk raised inside the process (a term of a shape it
             # did not expect): its class, reason and where, no values.
             failed = format_term(walk_raw)[:200]
             continue
-        add(walk_raw, _roots(kind, part))
+        add(walk_raw, _roots(part))
     dictionary = reply["dictionary"]
     dictionary_note = None
     if isinstance(dictionary, dict):
@@ -468,24 +464,11 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
             "mailbox": mailbox_note}
 
 
-def _refused(why: Any, spec: str, node: str) -> None:
-    if why == Atom("not_a_pid"):
-        raise UsageError(f"{spec!r} is not a pid of {node}; give pids as it "
-                         "prints them, <0.N.M>")
-    if why == Atom("no_such_name"):
-        raise NoSuchProcess(f"no process registered as {spec} on {node}")
+def _refused(why: Any, spec: str, node: str) -> NoReturn:
     if why == Atom("ours"):
         raise UsageError(f"{spec} is one of beam-probe's own processes on "
                          f"{node}")
-    if isinstance(why, tuple) and len(why) == 2 and \
-            why[0] == Atom("other_node"):
-        raise UsageError(f"{spec} is a pid of another node ({why[1]}); give "
-                         f"pids as {node} prints them")
-    if isinstance(why, tuple) and len(why) == 2 and \
-            why[0] == Atom("not_alive"):
-        raise NoSuchProcess(f"{why[1]} is not alive on {node} (it exited, "
-                            "or never existed)")
-    raise RemoteError(f"inspect failed: {format_term(why)}"[:300])
+    refused(why, spec, node, "inspect")
 
 
 def _family(family: Any) -> str:
@@ -536,7 +519,7 @@ def _read_table(node: str, raw: Any) -> TableInspection:
     for item in reply.list("families"):
         if not (isinstance(item, tuple) and len(item) == 5
                 and isinstance(item[4], tuple) and len(item[4]) == 3):
-            raise RemoteError(f"{where}: a malformed family")
+            raise BadReply(f"{where}: a malformed family")
         families.append((item[0], count(where, item[1]),
                          count(where, item[2]) * wordsize,
                          count(where, item[3]),
@@ -560,7 +543,7 @@ def _read_table(node: str, raw: Any) -> TableInspection:
     largest: list[TableObject] = []
     for item in reply.list("largest"):
         if not (isinstance(item, tuple) and len(item) == 4):
-            raise RemoteError(f"{where}: a malformed object")
+            raise BadReply(f"{where}: a malformed object")
         largest.append({"key": _key_text(item[0], False),
                         "family": _family(item[1]),
                         "bytes": round(count(where, item[2]) * wordsize
