@@ -59,6 +59,9 @@ def test_evaluate_worst_wins():
 # --- history and the trend rule, pure ----------------------------------------
 
 
+MIB = 1024 * 1024
+
+
 def _seed(path, node, binaries, start=1_000_000.0, step=600.0):
     for i, value in enumerate(binaries):
         history.append(str(path), [history.record(node, {"binary": value},
@@ -72,18 +75,35 @@ def _load(path, node, need=100):
 
 def test_trend_fires_after_n_consecutive_rises(tmp_path):
     path = tmp_path / "h.jsonl"
-    _seed(path, "a@h", [10, 20, 30, 40, 50])
+    _seed(path, "a@h", [m * MIB for m in (10, 11, 12, 13, 14)])
     assert history.trend(_load(path, "a@h"), 5) is None   # 4 rises so far
-    _seed(path, "a@h", [60], start=1_000_000 + 5 * 600)
+    _seed(path, "a@h", [15 * MIB], start=1_000_000 + 5 * 600)
     fired = history.trend(_load(path, "a@h"), 5)
-    # 50 bytes over 5 * 10 minutes: 60 bytes per hour.
-    assert fired["rises"] == 5 and fired["growth_per_hour"] == pytest.approx(60)
+    # 5 MiB over 5 * 10 minutes: 6 MiB per hour.
+    assert fired["rises"] == 5 and \
+        fired["growth_per_hour"] == pytest.approx(6 * MIB)
     assert history.trend(_load(path, "a@h"), 6) is None
+
+
+def test_trend_ignores_rises_within_the_noise(tmp_path):
+    """Five rises of a few KB (a probe's own connection leaves that much)
+    are not a leak; five that add up past 1 MiB, or past 1% of a large
+    figure, are."""
+    path = tmp_path / "h.jsonl"
+    _seed(path, "a@h", [60_000 + 8_000 * i for i in range(6)])
+    assert history.trend(_load(path, "a@h"), 5) is None
+    path.unlink()
+    big = 10 * 1024 * MIB
+    _seed(path, "a@h", [big + 20 * MIB * i for i in range(6)])
+    assert history.trend(_load(path, "a@h"), 5) is None    # 100 MiB < 1%
+    path.unlink()
+    _seed(path, "a@h", [big + 30 * MIB * i for i in range(6)])
+    assert history.trend(_load(path, "a@h"), 5)["rises"] == 5
 
 
 def test_trend_needs_every_step_to_rise(tmp_path):
     path = tmp_path / "h.jsonl"
-    _seed(path, "a@h", [10, 20, 30, 30, 40, 50, 60])
+    _seed(path, "a@h", [m * MIB for m in (10, 20, 30, 30, 40, 50, 60)])
     assert history.trend(_load(path, "a@h"), 5) is None
     assert history.trend(_load(path, "a@h"), 3)["rises"] == 3
 
@@ -266,7 +286,12 @@ def test_json_and_textfile(target, tmp_path):
         r.stdout
 
 
-def test_history_and_trend(target, tmp_path):
+def test_history_and_trend(nodes, otp, tmp_path):
+    # A node holding a 4 MiB binary: the rise from the seeded runs to it is
+    # past the rule's noise (1 MiB).
+    target = nodes.start(otp, eval_expr=(
+        "spawn(fun() -> B = binary:copy(<<7>>, 4 bsl 20), "
+        "receive stop -> B end end)"))
     path = tmp_path / "history.jsonl"
     # Four earlier runs, each with more binary memory than the last, all
     # below anything a live node has: this run makes the fourth rise...

@@ -119,13 +119,18 @@ def _parse(raw: bytes) -> dict[str, Any] | None:
 
 
 def trend(records: list[dict[str, Any]], rises: int) -> dict[str, Any] | None:
-    """If the last ``rises`` steps of binary memory all rose, the rule
-    fires: {'rises': N, 'growth_per_hour': bytes, 'since': time}."""
-    from beam_probe.probes.trend import Point, rising
+    """If the last ``rises`` steps of binary memory all rose, by more than
+    watch's noise in all (1 MiB or 1%), the rule fires: {'rises': N,
+    'growth_per_hour': bytes, 'since': time}. Without the noise, thirty
+    checks at once on an idle node fired it: each probe's own connection
+    left the node's binary memory a few KB above the last (+40 KB over
+    five runs of 60 KB)."""
+    from beam_probe.probes.trend import Point, noise, rising
 
     window = records[-(rises + 1):] if rises >= 1 else []
     rise = rising("binary", [Point(r["epoch"], r["binary"]) for r in window],
-                  rises)
+                  rises, noise("binary", window[0]["binary"])
+                  if window else 0.0)
     if rise is None:
         return None
     return {"rises": rises, "growth_per_hour": rise.per_hour,
