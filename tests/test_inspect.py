@@ -266,9 +266,9 @@ def test_crafted_trees_are_refused_in_one_line():
     """A peer's tree deeper or wider than asked for is a bad reply (exit
     8), not a recursion error; keys of any shape render as text."""
     from beam_probe.errors import BadReply
-    from beam_probe.probes.inspect import _key_text, _Names, _Tree
+    from beam_probe.probes.inspect import RecordNames, _Tree, key_text
 
-    tree = _Tree("inspect", 8, _Names([]))
+    tree = _Tree("inspect", 8, RecordNames([]))
     assert [row["path"] for row in tree.rows(_tree(2), ("State", "state"),
                                              0)] == \
         ["State", "State#{a}", "State#{a}#{a}"]
@@ -281,7 +281,7 @@ def test_crafted_trees_are_refused_in_one_line():
                 (Atom("tuple"), [Atom("user"), 3]), 2**20000, None,
                 (Atom("binary"), 5, "x")):
         for elixir in (False, True):
-            text = _key_text(key, elixir)
+            text = key_text(key, elixir)
             assert isinstance(text, str) and "\n" not in text
 
 

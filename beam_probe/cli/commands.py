@@ -31,7 +31,13 @@ def ping(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
     return basic.ping(remote)
 
 
-@command("memory", "[NODE]", render="node.memory_text")
+def _memory_dump(dump: Any, request: SimpleNamespace) -> Any:
+    from beam_probe.crashdump import answers
+
+    return answers.memory(dump)
+
+
+@command("memory", "[NODE]", render="node.memory_text", dump=_memory_dump)
 def memory(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
     """Show erlang:memory() of NODE: bytes per kind, with human units.
 
@@ -39,6 +45,7 @@ def memory(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
     Examples:
       beam-probe memory app@db1
       beam-probe memory app@db1 --format json
+      beam-probe memory ./erl_crash.dump
     """
     from beam_probe.probes import basic
 
@@ -111,8 +118,17 @@ def _n_or_all(request: SimpleNamespace) -> None:
     _scan_check(request)
 
 
+def _proc_count_dump(dump: Any, request: SimpleNamespace) -> Any:
+    from beam_probe.crashdump import answers
+
+    if request.every:
+        raise UsageError("--all streams a live node's processes: give N "
+                         "for a crash dump")
+    return answers.proc_count(dump, request.attribute, request.n)
+
+
 @command("proc-count", "[NODE] ATTRIBUTE [N]", timeout=SCAN_TIMEOUT,
-         jobs=True, render="node.proc_count_text",
+         jobs=True, render="node.proc_count_text", dump=_proc_count_dump,
          cluster="cluster.proc_count_text", check=_n_or_all,
          example="app@db1 binary_memory 3",
          metavar="[NODE] ATTRIBUTE (N | --all)", options=(
@@ -136,6 +152,7 @@ def proc_count(remote: Any, request: SimpleNamespace,
       BEAM_PROBE_NODE=app@db1 beam-probe proc-count memory 10
       beam-probe proc-count app@db1 memory --all --format json > all.json
       beam-probe proc-count app@db1 binary_memory 10 --cluster
+      beam-probe proc-count ./erl_crash.dump memory 10
     """
     from beam_probe.probes import processes
 
@@ -191,8 +208,14 @@ def _pid_check(request: SimpleNamespace) -> None:
     target(request.pid)
 
 
+def _proc_info_dump(dump: Any, request: SimpleNamespace) -> Any:
+    from beam_probe.crashdump import answers
+
+    return answers.proc_info(dump, request.pid)
+
+
 @command("proc-info", "[NODE] PID", render="node.proc_info_text",
-         check=_pid_check,
+         check=_pid_check, dump=_proc_info_dump,
          example="app@db1 '<0.123.0>'")
 def proc_info(remote: Any, request: SimpleNamespace,
               progress: Progress) -> Any:
@@ -211,6 +234,7 @@ def proc_info(remote: Any, request: SimpleNamespace,
       beam-probe proc-info app@db1 '<0.4612.0>'
       beam-probe proc-info app@db1 code_server --format json
       beam-probe proc-info app@db1 MyApp.Cache
+      beam-probe proc-info ./erl_crash.dump '<0.4612.0>'
     """
     from beam_probe.probes import info
 
@@ -234,8 +258,17 @@ def _inspect_check(request: SimpleNamespace) -> None:
         target(request.process)
 
 
+def _inspect_dump(dump: Any, request: SimpleNamespace) -> Any:
+    from beam_probe.crashdump.inspect import inspect as inspect_dump
+
+    if request.table is not None:
+        raise UsageError("a crash dump keeps no table's objects, only each "
+                         "table's size: see beam-probe ets FILE")
+    return inspect_dump(dump, request.process, request.depth, request.width)
+
+
 @command("inspect", "[NODE] [PROCESS]", render="inspect.inspect_text",
-         check=_inspect_check, alone="table",
+         check=_inspect_check, alone="table", dump=_inspect_dump,
          example="app@db1 my_cache", options=(
              click.option("--table", metavar="TABLE",
                           help="Inspect this ETS table (its name, or its "
@@ -288,6 +321,7 @@ def inspect(remote: Any, request: SimpleNamespace,
       beam-probe inspect app@db1 '<0.4612.0>' --depth 4 --width 5
       beam-probe inspect app@db1 MyApp.Cache --format json
       beam-probe inspect app@db1 --table sessions
+      beam-probe inspect ./erl_crash.dump '<0.4612.0>'
     """
     from beam_probe.probes import inspect as probe
 
@@ -296,6 +330,40 @@ def inspect(remote: Any, request: SimpleNamespace,
                            request.budget)
     return probe.process(remote, request.process, request.depth,
                          request.width, request.budget)
+
+
+@command("crashdump", "FILE", kind="offline", render="crashdump.overview_text",
+         example="./erl_crash.dump")
+def crashdump(remote: Any, request: SimpleNamespace,
+              progress: Progress) -> Any:
+    """A dead node's crash dump: why it died and what held its memory.
+
+    The overview a person reads first: the slogan in words (which
+    allocator failed and for how much, or why the node halted), when, the
+    OTP release; whether the dump is whole or cut short; memory by kind;
+    the processes that held most memory and the longest mailboxes; the
+    process running or collecting as it died; the largest ETS tables;
+    allocators; counts against limits; then the commands to look closer.
+    Those take the dump where they take a node: memory, proc-count, ets,
+    alloc, proc-info, inspect, and diff (a dump as the last of three).
+
+    Reads the file through a memory map with one pass over it (no heap is
+    read here): a dump of any size in a bounded memory. Format 0.5 (OTP
+    20.3 to 28).
+
+    \b
+    Examples:
+      beam-probe crashdump ./erl_crash.dump
+      beam-probe crashdump /var/log/app/erl_crash.dump --format json
+      beam-probe proc-count ./erl_crash.dump memory 10
+      beam-probe inspect ./erl_crash.dump '<0.4612.0>'
+    """
+    from beam_probe.crashdump.overview import overview
+    from beam_probe.crashdump.reader import Dump
+
+    progress(f"reading {request.file}")
+    with Dump(request.file) as dump:
+        return overview(dump)
 
 
 @command("watch", "[NODE]", kind="live", jobs=True, render="watch.frame",
@@ -684,8 +752,17 @@ def _alloc_check(request: SimpleNamespace) -> None:
         raise UsageError("--raw writes one node's data: leave out --cluster")
 
 
+def _alloc_dump(dump: Any, request: SimpleNamespace) -> Any:
+    from beam_probe.crashdump import answers
+
+    if request.raw:
+        raise UsageError("--raw reads a live node's allocators")
+    return answers.alloc(dump)
+
+
 @command("alloc", "[NODE]", render="node.alloc_text",
-         cluster="cluster.alloc_text", check=_alloc_check, options=(
+         cluster="cluster.alloc_text", check=_alloc_check, dump=_alloc_dump,
+         options=(
     click.option("--raw", metavar="FILE",
                  help="Also write every allocator's full "
                       "system_info({allocator, Type}) to FILE, as the "
@@ -714,6 +791,7 @@ def alloc(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
       beam-probe alloc app@db1 --format json
       beam-probe alloc app@db1 --raw app-alloc.etf
       beam-probe alloc app@db1 --cluster
+      beam-probe alloc ./erl_crash.dump
     """
     from beam_probe.probes import alloc as allocators
 
@@ -730,8 +808,14 @@ def _ets_check(request: SimpleNamespace) -> None:
         check_n(request.n)
 
 
+def _ets_dump(dump: Any, request: SimpleNamespace) -> Any:
+    from beam_probe.crashdump import answers
+
+    return answers.ets(dump, request.n or 10, request.sort)
+
+
 @command("ets", "[NODE] [N]", render="node.ets_text", example="app@db1 10",
-         cluster="cluster.ets_text",
+         cluster="cluster.ets_text", dump=_ets_dump,
          check=_ets_check,
          options=(click.option("--sort", type=click.Choice(("memory",
                                                               "size")),
@@ -753,6 +837,7 @@ def ets(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
       beam-probe ets app@db1 5 --sort size
       beam-probe ets app@db1 20 --format json
       beam-probe ets app@db1 10 --cluster
+      beam-probe ets ./erl_crash.dump
     """
     from beam_probe.probes import ets as tables
 

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     # "module.function" of beam_probe.text, or the function itself.
     Render = Union[str, Callable[..., str]]
     Probe = Callable[[Any, SimpleNamespace, Progress], Any]
+    DumpProbe = Callable[[Any, SimpleNamespace], Any]
 
 
 def renderer(spec: Render | None) -> Callable[..., Any]:
@@ -80,6 +81,7 @@ ARGUMENTS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "MILLISECONDS": ("millis", _whole("MILLISECONDS")),
     "PID": ("pid", str),
     "PROCESS": ("process", str),
+    "FILE": ("file", str),
     "FILE...": ("files", str),
     "TARGET...": ("targets", str),
 }
@@ -106,9 +108,13 @@ class Declaration:
                  kind: str = "call", summary: Render | None = None,
                  line: Render | None = None,
                  cluster: Render | None = None,
-                 alone: str | None = None) -> None:
+                 alone: str | None = None,
+                 dump: DumpProbe | None = None) -> None:
         self.name, self.args, self.probe, self.render = name, args, probe, \
             render
+        # What the command asks of a crash dump given where NODE goes
+        # (crashdump/answers.py): the same result type as the probe's.
+        self.dump = dump
         # An option that takes the place of the positional arguments
         # (inspect's --table): with it given, a lone bare word is NODE.
         self.alone = alone
@@ -191,7 +197,7 @@ class Declaration:
         for a node name (it cannot be known without asking EPMD)."""
         from click.shell_completion import CompletionItem
 
-        if any(w.strip("[]") == "FILE..." for w in self.words):
+        if any(w.strip("[]") in ("FILE", "FILE...") for w in self.words):
             return [CompletionItem(incomplete, type="file")]
         if "ATTRIBUTE" in self.words and "@" not in incomplete:
             from beam_probe.probes.processes import ATTRIBUTES
@@ -238,7 +244,8 @@ def command(name: str, args: str, *, render: Render,
             kind: str = "call", summary: Render | None = None,
             line: Render | None = None,
             cluster: Render | None = None,
-            alone: str | None = None) -> Callable[[Probe], Probe]:
+            alone: str | None = None,
+            dump: DumpProbe | None = None) -> Callable[[Probe], Probe]:
     """Declare a command; its function is the probe it calls, and its
     docstring the command's help. ``check`` looks at the whole request
     (arguments and options together) before anything connects. A ``live``
@@ -249,18 +256,27 @@ def command(name: str, args: str, *, render: Render,
     ``offline`` command's probe gets no node. ``cluster`` names the
     renderer of the --cluster answer: a command that has one takes
     --cluster, --nodes and --include-hidden (the probe reads
-    request.cluster and request.cluster_nodes)."""
+    request.cluster and request.cluster_nodes). ``dump`` answers the
+    command from a crash dump named where NODE goes: (dump, request) ->
+    the probe's result type."""
     def declare(probe: Probe) -> Probe:
         DECLARED.append(Declaration(name, args, probe, render, timeout,
                                     jobs, options, example, metavar, check,
-                                    kind, summary, line, cluster, alone))
+                                    kind, summary, line, cluster, alone,
+                                    dump))
         return probe
     return declare
 
 
 def run(declared: Declaration, node: str | None, request: SimpleNamespace,
         given: dict[str, Any]) -> None:
-    """Attach, ask, and write the answer: parse -> one probe -> render."""
+    """Attach, ask, and write the answer: parse -> one probe -> render.
+    A crash dump where NODE goes is read instead (run_dump)."""
+    from beam_probe.crashdump.reader import looks_like_dump
+
+    if node is not None and looks_like_dump(node):
+        run_dump(declared, node, request, given)
+        return
     from beam_probe.errors import EndedEarly
     from beam_probe.probes.basic import runs_elixir
     from beam_probe.text.syntax import ERLANG, choose, shows_code
@@ -299,6 +315,42 @@ def run(declared: Declaration, node: str | None, request: SimpleNamespace,
     write_out(text)
     if failure is not None:
         raise failure.error
+
+
+# The commands a crash dump answers, for the line that refuses the others.
+DUMP_COMMANDS = ("crashdump", "memory", "proc-count", "ets", "alloc",
+                 "proc-info", "inspect", "diff")
+
+
+def run_dump(declared: Declaration, path: str, request: SimpleNamespace,
+             given: dict[str, Any]) -> None:
+    """The command's question answered from a crash dump: the same result
+    as from a live node, with where it comes from ("crash_dump": file,
+    node, written) in JSON and as the first line of text."""
+    from beam_probe.crashdump.answers import source
+    from beam_probe.crashdump.reader import Dump
+    from beam_probe.text.crashdump import source_line
+    from beam_probe.text.syntax import choose
+    from beam_probe.text.tables import printable, to_json
+
+    if declared.dump is None:
+        raise UsageError(f"{declared.name} asks a live node; a crash dump "
+                         f"({path}) answers {', '.join(DUMP_COMMANDS)}")
+    if getattr(request, "cluster", False):
+        raise UsageError("a crash dump is one dead node: leave out "
+                         "--cluster and --nodes")
+    with Progress() as progress:
+        progress(f"reading {path}")
+        with Dump(path) as dump:
+            result = declared.dump(dump, request)
+            crash = source(dump)
+    result["crash_dump"] = crash
+    if given["fmt"] == "json":
+        write_out(to_json(result))
+        return
+    syntax = choose(given["syntax"], lambda: bool(crash["elixir"]))
+    write_out(printable(source_line(crash) + "\n"
+                        + renderer(declared.render)(result, syntax)))
 
 
 def run_offline(declared: Declaration, node: str | None,

@@ -127,7 +127,7 @@ def _options(depth: int, width: int, budget: int,
 
 # -- paths ------------------------------------------------------------------
 
-def _key_text(key: Any, elixir: bool) -> str:
+def key_text(key: Any, elixir: bool) -> str:
     """A short key as the helper sent it: an atom, a small integer,
     {binary, Cut, Size}, {string, Cut, Length}, {kind, Kind}."""
     if isinstance(key, Atom):
@@ -141,7 +141,7 @@ def _key_text(key: Any, elixir: bool) -> str:
     if isinstance(key, tuple) and len(key) == 2 and key[0] == Atom(
             "tuple") and isinstance(key[1], list):
         return "{" + (", " if elixir else ",").join(
-            _key_text(item, elixir) for item in key[1]) + "}"
+            key_text(item, elixir) for item in key[1]) + "}"
     if isinstance(key, int) and not isinstance(key, bool):
         # The node sends small integers only; a crafted one of thousands
         # of digits is not written out (Python refuses past 4,300).
@@ -161,7 +161,7 @@ def _key_text(key: Any, elixir: bool) -> str:
     return "<key>"
 
 
-class _Names:
+class RecordNames:
     """Record field names the node found in the callback module."""
 
     def __init__(self, records: Any) -> None:
@@ -187,7 +187,7 @@ class _Names:
         return None
 
 
-def _step(step: Any, elixir: bool, names: _Names, size: int) -> str:
+def step_text(step: Any, elixir: bool, names: RecordNames, size: int) -> str:
     """One step of a path, in the node's syntax. ``size`` is the parent's
     element count (a record's arity picks its definition)."""
     if step == Atom("keys"):
@@ -209,8 +209,8 @@ def _step(step: Any, elixir: bool, names: _Names, size: int) -> str:
                 if isinstance(arg, Atom) and re.fullmatch(
                         r"[a-z_][A-Za-z0-9_]*[?!]?", str(arg)):
                     return f".{arg}"
-                return f"[{_key_text(arg, True)}]"
-            return f"#{{{_key_text(arg, False)}}}"
+                return f"[{key_text(arg, True)}]"
+            return f"#{{{key_text(arg, False)}}}"
     if isinstance(step, tuple) and len(step) == 3 and \
             step[0] == Atom("field"):
         tag, index = str(step[1]), step[2]
@@ -221,7 +221,7 @@ def _step(step: Any, elixir: bool, names: _Names, size: int) -> str:
     return f" {format_term(step)[:40]}"
 
 
-def _kind(kind: Any, names: "_Names | None" = None, size: int = 0) -> str:
+def _kind(kind: Any, names: "RecordNames | None" = None, size: int = 0) -> str:
     """A kind as text: 'map', 'struct Elixir.X', 'record state' for a
     record the module's debug_info defines, else 'tuple tag' (a tuple
     led by an atom: {M, F, A} is no record)."""
@@ -237,7 +237,7 @@ class _Tree:
     """Reads one walk's tree into rows: a part, then its children,
     largest first, then the rest of its elements in one row."""
 
-    def __init__(self, where: str, wordsize: int, names: _Names) -> None:
+    def __init__(self, where: str, wordsize: int, names: RecordNames) -> None:
         self.where = where
         self.wordsize = wordsize
         self.names = names
@@ -267,8 +267,8 @@ class _Tree:
                 raise BadReply(f"{self.where}: a malformed child")
             step, child = item
             yield from self.rows(child, (
-                path[0] + _step(step, False, self.names, size),
-                path[1] + _step(step, True, self.names, size)), depth + 1)
+                path[0] + step_text(step, False, self.names, size),
+                path[1] + step_text(step, True, self.names, size)), depth + 1)
         others = tree.map("others")
         rest = others.count("count")
         if children and rest and (others.count("words")
@@ -286,16 +286,16 @@ class _Tree:
                    "binary_bytes": others.count("binary"), "share": 0.0}
 
 
-def _pin_path(steps: Any, root: tuple[str, str], names: _Names
+def _pin_path(steps: Any, root: tuple[str, str], names: RecordNames
               ) -> tuple[str, str]:
     erl, ex = root
     for step in steps if isinstance(steps, list) else []:
-        erl += _step(step, False, names, 0)
-        ex += _step(step, True, names, 0)
+        erl += step_text(step, False, names, 0)
+        ex += step_text(step, True, names, 0)
     return erl, ex
 
 
-def _pins(walk: Reply, root: tuple[str, str], names: _Names
+def _pins(walk: Reply, root: tuple[str, str], names: RecordNames
           ) -> list["InspectPin"]:
     out: list["InspectPin"] = []
     for item in walk.list("pins"):
@@ -318,7 +318,7 @@ def _roots(part: Any) -> tuple[str, str]:
     if isinstance(part, tuple) and len(part) == 3 and part[0] == A_HANDLER:
         module = format_term(part[1])
         who = f"{module}" if part[2] is False else \
-            f"{module} {_key_text(part[2], False)}"
+            f"{module} {key_text(part[2], False)}"
         return (f"Handler({who})", f"handler({who})")
     return (format_term(part)[:40],) * 2
 
@@ -356,7 +356,7 @@ def _malformed(where: str) -> Iterator[None]:
 def _read_process(node: str, raw: Any) -> ProcessInspection:
     reply = Reply(f"{HELPER}:process", raw)
     wordsize = reply.wordsize()
-    names = _Names(reply["records"])
+    names = RecordNames(reply["records"])
     where = f"{HELPER}:process"
     info = reply.pairs("info")
     kind = str(reply["kind"])
@@ -477,7 +477,7 @@ def _family(family: Any) -> str:
     if isinstance(family, tuple) and len(family) == 2:
         kind, what = family
         if kind == Atom("tuple"):
-            return "{" + _key_text(what, False) + ", ...}"
+            return "{" + key_text(what, False) + ", ...}"
         if kind == Atom("record"):
             return f"#{format_term(what)}{{}}"
         if kind == Atom("type"):
@@ -544,7 +544,7 @@ def _read_table(node: str, raw: Any) -> TableInspection:
     for item in reply.list("largest"):
         if not (isinstance(item, tuple) and len(item) == 4):
             raise BadReply(f"{where}: a malformed object")
-        largest.append({"key": _key_text(item[0], False),
+        largest.append({"key": key_text(item[0], False),
                         "family": _family(item[1]),
                         "bytes": round(count(where, item[2]) * wordsize
                                        * scale),
@@ -566,5 +566,6 @@ class NoSuchTable(NoSuchProcess):
     label = "no such table"
 
 
-__all__ = ["DEFAULT_BUDGET", "DEFAULT_TABLE_BUDGET", "check_bounds",
-           "process", "table", "table_spec"]
+__all__ = ["DEFAULT_BUDGET", "DEFAULT_TABLE_BUDGET", "RecordNames",
+           "check_bounds", "key_text", "process", "step_text", "table",
+           "table_spec"]

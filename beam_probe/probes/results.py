@@ -842,7 +842,47 @@ class TableInspection(TypedDict):
     late: bool
 
 
+class DumpProcess(TypedDict):
+    """A process of a crash dump, as `crashdump` lists it."""
+
+    pid: str
+    name: Optional[str]
+    memory: int
+    message_queue_len: int
+    reductions: int
+    state: str
+    current_function: Optional[str]
+    initial_call: Optional[str]
+
+
+class CrashDumpOverview(TypedDict):
+    """`crashdump FILE`: why and when the node died, and what held its
+    memory (beam_probe/crashdump/overview.py)."""
+
+    file: str
+    size: int
+    node: str
+    written: str
+    slogan: str
+    cause: Dict[str, Any]     # kind, allocator, request_bytes, type, explanation
+    otp_release: Optional[str]
+    erts_version: Optional[str]
+    word_size: int
+    elixir: bool
+    complete: bool
+    ending: str               # end, abort or truncated
+    abort_reason: Optional[str]
+    memory: Memory
+    processes: Dict[str, Any]  # count, by_memory, by_message_queue_len
+    running: List[Dict[str, Any]]
+    ets: Optional[EtsReport]
+    allocators: Optional[AllocReport]
+    counts: Dict[str, Any]
+    next: List[str]
+
+
 __all__ = ["AllocReport", "AllocType", "BinLeak", "Carriers", "CategoryStats",
+           "CrashDumpOverview", "DumpProcess",
            "Change", "CheckNode", "CheckReport", "CheckValues",
            "Collection", "DeadRow", "DeltaRow", "Diff", "EtsReport",
            "EtsTable", "GroupChange", "InspectPart", "InspectPin",

@@ -305,11 +305,20 @@ def diff_files(paths: list[str], force: bool = False,
                ) -> dict[str, Any]:
     """heap_diff of snapshot files, oldest first: their count is checked
     before any is read."""
+    from beam_probe.crashdump.snapshot import is_dump, load_dump
+
     check_count(len(paths))
     loaded = []
-    for path in paths:
+    for i, path in enumerate(paths):
         progress(f"reading {path}")
-        loaded.append(load(path))
+        if is_dump(path):
+            # A crash dump is the node's last state: it comes last.
+            if i != len(paths) - 1:
+                raise SnapshotError(f"{path} is a crash dump: give it last "
+                                    "(the node died after the snapshots)")
+            loaded.append(load_dump(path))
+        else:
+            loaded.append(load(path))
     progress("comparing")
     return _compare(loaded, force)
 

@@ -137,11 +137,21 @@ def proc_count_text(result: ProcCount, syntax: Syntax) -> str:
         "lrrlll" if distinct else "lrlll", syntax)
     notes = [DISTINCT_NOTE] if distinct else []
     notes += [n for n in (labels_note(result),) if n]
-    hint = _inspect_hint(result["node"], result["processes"], syntax)
+    hint = _inspect_hint(_source(result), result["processes"], syntax)
     # After a blank line: a table ends at one.
     return (text + ("\n" if notes else "")
             + "".join(f"\n({n})" for n in notes)
             + (f"\n\n{hint}" if hint else ""))
+
+
+def _source(result: Any) -> str:
+    """Where to look closer: the node, or the crash dump read."""
+    crash = result.get("crash_dump")
+    if crash:
+        import shlex
+
+        return shlex.quote(crash["file"])
+    return str(result["node"])
 
 
 def _inspect_hint(node: str, processes: Sequence[ProcessRow],
@@ -265,8 +275,9 @@ def alloc_text(result: AllocReport, syntax: Syntax) -> str:
              f" allocators hold {human_bytes(result['allocated'])}, "
              f"{human_bytes(result['used'])} of it in blocks "
              f"({result['usage']:.0%}); RSS "
-             + (human_bytes(rss) if rss is not None else "unknown (not "
-                "Linux)"),
+             + (human_bytes(rss) if rss is not None else
+                "not in a crash dump" if "crash_dump" in result else
+                "unknown (not Linux)"),
              "mseg_alloc cache: " + (f"{mseg['hit_rate']:.0%} of "
                                      f"{mseg['calls']} segment requests hit"
                                      if mseg["hit_rate"] is not None

@@ -1,0 +1,266 @@
+"""A dump's key-value sections, read into named figures: the preamble,
+=memory, =proc, =ets, =allocator, =index_table, the schedulers.
+
+Each section's lines are ``Key: value``; a field a parser needs and does
+not find, or finds not a count, is a DumpError naming the section and the
+key (a damaged dump), except where older releases leave it out (said at
+the field)."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator, NamedTuple
+
+from beam_probe.crashdump.reader import Dump, DumpError, Section
+
+# No real dump's key-value section is longer: the largest, an allocator
+# instance, is ~6 KB; a process ~1 KB. A longer one is damage.
+MAX_FIELDS = 1024 * 1024
+# Counts in a dump are within 64 bits; 20 digits is 2^64.
+MAX_DIGITS = 20
+
+_FUNCTION = re.compile(r"\(([^()]+?:[^()]+?/\d+)(?: \+ \d+)?\)\s*$")
+
+
+def fields(dump: Dump, section: Section) -> dict[str, str]:
+    """The section's ``Key: value`` lines (later ones win)."""
+    if section.end - section.start > MAX_FIELDS:
+        raise DumpError(f"{dump.path}: ={section.tag}:{section.id} is "
+                        f"{section.end - section.start:,} bytes: no such "
+                        "section is over 1 MiB in a real dump (damaged)")
+    out: dict[str, str] = {}
+    for line in dump.lines(section):
+        key, sep, value = line.partition(b": ")
+        if not sep and line.endswith(b":"):
+            key, sep, value = line[:-1], b":", b""
+        if sep:
+            out[key.decode("latin-1")] = value.decode("utf-8", "replace")
+    return out
+
+
+def count(dump: Dump, section: Section, values: dict[str, str], key: str,
+          default: int | None = None) -> int:
+    """A field as a whole number (the first of "cur max max" lines); a
+    missing one is ``default`` when given, else a DumpError."""
+    text = values.get(key)
+    if text is None:
+        if default is not None:
+            return default
+        raise DumpError(f"{dump.path}: ={section.tag}:{section.id} has no "
+                        f"{key!r} (damaged, or cut inside the section)")
+    word = text.split(" ", 1)[0]
+    negative = word.startswith("-")
+    digits = word[1:] if negative else word
+    if not digits.isascii() or not digits.isdigit() \
+            or len(digits) > MAX_DIGITS:
+        raise DumpError(f"{dump.path}: ={section.tag}:{section.id}: {key} "
+                        f"is {text[:40]!r}, not a count (damaged)")
+    return -int(digits) if negative else int(digits)
+
+
+def counts(dump: Dump, section: Section, values: dict[str, str], key: str,
+           n: int) -> list[int]:
+    """A field of ``n`` whole numbers ("cur max max"); fewer are padded
+    with the last (OTP writes one figure where current is all it has)."""
+    text = values.get(key)
+    if text is None:
+        return [0] * n
+    words = text.split()[:n]
+    numbers = []
+    for word in words:
+        if not word.isascii() or not word.isdigit() \
+                or len(word) > MAX_DIGITS:
+            raise DumpError(f"{dump.path}: ={section.tag}:{section.id}: "
+                            f"{key} is {text[:40]!r}, not counts (damaged)")
+        numbers.append(int(word))
+    while numbers and len(numbers) < n:
+        numbers.append(numbers[-1])
+    return numbers or [0] * n
+
+
+class Preamble(NamedTuple):
+    """The dump's first section: when, why, which release."""
+
+    written: str
+    slogan: str
+    system_version: str
+    otp_release: str | None
+    erts_version: str | None
+    word_size: int
+    atoms: int | None
+    calling_thread: str | None
+
+
+def preamble(dump: Dump) -> Preamble:
+    section = dump.first("erl_crash_dump")
+    assert section is not None, "the reader checked the first line"
+    lines = list(_head_lines(dump, section))
+    values = {}
+    for line in lines[1:]:
+        key, sep, value = line.partition(": ")
+        if sep:
+            values[key] = value
+    version = values.get("System version", "")
+    release = re.search(r"Erlang/OTP (\d+)", version)
+    erts = re.search(r"\[erts-([0-9.]+)\]", version)
+    atoms = values.get("Atoms", "")
+    return Preamble(
+        written=lines[0] if lines else "",
+        slogan=values.get("Slogan", ""),
+        system_version=version,
+        otp_release=release.group(1) if release else None,
+        erts_version=erts.group(1) if erts else None,
+        word_size=4 if "[32-bit]" in version else 8,
+        atoms=int(atoms) if atoms.isdigit() and len(atoms) < 12 else None,
+        calling_thread=values.get("Calling Thread"))
+
+
+def _head_lines(dump: Dump, section: Section) -> Iterator[str]:
+    # The slogan is the node's own text (erlang:halt/1's string): a line
+    # of a few KB at most; cut where a damaged dump runs on.
+    for line in dump.lines(section, max_line=1024 * 1024):
+        yield line[:4096].decode("utf-8", "replace")
+
+
+def function_of(values: dict[str, str]) -> str | None:
+    """A process's current function, as a dump gives it: "Current call"
+    (a process waiting in a BIF), else the function around its program
+    counter, else where it was last scheduled in."""
+    call = values.get("Current call")
+    if call:
+        return call.strip()
+    for key in ("Program counter", "Last scheduled in for",
+                "Current Process Program counter"):
+        text = values.get(key)
+        if text:
+            match = _FUNCTION.search(text)
+            if match:
+                return match.group(1)
+            if key == "Last scheduled in for" and "/" in text:
+                return text.strip()
+    return None
+
+
+class ProcFields(NamedTuple):
+    """One =proc section's figures (process_info's, as the dump has them;
+    sizes in words where the dump writes words)."""
+
+    pid: str
+    state: str
+    name: str | None
+    spawned_as: str | None
+    spawned_by: str | None
+    current_function: str | None
+    message_queue_len: int
+    reductions: int
+    stack_heap: int
+    old_heap: int
+    heap_unused: int
+    old_heap_unused: int
+    memory: int
+    # The sizes of the refc binaries its heaps refer to, in words, a
+    # binary per reference (off_heap.overhead): recon's binary_memory.
+    bin_vheap: int
+    old_bin_vheap: int
+    links: str
+    section: Section
+
+
+def proc(dump: Dump, section: Section) -> ProcFields:
+    values = fields(dump, section)
+
+    def of(key: str, default: int | None = None) -> int:
+        return count(dump, section, values, key, default)
+
+    return ProcFields(
+        pid=section.id, state=values.get("State", ""),
+        name=values.get("Name") or None,
+        spawned_as=values.get("Spawned as") or None,
+        spawned_by=values.get("Spawned by") or None,
+        current_function=function_of(values),
+        message_queue_len=of("Message queue length", 0),
+        reductions=of("Reductions", 0),
+        stack_heap=of("Stack+heap", 0), old_heap=of("OldHeap", 0),
+        heap_unused=of("Heap unused", 0),
+        old_heap_unused=of("OldHeap unused", 0),
+        memory=of("Memory"),
+        bin_vheap=of("BinVHeap", 0), old_bin_vheap=of("OldBinVHeap", 0),
+        links=values.get("Link list", values.get("Links", "")),
+        section=section)
+
+
+def procs(dump: Dump) -> Iterator[ProcFields]:
+    for section in dump.sections("proc"):
+        yield proc(dump, section)
+
+
+class EtsFields(NamedTuple):
+    owner: str
+    id: str
+    name: str
+    objects: int
+    words: int | None
+    type: str
+    protection: str
+    compressed: bool
+
+
+def ets_tables(dump: Dump) -> Iterator[EtsFields]:
+    for section in dump.sections("ets"):
+        values = fields(dump, section)
+        words = count(dump, section, values, "Words", -1)
+        yield EtsFields(
+            owner=section.id, id=values.get("Table", ""),
+            name=values.get("Name", ""),
+            objects=count(dump, section, values, "Objects", 0),
+            # -1 when the table was being changed as the node died.
+            words=words if words >= 0 else None,
+            type=values.get("Type", "?"),
+            protection=values.get("Protection", "?"),
+            compressed=values.get("Compressed") == "true")
+
+
+def memory(dump: Dump) -> dict[str, int]:
+    """=memory: erlang:memory()'s kinds, in bytes (empty if absent)."""
+    section = dump.first("memory")
+    if section is None:
+        return {}
+    values = fields(dump, section)
+    return {key: count(dump, section, values, key) for key in values}
+
+
+def index_limit(dump: Dump, name: str) -> tuple[int | None, int | None]:
+    """(entries, limit) of an =index_table (atom_tab: the atoms)."""
+    section = dump.find("index_table", name)
+    if section is None:
+        return None, None
+    values = fields(dump, section)
+    return (count(dump, section, values, "entries", -1),
+            count(dump, section, values, "limit", -1))
+
+
+class Running(NamedTuple):
+    """A process a scheduler was running (or collecting) as the node died."""
+
+    scheduler: str
+    pid: str
+    state: str
+    function: str | None
+
+
+def running(dump: Dump) -> list[Running]:
+    out = []
+    for tag in ("scheduler", "dirty_cpu_scheduler", "dirty_io_scheduler"):
+        for section in dump.sections(tag):
+            values = fields(dump, section)
+            pid = values.get("Current Process", "").strip()
+            if pid.startswith("<"):
+                out.append(Running(f"{tag}:{section.id}", pid,
+                                   values.get("Current Process State", ""),
+                                   function_of(values)))
+    return out
+
+
+__all__ = ["EtsFields", "Preamble", "ProcFields", "Running", "count",
+           "counts", "ets_tables", "fields", "function_of", "index_limit",
+           "memory", "preamble", "proc", "procs", "running"]

@@ -1,0 +1,196 @@
+"""A dead process's heap as the dump writes it: pure functions of bytes.
+
+Each heap line is ``ADDR:term`` (crashdump_viewer's grammar): ``t<n>:``
+a tuple of n (hex) elements, ``l<head>|<tail>`` a cons cell, ``Mf<n>:
+<keys>:<values>`` a flat map, ``Mh<n>:<k>:...``/``Mn<k>:...`` a hash map's
+head and nodes, ``Yh<size>:<base64>`` a heap binary, ``Yc<addr>:<offset>:
+<size>`` (and ``Ys``) a slice of the binary written as ``=binary:<addr>``,
+``F<n>:<text>`` a float, ``B<int>`` a bignum, ``E<n>:<base64>`` a pid, port,
+reference or fun in the external format. Inside them: ``H<addr>`` points
+at another line (which may come later), ``I<int>`` a small integer,
+``A<n>:<name>`` an atom of n (hex) bytes (which may hold commas), ``N``
+[], ``P<0.1.0>``/``p<0.1>`` a local pid or port.
+
+The dumper walks each root depth first, marking what it has written, so
+what one root (a stack slot, a message, a dictionary entry) holds first is
+one run of lines, and within it each child's is one run too. Sizes are
+read from a run's text in C (bytes.count): a line is 2 words and each
+comma one more (a tuple of n: n + 1 words; a cons: 2), with what the
+commas miss added (a flat map's 2 words, a binary's data, a slice's
+ProcBin). That is the heap the process holds, each shared term counted
+where the dump first meets it; not a flat copy (live inspect's).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+# A ProcBin (or a sub-binary and its ProcBin) on the heap: 6 words on
+# OTP 25 (PROC_BIN_SIZE); OTP 27's BinRef and SubBits are 4 and 4.
+SLICE_WORDS = 6
+# Heap lines this long are read whole to name a container's children (a
+# tuple of ~1M elements); a longer one is counted, never split.
+MAX_CELL_LINE = 16 * 1024 * 1024
+# Words counted a chunk at a time: the copy of a chunk is all a count
+# holds in memory.
+CHUNK = 16 * 1024 * 1024
+
+# A map, a heap binary and its size, a slice: what the commas miss.
+_SPECIAL = re.compile(rb":(Mf|Yh|Yc|Ys)([0-9A-F]{1,16})")
+_SLICE = re.compile(rb"([0-9A-F]{1,16}):[0-9A-F]{1,16}:([0-9A-F]{1,16})")
+
+
+class Cell(NamedTuple):
+    """One heap line's term: its kind, its element count, the words of
+    the cell itself, and its elements (each an immediate's text or
+    ``H<addr>``) in order; a map's keys and values."""
+
+    kind: str          # tuple, cons, map, binary, float, ...
+    length: int        # elements, entries, or a binary's bytes
+    elements: list[bytes]
+    keys: list[bytes]
+    tag: bytes | None  # a tuple's first element, when an atom
+    size: int          # a binary's or slice's byte size
+    binary: bytes | None  # a slice's binary address
+
+
+class HeapError(ValueError):
+    """A heap line that does not parse (the reader says which)."""
+
+
+def split_terms(text: bytes, n: int | None = None) -> tuple[list[bytes], int]:
+    """The first ``n`` (or all) comma-separated terms of ``text``, and
+    where reading stopped. An atom ``A<len>:name`` is skipped by its
+    length, so its commas do not split it."""
+    out: list[bytes] = []
+    i, size = 0, len(text)
+    while i < size and (n is None or len(out) < n):
+        start = i
+        if text[i:i + 1] == b"A":
+            colon = text.find(b":", i)
+            if colon < 0 or colon - i > 17:
+                raise HeapError("an atom without its length")
+            length = int(text[i + 1:colon] or b"0", 16)
+            i = colon + 1 + length
+        else:
+            while i < size and text[i:i + 1] not in (b",", b":", b"|"):
+                i += 1
+        out.append(text[start:i])
+        if i < size and text[i:i + 1] == b",":
+            i += 1
+        elif n is None:
+            break
+    return out, i
+
+
+def cell(line: bytes) -> Cell:
+    """The term of one heap line (the text after ``ADDR:``)."""
+    if not line:
+        raise HeapError("an empty heap line")
+    head = line[:1]
+    try:
+        if head == b"t":
+            colon = line.index(b":")
+            arity = int(line[1:colon], 16)
+            elements, _ = split_terms(line[colon + 1:])
+            tag = elements[0] if elements and elements[0][:1] == b"A" \
+                else None
+            return Cell("tuple", arity, elements, [], tag, 0, None)
+        if head == b"l":
+            terms, at = split_terms(line[1:], 1)
+            tail = line[1 + at + 1:] if line[1 + at:2 + at] == b"|" else b"N"
+            return Cell("cons", 2, terms + [tail], [], None, 0, None)
+        if line[:2] == b"Mf":
+            colon = line.index(b":")
+            n = int(line[2:colon], 16)
+            keys, at = split_terms(line[colon + 1:], 1)
+            values, _ = split_terms(line[colon + 1 + at + 1:])
+            return Cell("map", n, values, keys, None, 0, None)
+        if line[:2] == b"Mh":
+            parts = line[2:].split(b":", 2)
+            n = int(parts[0], 16)
+            children, _ = split_terms(parts[2] if len(parts) > 2 else b"")
+            return Cell("map", n, children, [], None, 0, None)
+        if line[:2] == b"Mn":
+            colon = line.index(b":")
+            children, _ = split_terms(line[colon + 1:])
+            return Cell("map node", len(children), children, [], None, 0,
+                        None)
+        if line[:2] == b"Yh":
+            colon = line.index(b":", 2)
+            return Cell("binary", int(line[2:colon], 16), [], [], None,
+                        int(line[2:colon], 16), None)
+        if line[:2] in (b"Yc", b"Ys"):
+            address, offset, size = line[2:].split(b":")[:3]
+            return Cell("binary", int(size, 16), [], [], None,
+                        int(size, 16), address)
+        kinds = {b"F": "float", b"B": "integer", b"E": "external"}
+        if head in kinds:
+            return Cell(kinds[head], 0, [], [], None, 0, None)
+    except (ValueError, IndexError):
+        pass
+    raise HeapError(f"a heap term that does not parse: "
+                    f"{line[:40]!r}")
+
+
+class Scan(NamedTuple):
+    """What a run of heap lines holds: its words, and its slices of refc
+    binaries (binary address, slice size, offset in the run)."""
+
+    words: int
+    slices: list[tuple[bytes, int, int]]
+
+
+def scan(text: bytes) -> Scan:
+    """The heap words the lines of ``text`` (whole lines, each ending in
+    a newline) hold, and their slices: see the module's note. Three
+    passes in C (measured ~2 GB/s each here), and a Python step only
+    for each map and binary."""
+    total = 2 * text.count(b"\n") + text.count(b",")
+    found: list[tuple[bytes, int, int]] = []
+    for match in _SPECIAL.finditer(text):
+        kind = match.group(1)
+        if kind == b"Mf":
+            total += 2
+        elif kind == b"Yh":
+            total += (int(match.group(2), 16) + 7) // 8
+        else:
+            total += SLICE_WORDS - 2
+            rest = _SLICE.match(text, match.end(1))
+            if rest is not None:
+                found.append((rest.group(1), int(rest.group(2), 16),
+                              match.start()))
+    return Scan(total, found)
+
+
+def words(text: bytes) -> int:
+    return scan(text).words
+
+
+def atom_text(term: bytes) -> str | None:
+    """An atom term's name (``A5:state`` -> 'state'), else None."""
+    if term[:1] != b"A":
+        return None
+    colon = term.find(b":")
+    return term[colon + 1:].decode("utf-8", "replace") if colon > 0 \
+        else None
+
+
+def small_int(term: bytes) -> int | None:
+    if term[:1] == b"I":
+        try:
+            return int(term[1:])
+        except ValueError:
+            return None
+    return None
+
+
+def pointer(term: bytes) -> bytes | None:
+    """The address an ``H<addr>`` term points at, else None."""
+    return term[1:] if term[:1] == b"H" and len(term) > 1 else None
+
+
+__all__ = ["CHUNK", "Cell", "HeapError", "MAX_CELL_LINE", "SLICE_WORDS",
+           "Scan", "atom_text", "cell", "pointer", "scan", "small_int",
+           "split_terms", "words"]

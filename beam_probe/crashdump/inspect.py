@@ -1,0 +1,380 @@
+"""inspect of a dead process: the size tree of what it held, read from
+its dump's heap (heap.py says how the dump lays a heap out and how sizes
+are read from its text).
+
+Roots: the stack's slots, each named by the function whose frame holds
+it; the dictionary (``get()``, an entry a child); the messages. A part's
+children are found by their addresses inside its run of lines (mm.find,
+in C); a container with more than MAX_PLACED boxed children is shown
+whole, not split. Each byte of the heap's text is scanned once per level
+of the tree shown above it, at most ``--depth`` + 1 times.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from beam_probe.crashdump import heap
+from beam_probe.crashdump.answers import binary_sizes, node_name, resolve
+from beam_probe.crashdump.fields import preamble
+from beam_probe.crashdump.process import DeadProcess, Root, scan_range
+from beam_probe.crashdump.reader import Dump
+from beam_probe.erldist.terms import Atom
+from beam_probe.probes.inspect import RecordNames, key_text, step_text
+
+if TYPE_CHECKING:
+    from beam_probe.probes.results import (InspectPart, InspectPin,
+                                           ProcessInspection)
+
+# Children placed one by one (a find each, over their parent's run): a
+# wider container is one part. 256 finds over a 1 GB run took ~N s here.
+MAX_PLACED = 256
+# OTP's rule for a slice that keeps a much larger binary alive.
+PIN_RATIO = 2
+
+
+class _Span(NamedTuple):
+    path: tuple[str, str]
+    start: int     # its first line (its own)
+    end: int       # past its last
+    root: Root | None
+    # Where its pinned slices are counted: a map's values together
+    # (State#{_}), as live inspect groups them; else its own path.
+    group: tuple[str, str] | None = None
+
+
+def inspect(dump: Dump, spec: str, depth: int = 3, width: int = 10
+            ) -> ProcessInspection:
+    """The size tree of a process the dump holds (by pid or name)."""
+    process = resolve(dump, spec)
+    walker = _Walker(dump, process, depth, width)
+    parts, pinned = walker.run()
+    roots = [row for row in parts if row["depth"] == 0]
+    total_bytes = sum(row["bytes"] for row in roots)
+    total_binary = sum(row["binary_bytes"] for row in roots)
+    held = total_bytes + total_binary
+    for row in parts:
+        row["share"] = round((row["bytes"] + row["binary_bytes"]) / held, 4) \
+            if held else 0.0
+    p = process.fields
+    no_heap = None
+    if process.heap is None or process.heap.end <= process.heap.start:
+        no_heap = ("the dump has no heap for it (it died collecting, or "
+                   "the dump was cut before it)")
+    elif walker.unknown:
+        from beam_probe.crashdump.answers import binary_memory
+        from beam_probe.text.tables import human_bytes
+
+        no_heap = (f"{len(walker.unknown):,} binaries its slices refer to "
+                   "are not in the dump (OTP 25 leaves out the binary of a "
+                   "slice it met first): their slices count their own "
+                   "size, and whether they pin a larger binary cannot be "
+                   "said; its heaps refer to "
+                   f"{human_bytes(binary_memory(dump, p))} of binaries in "
+                   "all (BinVHeap)")
+    return {"node": node_name(dump), "pid": p.pid, "name": p.name,
+            "kind": "dead", "current_function": p.current_function,
+            "initial_call": process.initial_call(),
+            "parts": parts, "pinned": pinned,
+            "total": {"bytes": total_bytes, "binary_bytes": total_binary,
+                      "memory": p.memory,
+                      "message_queue_len": p.message_queue_len,
+                      "binary_distinct": walker.distinct,
+                      "sampled": False, "pause_ms": 0.0},
+            "state": no_heap, "dictionary": None,
+            "mailbox": None if process.messages is not None
+            or not p.message_queue_len else
+            "its messages are not in the dump"}
+
+
+class _Walker:
+    def __init__(self, dump: Dump, process: DeadProcess, depth: int,
+                 width: int) -> None:
+        self.dump, self.process = dump, process
+        self.depth, self.width = depth, width
+        self.word = preamble(dump).word_size
+        self.sizes = binary_sizes(dump)
+        # Record field names come from debug_info on a live node: a dump
+        # has no code, so tuples are named by their first atom.
+        self.names = RecordNames([])
+        self.seen_binaries: dict[bytes, int] = {}
+        self.parts: list[InspectPart] = []
+        self.pins: dict[str, list[Any]] = {}
+        # Slices whose binary the dump did not write (OTP 25 leaves out
+        # those under a sub-binary whose ProcBin it did not visit).
+        self.unknown: set[bytes] = set()
+
+    @property
+    def distinct(self) -> int:
+        return sum(self.seen_binaries.values())
+
+    def run(self) -> tuple[list[InspectPart], list[InspectPin]]:
+        process = self.process
+        roots = list(process.roots())
+        if process.heap is None:
+            return [], []
+        located: list[tuple[int, Root]] = []
+        hint = process.heap.start
+        for root in roots:
+            # The dumper writes the roots in this order, each one's lines
+            # after the last's: look from there first (100,000 messages
+            # found from the heap's start took 48 s; from the last, 1 s).
+            address = heap.pointer(root.term)
+            if address is None:
+                continue
+            at = process.locate(address, hint)
+            if at is None:
+                at = process.locate(address, process.heap.start, hint + 1)
+            if at is not None:
+                located.append((at, root))
+                hint = at
+        located.sort(key=lambda item: item[0])
+        spans: list[_Span] = []
+        for i, (at, root) in enumerate(located):
+            end = located[i + 1][0] if i + 1 < len(located) \
+                else process.heap.end
+            spans.append(_Span(self._root_path(root), at, end, root))
+        stack = [s for s in spans if s.root and s.root.where == "stack"]
+        for span in sorted(stack, key=lambda s: s.root.name if s.root
+                           else ""):
+            self._part(span, 0)
+        for where, path in (("dictionary", ("get()", "Process.get()")),
+                            ("messages", ("Messages", "messages"))):
+            group = [s for s in spans if s.root and s.root.where == where]
+            if group:
+                self._group(path, group, where)
+        return self.parts, self._pins()
+
+    def _root_path(self, root: Root) -> tuple[str, str]:
+        if root.where == "stack":
+            frame = root.frame or "?"
+            return f"{frame} {root.name}", f"{_elixir_mfa(frame)} {root.name}"
+        if root.where == "dictionary":
+            key = self.process.term(root.term, 16)
+            text = _key(key[0], False) if isinstance(key, tuple) and key \
+                else "_"
+            return (f"get({text})",
+                    f"Process.get({_key(key[0], True) if isinstance(key, tuple) and key else '_'})")
+        return (f"Messages[{int(root.name) + 1}]",
+                f"messages |> Enum.at({root.name})")
+
+    def _group(self, path: tuple[str, str], spans: list[_Span],
+               where: str) -> None:
+        """A root made of many (the dictionary, the messages): its size
+        is theirs; the largest ``width`` are its children."""
+        measured = [(span, scan_range(self.dump, span.start, span.end))
+                    for span in spans]
+        self._row(path, 0, "dictionary" if where == "dictionary"
+                  else "messages", len(spans), [m for _, m in measured])
+        measured.sort(key=lambda item: -self._weight(item[1]))
+        for span, _ in measured[:self.width]:
+            if self.depth >= 1:
+                self._part(span, 1)
+        rest = measured[self.width:] if self.depth >= 1 else []
+        if rest:
+            self._others(path, 1, [m for _, m in rest], where != "dictionary")
+
+    def _weight(self, scan: heap.Scan) -> int:
+        return scan.words * self.word + self._binary(scan, False)
+
+    def _binary(self, scan: heap.Scan, record: bool) -> int:
+        seen: dict[bytes, int] = {}
+        for address, size, _ in scan.slices:
+            seen[address] = max(seen.get(address, 0),
+                                self.sizes.get(address, size))
+        if record:
+            self.seen_binaries.update(seen)
+        return sum(seen.values())
+
+    def _row(self, path: tuple[str, str], depth: int, kind: str, count: int,
+             scans: list[heap.Scan]) -> InspectPart:
+        words = sum(s.words for s in scans)
+        binary = self._binary(heap.Scan(0, [x for s in scans
+                                            for x in s.slices]), depth == 0)
+        row: InspectPart = {"path": path[0], "path_elixir": path[1],
+                            "depth": depth, "kind": kind, "count": count,
+                            "bytes": words * self.word,
+                            "binary_bytes": binary, "share": 0.0}
+        self.parts.append(row)
+        return row
+
+    def _others(self, path: tuple[str, str], depth: int,
+                scans: list[heap.Scan], listed: bool) -> None:
+        erl, ex = ("[_]", " |> Enum.at(_)") if listed else ("#{_}", "[_]")
+        n = len(scans)
+        self._row((path[0] + erl, path[1] + ex), depth,
+                  f"{n:,} other{'s' if n != 1 else ''}", n, scans)
+
+    def _part(self, span: _Span, depth: int) -> None:
+        """One part: its row, then (within --depth) its largest children."""
+        text = self.process.line(span.start)
+        try:
+            c = heap.cell(text)
+        except heap.HeapError:
+            c = heap.Cell("term", 0, [], [], None, 0, None)
+        kind = _kind(c)
+        children = self._children(c, span) if depth < self.depth else None
+        if not children:
+            scan = scan_range(self.dump, span.start, span.end)
+            self._note_pins(span.group or span.path, scan)
+            self._row(span.path, depth, kind, _count(c), [scan])
+            return
+        own_end = self.process.line_end(span.start)
+        own = scan_range(self.dump, span.start, min(own_end,
+                                                    children[0].start))
+        measured = [(child, scan_range(self.dump, child.start, child.end))
+                    for child in children]
+        self._row(span.path, depth, kind, _count(c),
+                  [own] + [m for _, m in measured])
+        measured.sort(key=lambda item: -self._weight(item[1]))
+        for child, _ in measured[:self.width]:
+            self._part(child, depth + 1)
+        rest = measured[self.width:]
+        if rest:
+            for child, scan in rest:
+                self._note_pins(child.group or child.path, scan)
+            self._others(span.path, depth + 1, [m for _, m in rest],
+                         c.kind != "map")
+
+    def _children(self, c: heap.Cell, span: _Span) -> list[_Span] | None:
+        """The boxed children of a tuple or map, each with its run of
+        lines inside ``span``; None when it has none to place or too
+        many (a list is one part: its elements are not placed)."""
+        # A hash map (over 32 keys) is one part: its nodes are the map's
+        # own structure, not what the program put in it.
+        if c.kind not in ("tuple", "map") or not c.elements or \
+                (c.kind == "map" and not c.keys):
+            return None
+        steps: list[tuple[Any, bytes]] = []
+        keys = self._keys(c) if c.kind == "map" else []
+        for i, element in enumerate(c.elements):
+            address = heap.pointer(element)
+            if address is None:
+                continue
+            if c.kind == "tuple":
+                step: Any = (Atom("elem"), i + 1)
+            else:
+                step = (Atom("key"), keys[i] if i < len(keys)
+                        else Atom("_"))
+            steps.append((step, address))
+        if not steps or len(steps) > MAX_PLACED:
+            return None
+        line_end = self.process.line_end(span.start)
+        found: list[tuple[int, Any]] = []
+        for step, address in steps:
+            at = self.process.locate(address, line_end, span.end)
+            if at is not None:
+                found.append((at, step))
+        if not found:
+            return None
+        found.sort(key=lambda item: item[0])
+        group = (span.path[0] + "#{_}", span.path[1] + "[_]") \
+            if c.kind == "map" else None
+        out = []
+        for i, (at, step) in enumerate(found):
+            end = found[i + 1][0] if i + 1 < len(found) else span.end
+            out.append(_Span(
+                (span.path[0] + step_text(step, False, self.names, c.length),
+                 span.path[1] + step_text(step, True, self.names, c.length)),
+                at, end, None, group))
+        return out
+
+    def _keys(self, c: heap.Cell) -> list[Any]:
+        """A flat map's keys as inspect's steps name them: atoms, small
+        integers, the start of a short binary; else their kind."""
+        if not c.keys:
+            return []
+        address = heap.pointer(c.keys[0])
+        if address is None:
+            return []
+        at = self.process.locate(address)
+        text = self.process.line(at) if at is not None \
+            else self.process.literal(address)
+        if text is None:
+            return []
+        try:
+            keys = heap.cell(text)
+        except heap.HeapError:
+            return []
+        return [self._key_term(k) for k in keys.elements]
+
+    def _key_term(self, term: bytes) -> Any:
+        atom = heap.atom_text(term)
+        if atom is not None:
+            return Atom(atom)
+        number = heap.small_int(term)
+        if number is not None:
+            return number
+        address = heap.pointer(term)
+        if address is not None:
+            at = self.process.locate(address)
+            text = self.process.line(at) if at is not None else \
+                self.process.literal(address)
+            if text is not None and text[:2] == b"Yh":
+                size, _, data = text[2:].partition(b":")
+                try:
+                    raw = base64.b64decode(data[:24] + b"=" * (-len(
+                        data[:24]) % 4))
+                    return (Atom("binary"), raw[:16], int(size, 16))
+                except ValueError:
+                    pass
+            if text is not None:
+                try:
+                    return (Atom("kind"), Atom(_kind(heap.cell(text))))
+                except heap.HeapError:
+                    pass
+        return Atom("_")
+
+    def _note_pins(self, path: tuple[str, str], scan: heap.Scan) -> None:
+        for address, size, _ in scan.slices:
+            referenced = self.sizes.get(address)
+            if referenced is None:
+                self.unknown.add(address)
+            elif referenced > PIN_RATIO * size:
+                self.pins.setdefault(path[0], [path[1], 0, 0, {}])
+                entry = self.pins[path[0]]
+                entry[1] += 1
+                entry[2] += size
+                entry[3][address] = referenced
+
+    def _pins(self) -> list[InspectPin]:
+        out: list[InspectPin] = [
+            {"path": path, "path_elixir": ex, "count": n, "bytes": used,
+             "referenced_bytes": sum(binaries.values())}
+            for path, (ex, n, used, binaries) in self.pins.items()]
+        return sorted(out, key=lambda pin: -pin["referenced_bytes"])
+
+
+def _kind(c: heap.Cell) -> str:
+    if c.kind == "tuple":
+        tag = heap.atom_text(c.tag) if c.tag else None
+        return f"tuple {tag}" if tag and c.length > 1 else "tuple"
+    if c.kind == "cons":
+        return "list"
+    return c.kind
+
+
+def _count(c: heap.Cell) -> int:
+    return c.length if c.kind in ("tuple", "map", "binary") else 0
+
+
+def _key(term: Any, elixir: bool) -> str:
+    if isinstance(term, tuple) and len(term) == 2 and term[0] == "atom":
+        return key_text(Atom(term[1]), elixir)
+    if isinstance(term, int):
+        return key_text(term, elixir)
+    return "_"
+
+
+def _elixir_mfa(text: str) -> str:
+    """m:f/a as Elixir writes it: :m.f/a, or Mod.f/a for Elixir modules."""
+    module, sep, rest = text.partition(":")
+    if not sep:
+        return text
+    if module.startswith("Elixir."):
+        return f"{module[len('Elixir.'):]}.{rest}"
+    return f":{module}.{rest}"
+
+
+__all__ = ["MAX_PLACED", "inspect"]

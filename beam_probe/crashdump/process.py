@@ -1,0 +1,216 @@
+"""One dead process as its dump sections give it: its =proc fields, its
+stack, heap, dictionary and messages, and terms read from its heap by
+address (a line found by its address, in C: mm.find)."""
+
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple
+
+from beam_probe.crashdump import heap
+from beam_probe.crashdump.fields import ProcFields, proc
+from beam_probe.crashdump.reader import Dump, DumpError, Section
+
+# A dictionary or message list longer than this is read in part: its
+# entries are named one by one (a line each).
+MAX_ROOT_LINES = 100_000
+
+
+class Root(NamedTuple):
+    """A term the process holds directly: a stack slot (named by its
+    frame's function), a dictionary entry, a message."""
+
+    where: str         # stack, dictionary, messages
+    name: str          # 'y0', the frame's function for a slot
+    frame: str | None
+    term: bytes        # H<addr>, or an immediate's text
+
+
+class DeadProcess:
+    def __init__(self, dump: Dump, section: Section) -> None:
+        self.dump = dump
+        self.fields: ProcFields = proc(dump, section)
+        self.pid = section.id
+        self.stack = dump.following(section, "proc_stack")
+        self.heap = dump.following(section, "proc_heap")
+        self.dictionary = dump.following(section, "proc_dictionary")
+        self.messages = dump.following(section, "proc_messages")
+        self._literals: Section | None | bool = False
+
+    @property
+    def stack_words(self) -> int:
+        if self.stack is None:
+            return 0
+        return self.dump.mm[self.stack.start:self.stack.end].count(b"\n")
+
+    def roots(self) -> Iterator[Root]:
+        """The stack's y slots, each named by the function whose frame
+        holds it (slots before the first return address are the current
+        function's), then the dictionary's entries, then the messages."""
+        frame = self.fields.current_function
+        if self.stack is not None:
+            for line in self.dump.lines(self.stack, heap.MAX_CELL_LINE):
+                if line[:1] == b"y":
+                    name, _, term = line.partition(b":")
+                    yield Root("stack", name.decode("latin-1"), frame, term)
+                elif b"Return addr" in line:
+                    # "0x...:SReturn addr 0x... (m:f/a + 108)": the frame
+                    # the next slots belong to.
+                    open_at, close_at = line.rfind(b"("), line.rfind(b")")
+                    text = line[open_at + 1:close_at].decode(
+                        "utf-8", "replace")
+                    frame = text.split(" + ")[0]
+        for where, section in (("dictionary", self.dictionary),
+                               ("messages", self.messages)):
+            if section is None:
+                continue
+            for i, line in enumerate(self.dump.lines(section,
+                                                     heap.MAX_CELL_LINE)):
+                if i >= MAX_ROOT_LINES:
+                    break
+                # A message line is "term:seq_token"; an entry a term.
+                term = line.split(b":", 1)[0] if where == "messages" \
+                    and line[:1] == b"H" else line
+                yield Root(where, str(i), None, term)
+
+    def locate(self, address: bytes, start: int | None = None,
+               end: int | None = None) -> int | None:
+        """Where the heap line of ``address`` starts (between start and
+        end, within the heap), or None: written under another root
+        first, or a literal."""
+        if self.heap is None:
+            return None
+        lo = self.heap.start if start is None else start
+        hi = self.heap.end if end is None else end
+        if self.dump.mm[lo:lo + len(address) + 1] == address + b":":
+            return lo
+        at = self.dump.mm.find(b"\n" + address + b":", max(lo - 1, 0), hi)
+        return at + 1 if at >= 0 else None
+
+    def line(self, at: int) -> bytes:
+        """The term of the heap line starting at ``at`` (after ADDR:)."""
+        mm = self.dump.mm
+        end = mm.find(b"\n", at, at + heap.MAX_CELL_LINE + 64)
+        if end < 0:
+            end = min(len(mm), at + heap.MAX_CELL_LINE + 64)
+        text = mm[at:end]
+        colon = text.find(b":")
+        if colon < 0:
+            raise DumpError(f"{self.dump.path}: a heap line of {self.pid} "
+                            "without its address (damaged)")
+        return text[colon + 1:]
+
+    def line_end(self, at: int) -> int:
+        end = self.dump.mm.find(b"\n", at, self.heap.end if self.heap
+                                else len(self.dump.mm))
+        return end + 1 if end >= 0 else (self.heap.end if self.heap
+                                         else len(self.dump.mm))
+
+    def literal(self, address: bytes) -> bytes | None:
+        """A term in =literals (module constants), or None."""
+        if self._literals is False:
+            self._literals = self.dump.first("literals")
+        section = self._literals
+        if not isinstance(section, Section):
+            return None
+        at = self.dump.mm.find(b"\n" + address + b":", section.start - 1,
+                               section.end)
+        if at < 0:
+            return None
+        end = self.dump.mm.find(b"\n", at + 1, section.end)
+        text = self.dump.mm[at + 1:end if end >= 0 else section.end]
+        return text.partition(b":")[2]
+
+    def term(self, term: bytes, budget: int = 64) -> object:
+        """A small term as Python (atoms as str, small integers, tuples,
+        lists), for names and keys: ``budget`` cells at most; None past
+        it or for anything else."""
+        left = [budget]
+
+        def read(t: bytes) -> object:
+            left[0] -= 1
+            if left[0] < 0:
+                return None
+            atom = heap.atom_text(t)
+            if atom is not None:
+                return ("atom", atom)
+            number = heap.small_int(t)
+            if number is not None:
+                return number
+            if t == b"N":
+                return []
+            address = heap.pointer(t)
+            if address is None:
+                return None
+            at = self.locate(address)
+            text = self.line(at) if at is not None \
+                else self.literal(address)
+            if text is None:
+                return None
+            try:
+                c = heap.cell(text)
+            except heap.HeapError:
+                return None
+            if c.kind == "tuple":
+                return tuple(read(e) for e in c.elements)
+            if c.kind == "cons":
+                head, tail = read(c.elements[0]), read(c.elements[1])
+                return [head] + tail if isinstance(tail, list) else None
+            return None
+        return read(term)
+
+    def initial_call(self) -> str | None:
+        """proc_lib's '$initial_call' from the dictionary, else "Spawned
+        as" (what process_info's initial_call would be, as recon reads
+        it)."""
+        if self.dictionary is not None:
+            for i, line in enumerate(self.dump.lines(self.dictionary,
+                                                     heap.MAX_CELL_LINE)):
+                if i >= 64:
+                    break
+                entry = self.term(line, 12)
+                if isinstance(entry, tuple) and len(entry) == 2 and \
+                        entry[0] == ("atom", "$initial_call") and \
+                        isinstance(entry[1], tuple) and len(entry[1]) == 3:
+                    m, f, a = entry[1]
+                    if isinstance(m, tuple) and isinstance(f, tuple) and \
+                            isinstance(a, int):
+                        return f"{_atom(m[1])}:{_atom(f[1])}/{a}"
+        return self.fields.spawned_as
+
+
+def scan_range(dump: Dump, start: int, end: int) -> heap.Scan:
+    """heap.scan over the whole lines of [start, end), a chunk at a time
+    (a chunk's copy is all it holds), slices' offsets in the file; the
+    pages read are given back as it goes (the dump's resident memory
+    stays a chunk's)."""
+    total = 0
+    found: list[tuple[bytes, int, int]] = []
+    mm, at = dump.mm, start
+    while at < end:
+        stop = min(end, at + heap.CHUNK)
+        if stop < end:
+            nl = mm.rfind(b"\n", at, stop)
+            if nl < 0:
+                nl = mm.find(b"\n", stop, end)
+            stop = end if nl < 0 else nl + 1
+        part = heap.scan(mm[at:stop])
+        total += part.words
+        found.extend((a, size, at + offset) for a, size, offset in
+                     part.slices)
+        dump.release(at, stop)
+        at = stop
+    return heap.Scan(total, found)
+
+
+def _atom(name: str) -> str:
+    from beam_probe.erldist.terms import Atom, format_term
+
+    return format_term(Atom(name))
+
+
+def dead_process(dump: Dump, pid: str) -> DeadProcess | None:
+    section = dump.find("proc", pid)
+    return DeadProcess(dump, section) if section is not None else None
+
+
+__all__ = ["DeadProcess", "Root", "dead_process", "scan_range"]

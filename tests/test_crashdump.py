@@ -1,0 +1,281 @@
+"""A dead node read from its crash dump, on dumps made by real deaths of
+real nodes (OTP 25, 27, 28): eheap_alloc failing on a node whose memory
+is capped (+MMscs 256 +MMsco true +Musac false: without +Musac false it
+never runs out), erlang:halt/1 with a reason, and a dump cut short by
+ERL_CRASH_DUMP_BYTES. The node (tests/erl/beam_probe_dump_fixture.erl)
+holds what applications hold: a gen_server whose state keeps slices
+pinning 64 KiB binaries, a worker under an unregistered supervisor, a
+receive loop's list, a mailbox of 100,000 messages, a table of 10,000
+objects. Two snapshots are taken before the eheap death, with processes
+born between them: diff a b dump names them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+import pytest
+
+from beam_probe.erldist.terms import Atom
+from beam_probe.errors import ConnectionLost, ProbeError
+from beam_probe.node.remote import attach
+from conftest import NodeFactory, one_line, run_here
+
+FIXTURE = "beam_probe_dump_fixture"
+HALT_REASON = "beam_probe test: halted on purpose"
+# The node's memory, capped: the eater dies within a second.
+CAPPED = ("+MMscs", "256", "+MMsco", "true", "+Musac", "false")
+
+
+def _wait_started(node) -> None:
+    with attach(node.node, node.cookie.encode()) as remote:
+        deadline = time.monotonic() + 30
+        while remote.call("erlang", "whereis", [Atom("bp_dump_owner")]) \
+                == Atom("undefined"):
+            assert time.monotonic() < deadline, "the fixture never started"
+            time.sleep(0.1)
+
+
+def _kill(node, how) -> None:
+    """Ask the node to die, and wait until it has (its dump written)."""
+    with attach(node.node, node.cookie.encode()) as remote:
+        try:
+            remote.call(FIXTURE, "die", [how])
+        except (ConnectionLost, ProbeError):
+            pass
+    node.proc.wait(120)
+
+
+def _death(factory, otp, out, kind) -> dict[str, str]:
+    made: dict[str, str] = {}
+    env = dict(os.environ)
+    args: tuple[str, ...] = ()
+    if kind == "eheap":
+        args = CAPPED
+    if kind == "cut":
+        env["ERL_CRASH_DUMP_BYTES"] = "300000"
+    node = factory.start(otp, args=args, env=env,
+                         eval_expr=f"{FIXTURE}:start()")
+    _wait_started(node)
+    if kind == "eheap":
+        for name, born in (("a", None), ("b", 50)):
+            if born:
+                with attach(node.node, node.cookie.encode()) as remote:
+                    remote.call(FIXTURE, "born", [born])
+            path = os.path.join(out, f"{otp}-{name}.snapshot")
+            r = run_here("snapshot", node.node, "-o", path, node=node)
+            assert r.returncode == 0, r.stderr
+            made[name] = path
+    with attach(node.node, node.cookie.encode()) as remote:
+        remote.call(FIXTURE, "mailbox", [100_000])
+    if kind == "eheap":
+        _kill(node, Atom("eheap"))
+    else:
+        _kill(node, (Atom("halt"), HALT_REASON))
+    dump = os.path.join(out, f"{otp}-{kind}.dump")
+    shutil.copy(os.path.join(node.home, "erl_crash.dump"), dump)
+    made["dump"] = dump
+    return made
+
+
+@pytest.fixture(scope="session")
+def deaths(beam_dir, tmp_path_factory):
+    """Dumps of real deaths, made once a session per release and kind."""
+    out = str(tmp_path_factory.mktemp("dumps"))
+    factory = NodeFactory(beam_dir)
+    made: dict[tuple[str, str], dict[str, str]] = {}
+
+    def make(otp: str, kind: str) -> dict[str, str]:
+        if (otp, kind) not in made:
+            made[otp, kind] = _death(factory, otp, out, kind)
+        return made[otp, kind]
+    yield make
+    factory.stop_all()
+
+
+@pytest.fixture
+def eheap(deaths, otp):
+    return deaths(otp, "eheap")
+
+
+def json_of(*args: str) -> dict:
+    r = run_here(*args, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_overview_says_why_when_and_who(eheap, otp):
+    dump = eheap["dump"]
+    r = run_here("crashdump", dump)
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    assert "eheap_alloc could not get" in text and "process heaps" in text
+    assert f"OTP {otp}" in text and "64-bit" in text
+    assert "collecting" in text or "running" in text
+    assert "bp_dump_eater" in text and "bp_dump_mailbox" in text
+    assert f"beam-probe inspect {dump} " in text
+    o = json_of("crashdump", dump)
+    assert o["cause"]["kind"] == "out_of_memory"
+    assert o["cause"]["allocator"] == "eheap_alloc"
+    assert o["cause"]["request_bytes"] > 0
+    assert o["complete"] is True and o["ending"] == "end"
+    assert o["otp_release"] == otp and o["word_size"] == 8
+    top = o["processes"]["by_memory"][0]
+    assert top["name"] == "bp_dump_eater"
+    assert top["memory"] > 10 * 1024 * 1024
+    (queue,) = [p for p in o["processes"]["by_message_queue_len"]
+                if p["name"] == "bp_dump_mailbox"]
+    assert queue["message_queue_len"] == 100_000
+    assert any(r["name"] == "bp_dump_eater" for r in o["running"])
+    table = next(t for t in o["ets"]["largest"] if t["name"] ==
+                 "bp_dump_table")
+    assert table["size"] == 10_000 and table["owner_name"] == "bp_dump_owner"
+    assert o["counts"]["processes"] > 40 and o["counts"]["atom_limit"] > 0
+    assert o["memory"]["total"] > o["memory"]["processes"] > 0
+    assert o["allocators"]["rss"] is None
+
+
+def test_memory_and_alloc_from_the_dump(eheap):
+    dump = eheap["dump"]
+    memory = json_of("memory", dump)
+    assert memory["crash_dump"]["file"] == dump
+    assert memory["memory"]["processes"] > 10 * 1024 * 1024
+    text = run_here("memory", dump).stdout
+    assert text.startswith(f"from crash dump {dump} (node ")
+    alloc = json_of("alloc", dump)
+    eheap_alloc = next(t for t in alloc["types"]
+                       if t["type"] == "eheap_alloc")
+    assert eheap_alloc["used"] > 10 * 1024 * 1024
+    assert alloc["rss"] is None and alloc["verdict"]["case"]
+    assert "not in a crash dump" in run_here("alloc", dump).stdout
+
+
+def test_proc_count_ranks_the_dead(eheap):
+    dump = eheap["dump"]
+    memory = json_of("proc-count", dump, "memory", "3")
+    assert memory["processes"][0]["name"] == "bp_dump_eater"
+    queue = json_of("proc-count", dump, "message_queue_len", "1")
+    assert queue["processes"][0]["name"] == "bp_dump_mailbox"
+    assert queue["processes"][0]["value"] == 100_000
+    binary = json_of("proc-count", dump, "binary_memory", "2")
+    # The cache and the worker under the unregistered supervisor each
+    # keep 20 slices of 64 KiB binaries alive.
+    for row in binary["processes"]:
+        assert row["value"] >= 20 * 65536, row
+        assert row["initial_call"] == f"{FIXTURE}:init/1", row
+    names = {row["name"] for row in binary["processes"]}
+    assert "bp_dump_cache" in names
+    text = run_here("proc-count", dump, "binary_memory", "2").stdout
+    assert f"beam-probe inspect {dump} '<0." in text
+    assert json_of("proc-count", dump, "stack_size", "1")["processes"]
+
+
+def test_ets_and_proc_info_from_the_dump(eheap):
+    dump = eheap["dump"]
+    tables = json_of("ets", dump, "3", "--sort", "size")
+    first = tables["largest"][0]
+    assert first["name"] == "bp_dump_table" and first["size"] == 10_000
+    assert first["memory"] > 10_000 * 8
+    info = json_of("proc-info", dump, "bp_dump_cache")
+    assert info["location"]["initial_call"] == f"{FIXTURE}:init/1"
+    assert info["location"]["current_function"].startswith("gen_server:")
+    assert info["memory_used"]["binary_memory"] >= 20 * 65536
+    assert info["meta"]["registered_name"] == "bp_dump_cache"
+    r = run_here("proc-info", dump, "<0.9999.0>")
+    one_line(r, 10, "no process <0.9999.0>")
+
+
+def test_inspect_finds_the_pinned_slices_of_a_dead_gen_server(eheap, otp):
+    dump = eheap["dump"]
+    result = json_of("inspect", dump, "bp_dump_cache")
+    assert result["kind"] == "dead"
+    cache = next(p for p in result["parts"] if p["path"].endswith("{2}"))
+    assert cache["kind"] == "map" and cache["count"] == 20
+    text = run_here("inspect", dump, "bp_dump_cache").stdout
+    assert '#{<<"key' in text
+    if otp == "25":
+        # OTP 25 writes no =binary for a slice whose ProcBin it did not
+        # meet: the slices are there, what they pin is not; it says so.
+        assert result["pinned"] == []
+        assert "not in the dump" in result["state"]
+        assert "1.2 MiB of binaries" in result["state"]
+        return
+    (pinned,) = result["pinned"]
+    assert pinned["count"] == 20 and pinned["bytes"] == 20 * 128
+    assert pinned["referenced_bytes"] == 20 * 65536
+    assert pinned["path"].endswith("{2}#{_}")
+    assert cache["binary_bytes"] == 20 * 65536
+    assert "binary:copy/1" in text
+
+
+def test_inspect_decodes_a_loop_list_and_a_long_mailbox(eheap):
+    dump = eheap["dump"]
+    loop = json_of("inspect", dump, "bp_dump_loop")
+    (root,) = [p for p in loop["parts"] if p["depth"] == 0]
+    assert root["kind"] == "list" and root["path"].startswith(
+        f"{FIXTURE}:loop/1 y")
+    # 1,000 cons cells, 1,000 3-tuples and 1,000 5-byte heap binaries:
+    # 1000 * (2 + 4 + 3) words, as erts_debug:flat_size/1 counts them.
+    assert root["bytes"] == pytest.approx(1000 * 9 * 8, rel=0.01)
+    mailbox = json_of("inspect", dump, "bp_dump_mailbox")
+    messages = next(p for p in mailbox["parts"] if p["path"] == "Messages")
+    assert messages["count"] == 100_000
+    assert messages["bytes"] == 100_000 * 3 * 8  # {msg, I}: 3 words
+    assert mailbox["total"]["message_queue_len"] == 100_000
+
+
+def test_diff_names_what_was_born_and_kept_until_the_death(eheap):
+    r = run_here("diff", eheap["a"], eheap["b"], eheap["dump"],
+                 "--format", "json")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    born = result["suspects"]["born_and_kept"]
+    group = next(g for g in born if "holder/1" in g["what"])
+    assert group["count"] == 50
+    # Grouped as the snapshots group them: the dump's processes and the
+    # files' meet by pid, and their groups read alike.
+    assert group["what"] == f"{FIXTURE}:holder/1"
+    two = json.loads(run_here("diff", eheap["a"], eheap["b"],
+                              "--format", "json").stdout)
+    assert any(d["what"] == group["what"] and d["+"] == 50
+               for d in two["change"]["details"])
+    # The loop, the mailbox and the cache were there from the start: not
+    # born, not suspects; their parent was born with them.
+    assert {g["what"] for g in born if "bp_dump" in g["what"]} == {
+        "bp_dump_born"}
+    text = run_here("diff", eheap["a"], eheap["b"], eheap["dump"]).stdout
+    assert f"{FIXTURE}:holder/1" in text
+    r = run_here("diff", eheap["dump"], eheap["a"])
+    one_line(r, 2, "give it last")
+
+
+def test_a_halt_says_its_reason(deaths, otp):
+    dump = deaths(otp, "halt")["dump"]
+    o = json_of("crashdump", dump)
+    assert o["slogan"] == HALT_REASON and o["cause"]["kind"] == "halt"
+    assert o["complete"] is True
+    assert "erlang:halt/1" in run_here("crashdump", dump).stdout
+
+
+def test_a_dump_cut_short_answers_with_what_it_has(deaths, otp):
+    dump = deaths(otp, "cut")["dump"]
+    assert os.path.getsize(dump) <= 400_000
+    o = json_of("crashdump", dump)
+    assert o["ending"] == "abort" and o["complete"] is False
+    assert o["abort_reason"]
+    assert "cut short" in run_here("crashdump", dump).stdout
+    # What it has, it answers; the processes past the cut are not there.
+    count = json_of("proc-count", dump, "memory", "3")
+    assert count["scanned"] == o["counts"]["processes"]
+
+
+def test_commands_that_need_a_live_node_say_so(eheap):
+    dump = eheap["dump"]
+    one_line(run_here("ping", dump), 2, "asks a live node", "crashdump")
+    one_line(run_here("inspect", dump, "--table", "bp_dump_table"), 2,
+             "ets FILE")
+    one_line(run_here("proc-count", dump, "memory", "--all"), 2, "give N")
+    one_line(run_here("alloc", dump, "--cluster"), 2, "--cluster")
