@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from beam_probe.erldist.terms import Atom
 from beam_probe.errors import ConnectionLost, ProbeError
@@ -279,3 +281,113 @@ def test_commands_that_need_a_live_node_say_so(eheap):
              "ets FILE")
     one_line(run_here("proc-count", dump, "memory", "--all"), 2, "give N")
     one_line(run_here("alloc", dump, "--cluster"), 2, "--cluster")
+
+
+# --- damaged and crafted dumps: one line, exit 2, in bounded time -----------
+
+HEAD = b"=erl_crash_dump:0.5\nTue Nov 24 21:04:24 2026\nSlogan: test\n" \
+    b"System version: Erlang/OTP 25 [erts-13.1.5] [64-bit]\nAtoms: 10\n"
+
+
+def _crafted(tmp_path, name: str, data: bytes) -> str:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+@pytest.mark.parametrize("data, words", [
+    (b"", "not an Erlang crash dump"),
+    (b"\x1f\x8b\x08\x00" + bytes(100), "gzip-compressed"),
+    (b"-----BEGIN PGP MESSAGE-----\n" + bytes(100), "decrypt it first"),
+    (b"=erl_crash_dump:0.4\nTue\n", "format '0.4'"),
+    (bytes(range(256)) * 64, "not an Erlang crash dump"),
+    (HEAD + b"=proc:<0.1.0>\nState: Waiting\nMemory: 9" + b"9" * 40
+     + b"\n=end\n", "not a count"),
+    (HEAD + b"=proc:<0.1.0>\nState: Waiting\n=end\n", "no 'Memory'"),
+])
+def test_a_damaged_dump_is_one_line_and_exit_2(tmp_path, data, words):
+    path = _crafted(tmp_path, "bad.dump", data)
+    one_line(run_here("crashdump", path, timeout=30), 2, words)
+    one_line(run_here("proc-count", path, "memory", "3", timeout=30), 2)
+
+
+def test_a_one_gigabyte_line_is_refused_in_bounded_time(tmp_path):
+    path = tmp_path / "huge.dump"
+    with open(path, "wb") as f:
+        f.write(HEAD + b"=proc:<0.1.0>\nState: Waiting\nName: ")
+        # A hole: a gigabyte of NULs with no newline, in no disk space.
+        f.truncate(f.tell() + 1024 ** 3)
+        f.seek(0, 2)
+        f.write(b"\nMemory: 10\n=end\n")
+    started = time.monotonic()
+    one_line(run_here("crashdump", str(path), timeout=60), 2, "over 1 MiB")
+    assert time.monotonic() - started < 30
+
+
+def test_heap_addresses_in_a_cycle_end(tmp_path):
+    heap = (b"=proc:<0.1.0>\nState: Waiting\nMemory: 1000\n"
+            b"=proc_stack:<0.1.0>\ny0:H10\n"
+            b"=proc_heap:<0.1.0>\n10:t2:H20,H10\n20:t2:H10,H20\n"
+            b"30:lH30|H10\n=end\n")
+    path = _crafted(tmp_path, "cycle.dump", HEAD + heap)
+    r = run_here("inspect", path, "<0.1.0>", "--depth", "8", timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert "y0" in r.stdout
+
+
+def test_a_dump_cut_mid_line_names_the_section_it_ends_in(deaths, tmp_path):
+    real = open(deaths("25", "halt")["dump"], "rb").read()
+    at = real.index(b"=proc:<0.") + 40
+    path = _crafted(tmp_path, "cut.dump", real[:at])
+    o = json_of("crashdump", path)
+    assert o["ending"] == "truncated" and o["cut_in"].startswith("=proc:<0.")
+    assert "cut short" in run_here("memory", path).stdout
+
+
+def _answers_or_exit_2(path: str) -> None:
+    """Every reading of a damaged dump: an answer (0), one line and exit 2,
+    or no such process (10); never a traceback or exit 1."""
+    for args in (("crashdump", path), ("proc-count", path, "memory", "2"),
+                 ("proc-count", path, "binary_memory", "2"),
+                 ("inspect", path, "bp_dump_cache"),
+                 ("inspect", path, "bp_dump_mailbox"),
+                 ("proc-info", path, "bp_dump_loop"), ("ets", path),
+                 ("alloc", path)):
+        r = run_here(*args, timeout=60)
+        assert r.returncode in (0, 2, 10), (args, r.returncode, r.stderr)
+        if r.returncode:
+            one_line(r)
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_mutated_real_dumps_answer_or_exit_2(deaths, tmp_path, data):
+    source = deaths("25", "halt")["dump"]
+    raw = bytearray(open(source, "rb").read())
+    how = data.draw(st.sampled_from(["flip", "truncate", "lines", "numbers"]))
+    if how == "flip":
+        for _ in range(data.draw(st.integers(1, 16))):
+            at = data.draw(st.integers(0, len(raw) - 1))
+            raw[at] = data.draw(st.integers(0, 255))
+    elif how == "truncate":
+        del raw[data.draw(st.integers(len(HEAD), len(raw) - 1)):]
+    elif how == "lines":
+        # A line of the dump copied over another: sections and heap
+        # lines out of place, addresses that point anywhere.
+        lines = bytes(raw).split(b"\n")
+        for _ in range(data.draw(st.integers(1, 8))):
+            a = data.draw(st.integers(1, len(lines) - 1))
+            b = data.draw(st.integers(1, len(lines) - 1))
+            lines[a] = lines[b]
+        raw = bytearray(b"\n".join(lines))
+    else:
+        # A figure made absurd: a count of 30 digits, a negative size.
+        text = bytes(raw)
+        spots = [m.start(1) for m in re.finditer(rb"(?:: |:Y[hcs]|t)(\d+)",
+                                                 text[:200_000])]
+        at = data.draw(st.sampled_from(spots))
+        raw[at:at] = data.draw(st.sampled_from([b"9" * 30, b"-", b"FFFF"]))
+    path = tmp_path / "mutated.dump"
+    path.write_bytes(bytes(raw))
+    _answers_or_exit_2(str(path))

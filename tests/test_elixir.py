@@ -261,3 +261,65 @@ def test_inspect_reads_a_genserver_struct_and_an_agent(elixir_node):
                                 "MyApp.Store", "--format", "json",
                                 node=node).stdout)
     assert table["table"] == "'Elixir.MyApp.Store'" and table["size"] == 1
+
+
+@pytest.mark.parametrize("release", ["25", "27"],
+                         ids=["elixir1.14-otp25", "elixir1.18-otp27"])
+def test_a_dead_elixir_nodes_dump_reads_as_elixir(release, request,
+                                                   beam_dir, tmp_path):
+    """An Elixir node killed by erlang:halt/1: its dump's overview and
+    the dead GenServer's size tree in Elixir's syntax."""
+    from beam_probe.errors import ConnectionLost, ProbeError
+    from conftest import NodeFactory
+
+    otp = release
+    if otp not in request.config.getoption("otp").split(","):
+        pytest.skip(f"OTP {otp} is not among --otp")
+    ebin = _elixir_ebin(otp)
+    if ebin is None:
+        pytest.skip("no elixir for this release here")
+    factory = NodeFactory(beam_dir)
+    try:
+        code = ELIXIR_CODE.replace("\\", "\\\\").replace('"', '\\"')
+        node = factory.start(otp, code_paths=(ebin,), eval_expr=(
+            "{ok, _} = application:ensure_all_started(elixir), "
+            f"'Elixir.Code':eval_string(<<\"{code}\">>)"))
+        with attach(node.node, node.cookie.encode()) as remote:
+            deadline = time.monotonic() + 60
+            while remote.call("erlang", "whereis", [
+                    Atom("Elixir.MyApp.Counter")]) == Atom("undefined"):
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            try:
+                remote.call("erlang", "halt",
+                            [[ord(c) for c in "elixir app stopped"]])
+            except (ConnectionLost, ProbeError):
+                pass
+        node.proc.wait(60)
+        dump = str(tmp_path / "elixir.dump")
+        shutil.copy(os.path.join(node.home, "erl_crash.dump"), dump)
+    finally:
+        factory.stop_all()
+    overview = run_here("crashdump", dump)
+    assert overview.returncode == 0, overview.stderr
+    assert "slogan: elixir app stopped" in overview.stdout
+    assert "#PID<0." in overview.stdout and "Elixir." not in overview.stdout
+    as_json = json.loads(run_here("crashdump", dump, "--format",
+                                  "json").stdout)
+    assert as_json["elixir"] is True
+    text = run_here("inspect", dump, "MyApp.Store")
+    assert text.returncode == 0, text.stderr
+    assert re.search(r"map +20 ", text.stdout)
+    assert '["item:' in text.stdout and ":gen_server.loop/" in text.stdout
+    result = json.loads(run_here("inspect", dump, "MyApp.Store",
+                                 "--format", "json").stdout)
+    if otp == "25":
+        # OTP 25 leaves the slices' binaries out of its dumps.
+        assert result["pinned"] == [] and "not in the dump" in \
+            result["state"]
+        return
+    assert ":binary.copy/1" in text.stdout
+    (pinned,) = result["pinned"]
+    assert pinned["count"] == 20 and pinned["bytes"] == 2000
+    assert pinned["referenced_bytes"] >= 20 * 65536
+    assert pinned["path_elixir"].endswith("[_]")

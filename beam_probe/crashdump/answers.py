@@ -56,7 +56,7 @@ def source(dump: Dump) -> dict[str, Any]:
     head = f.preamble(dump)
     return {"file": dump.path, "node": node_name(dump),
             "written": head.written, "slogan": head.slogan[:300],
-            "complete": dump.last_tag == "end",
+            "complete": dump.ending == "end", "cut_in": dump.cut_in,
             "elixir": runs_elixir(dump)}
 
 
@@ -281,7 +281,7 @@ def resolve(dump: Dump, spec: str) -> DeadProcess:
         return found
     for section in dump.sections("proc"):
         values = f.fields(dump, section)
-        if values.get("Name") in what:
+        if f.unquoted(values.get("Name", "")) in what:
             return DeadProcess(dump, section)
     raise NoSuchProcess(f"no process registered as {spec} in {dump.path}")
 

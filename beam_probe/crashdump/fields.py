@@ -122,6 +122,14 @@ def _head_lines(dump: Dump, section: Section) -> Iterator[str]:
         yield line[:4096].decode("utf-8", "replace")
 
 
+def unquoted(text: str) -> str:
+    """An atom as the dump writes it ('Elixir.MyApp.Cache', 'my name')
+    as its name, as a live node's registered_name reads."""
+    if len(text) >= 2 and text[0] == text[-1] == "'":
+        return re.sub(r"\\(.)", r"\1", text[1:-1])
+    return text
+
+
 def function_of(values: dict[str, str]) -> str | None:
     """A process's current function, as a dump gives it: "Current call"
     (a process waiting in a BIF), else the function around its program
@@ -174,7 +182,7 @@ def proc(dump: Dump, section: Section) -> ProcFields:
 
     return ProcFields(
         pid=section.id, state=values.get("State", ""),
-        name=values.get("Name") or None,
+        name=unquoted(values["Name"]) if values.get("Name") else None,
         spawned_as=values.get("Spawned as") or None,
         spawned_by=values.get("Spawned by") or None,
         current_function=function_of(values),
@@ -263,4 +271,4 @@ def running(dump: Dump) -> list[Running]:
 
 __all__ = ["EtsFields", "Preamble", "ProcFields", "Running", "count",
            "counts", "ets_tables", "fields", "function_of", "index_limit",
-           "memory", "preamble", "proc", "procs", "running"]
+           "memory", "preamble", "proc", "procs", "running", "unquoted"]

@@ -138,7 +138,7 @@ def overview(dump: Dump) -> CrashDumpOverview:
     tables = answers.ets(dump, TOP, "memory") if dump.count("ets") else None
     allocators = answers.alloc(dump) if dump.count("allocator") else None
     atoms, atom_limit = f.index_limit(dump, "atom_tab")
-    ending = dump.last_tag
+    ending = dump.ending
     abort = None
     if ending == "abort":
         # The reason of the last =abort, the section that ends the dump.
@@ -164,8 +164,9 @@ def overview(dump: Dump) -> CrashDumpOverview:
         "word_size": head.word_size,
         "elixir": answers.runs_elixir(dump),
         "complete": ending == "end",
-        "ending": ending if ending in ("end", "abort") else "truncated",
+        "ending": ending,
         "abort_reason": abort,
+        "cut_in": dump.cut_in,
         "memory": f.memory(dump),
         "processes": {"count": count, "by_memory": top_memory,
                       "by_message_queue_len": top_queue},

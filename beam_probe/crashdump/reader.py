@@ -112,6 +112,15 @@ class Dump:
         self._kinds = array("B")
         self._by_tag: dict[str, array[int]] = {}
         self._index()
+        # A dump that ends with neither =end nor =abort was cut while it
+        # was written (the node killed, the disk full, a partial copy):
+        # its last section is not whole, so it is left out and named.
+        self.cut_in: str | None = None
+        if self.last_tag not in ("end", "abort") and len(self._starts) > 1:
+            last = self._section(len(self._starts) - 1)
+            self.cut_in = f"={last.tag}" + (f":{last.id}" if last.id else "")
+            del self._starts[-1]
+            del self._kinds[-1]
 
     def _not_a_dump(self, head: bytes) -> str:
         for magic, what in MAGIC:
@@ -241,6 +250,14 @@ class Dump:
     @property
     def last_tag(self) -> str:
         return self._tags[self._kinds[-1]]
+
+    @property
+    def ending(self) -> str:
+        """end (whole), abort (cut short by a limit) or truncated."""
+        if self.cut_in is not None:
+            return "truncated"
+        return self.last_tag if self.last_tag in ("end", "abort") \
+            else "truncated"
 
     def read(self, start: int, end: int) -> bytes:
         return self.mm[start:end]

@@ -872,6 +872,7 @@ class CrashDumpOverview(TypedDict):
     complete: bool
     ending: str               # end, abort or truncated
     abort_reason: Optional[str]
+    cut_in: Optional[str]     # the section a truncated dump ends inside
     memory: Memory
     processes: Dict[str, Any]  # count, by_memory, by_message_queue_len
     running: List[Dict[str, Any]]

@@ -24,8 +24,11 @@ def _processes(rows: Sequence[DumpProcess], syntax: Syntax) -> str:
 
 def source_line(crash: dict[str, Any]) -> str:
     """The line that says which dump an answer comes from, and when."""
+    cut = "" if crash["complete"] else (
+        "; cut short" + (f" inside {crash['cut_in']}" if crash["cut_in"]
+                         else "") + ": what is past the cut is not counted")
     return (f"from crash dump {crash['file']} (node {crash['node']}, "
-            f"written {crash['written']})")
+            f"written {crash['written']}{cut})")
 
 
 def overview_text(result: CrashDumpOverview, syntax: Syntax) -> str:
@@ -44,8 +47,9 @@ def overview_text(result: CrashDumpOverview, syntax: Syntax) -> str:
                      "stopped the writing); what follows is what it has")
     elif result["ending"] == "truncated":
         lines.append("the dump is cut short (no =end: the node was killed "
-                     "while writing, or the file was copied in part); what "
-                     "follows is what it has")
+                     "while writing, or the file was copied in part)"
+                     + (f", inside {result['cut_in']}" if result["cut_in"]
+                        else "") + "; what follows is what it has")
     memory = result["memory"]
     if memory:
         lines += ["", "memory when it died: " + ", ".join(
