@@ -153,8 +153,10 @@ def proc_count(dump: Dump, attribute: str, n: int) -> ProcCount:
             "scanned": scanned, "processes": rows, "labels_read": False}
 
 
-def ets(dump: Dump, n: int, sort: str) -> EtsReport:
-    """The largest tables by memory (Words x word size) or size."""
+def ets(dump: Dump, n: int, sort: str, heaps: bool = True) -> EtsReport:
+    """The largest tables by memory (Words x word size) or size. Their
+    owners are named by their =proc; with ``heaps``, a proc_lib owner by
+    the '$initial_call' in its dictionary too (the heaps indexed)."""
     word = f.preamble(dump).word_size
     owners: dict[str, DeadProcess | None] = {}
     tables = list(f.ets_tables(dump))
@@ -167,7 +169,9 @@ def ets(dump: Dump, n: int, sort: str) -> EtsReport:
     for table in largest:
         owner = owners.get(table.owner)
         if table.owner not in owners:
-            owner = owners[table.owner] = dead_process(dump, table.owner)
+            section = dump.find("proc", table.owner)
+            owner = owners[table.owner] = None if section is None else \
+                DeadProcess(dump, section, None if heaps else {})
         name = owner.fields.name if owner else None
         rows.append({"id": table.id, "name": table.name,
                      "owner": table.owner, "owner_name": name,

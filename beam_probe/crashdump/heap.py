@@ -36,8 +36,8 @@ MAX_CELL_LINE = 16 * 1024 * 1024
 # holds in memory.
 CHUNK = 16 * 1024 * 1024
 
-# A map, a heap binary and its size, a slice: what the commas miss.
-_SPECIAL = re.compile(rb":(Mf|Yh|Yc|Ys)([0-9A-F]{1,16})")
+# A heap binary and its size, or a slice: what the commas miss.
+_BINARY = re.compile(rb":Y([hcs])([0-9A-F]{1,16})")
 _SLICE = re.compile(rb"([0-9A-F]{1,16}):[0-9A-F]{1,16}:([0-9A-F]{1,16})")
 
 
@@ -144,18 +144,20 @@ class Scan(NamedTuple):
 
 def scan(text: bytes) -> Scan:
     """The heap words the lines of ``text`` (whole lines, each ending in
-    a newline) hold, and their slices: see the module's note. Three
-    passes in C (measured ~2 GB/s each here), and a Python step only
-    for each map and binary."""
+    a newline) hold, and their slices: see the module's note. Two counts
+    in C; maps and binaries are looked for only where an "M" or a "Y" is
+    found at all (addresses are hex: a heap of tuples and numbers has
+    neither), for a regex that stops at every line's ':' read 530 MB in
+    0.4 s where the counts take 0.2 s."""
     total = 2 * text.count(b"\n") + text.count(b",")
     found: list[tuple[bytes, int, int]] = []
-    for match in _SPECIAL.finditer(text):
-        kind = match.group(1)
-        if kind == b"Mf":
-            total += 2
-        elif kind == b"Yh":
-            total += (int(match.group(2), 16) + 7) // 8
-        else:
+    if b"M" in text:
+        total += 2 * text.count(b":Mf")
+    if b"Y" in text:
+        for match in _BINARY.finditer(text):
+            if match.group(1) == b"h":
+                total += (int(match.group(2), 16) + 7) // 8
+                continue
             total += SLICE_WORDS - 2
             rest = _SLICE.match(text, match.end(1))
             if rest is not None:

@@ -26,14 +26,29 @@ class Root(NamedTuple):
 
 
 class DeadProcess:
-    def __init__(self, dump: Dump, section: Section) -> None:
+    """A process of the dump; ``sections`` may give its dictionary and heap
+    (found without indexing the heaps: the overview's way); else they are
+    looked up in the index."""
+
+    def __init__(self, dump: Dump, section: Section,
+                 sections: dict[str, Section] | None = None) -> None:
         self.dump = dump
         self.fields: ProcFields = proc(dump, section)
         self.pid = section.id
-        self.stack = dump.following(section, "proc_stack")
-        self.heap = dump.following(section, "proc_heap")
-        self.dictionary = dump.following(section, "proc_dictionary")
-        self.messages = dump.following(section, "proc_messages")
+        self.stack: Section | None
+        self.heap: Section | None
+        self.dictionary: Section | None
+        self.messages: Section | None
+        if sections is not None:
+            self.stack = sections.get("proc_stack")
+            self.heap = sections.get("proc_heap")
+            self.dictionary = sections.get("proc_dictionary")
+            self.messages = sections.get("proc_messages")
+        else:
+            self.stack = dump.find("proc_stack", self.pid)
+            self.heap = dump.find("proc_heap", self.pid)
+            self.dictionary = dump.find("proc_dictionary", self.pid)
+            self.messages = dump.find("proc_messages", self.pid)
         self._literals: Section | None | bool = False
 
     @property
@@ -108,7 +123,9 @@ class DeadProcess:
     def literal(self, address: bytes) -> bytes | None:
         """A term in =literals (module constants), or None."""
         if self._literals is False:
-            self._literals = self.dump.first("literals")
+            self._literals = self.dump.first("literals") \
+                if self.dump.heaps_start is None or self.dump.indexed \
+                else None
         section = self._literals
         if not isinstance(section, Section):
             return None

@@ -49,6 +49,20 @@ MAGIC = ((b"\x1f\x8b", "gzip-compressed: gunzip it first"),
          (b"\x8c\x0d", "encrypted (GnuPG): decrypt it first"),
          (b"Salted__", "encrypted (openssl enc): decrypt it first"))
 
+# Where the head ends: the node writes every process's =proc, the ports,
+# tables, timers, nodes, modules and funs first, then each process's
+# dictionary, stack, heap and messages, then literals, binaries, atoms.
+HEAP_TAGS = frozenset((b"proc_dictionary", b"proc_stack", b"proc_heap",
+                       b"proc_messages"))
+# The tags that occur in the head only: asking for any other reads on.
+HEAD_TAGS = frozenset((
+    "erl_crash_dump", "scheduler", "dirty_cpu_scheduler",
+    "dirty_io_scheduler", "dirty_cpu_run_queue", "dirty_io_run_queue",
+    "memory", "hash_table", "index_table", "allocated_areas", "allocator",
+    "proc", "port", "ets", "timer", "node", "no_distribution",
+    "not_connected", "visible_node", "hidden_node", "loaded_modules",
+    "mod", "fun", "instr_data"))
+
 _SECTION = re.compile(rb"\n=")
 _TAG = re.compile(rb"=([A-Za-z0-9_.]{1,64})(?::([^\n]*))?\n")
 
@@ -111,16 +125,44 @@ class Dump:
         self._starts = array("q")
         self._kinds = array("B")
         self._by_tag: dict[str, array[int]] = {}
-        self._index()
-        # A dump that ends with neither =end nor =abort was cut while it
-        # was written (the node killed, the disk full, a partial copy):
-        # its last section is not whole, so it is left out and named.
+        self._ids: dict[str, dict[str, int]] = {}
+        # The pass reads the head (every section but the processes' heaps
+        # and what follows them) now, and the rest when a section there
+        # is first asked for: the overview never asks.
+        self._scanned = 0
+        self._whole = False
+        self.heaps_start: int | None = None
+        self._add(0)
+        self._scan(head_only=True)
+        self._ending()
+
+    def _ending(self) -> None:
+        """Whether the dump ends with =end or =abort, read from its tail
+        (no pass over the heaps). One that ends with neither was cut while
+        written (the node killed, the disk full, a partial copy): its last
+        section is not whole, so it is left out and named (cut_in)."""
         self.cut_in: str | None = None
-        if self.last_tag not in ("end", "abort") and len(self._starts) > 1:
-            last = self._section(len(self._starts) - 1)
-            self.cut_in = f"={last.tag}" + (f":{last.id}" if last.id else "")
+        self.abort_reason: str | None = None
+        tail_from = max(0, self.size - 4096)
+        last = self.mm.rfind(b"\n=", tail_from)
+        tail = self.mm[last + 1:self.size] if last >= 0 else b""
+        if tail.startswith(b"=end"):
+            self._end = "end"
+            return
+        if tail.startswith(b"=abort:"):
+            self._end = "abort"
+            self.abort_reason = tail[7:].split(b"\n", 1)[0][:300].decode(
+                "utf-8", "replace")
+            return
+        self._end = "truncated"
+        self._scan()
+        if len(self._starts) > 1:
+            cut = self._section(len(self._starts) - 1)
+            self.cut_in = f"={cut.tag}" + (f":{cut.id}" if cut.id else "")
             del self._starts[-1]
             del self._kinds[-1]
+            self._by_tag.clear()
+            self._ids.clear()
 
     def _not_a_dump(self, head: bytes) -> str:
         for magic, what in MAGIC:
@@ -136,12 +178,14 @@ class Dump:
 
     # --- the one pass ----------------------------------------------------
 
-    def _index(self) -> None:
+    def _scan(self, head_only: bool = False) -> None:
+        """Index the sections from where the last scan stopped: to the end,
+        or (head_only) to the first section of a process's heap."""
+        if self._whole:
+            return
         mm, size = self.mm, self.size
         finditer = _SECTION.finditer
-        starts, kinds = self._starts, self._kinds
-        self._add(0)
-        window = 0
+        window = self._scanned
         while window < size:
             end = min(size, window + WINDOW)
             # A match may straddle the window's end: look one byte on.
@@ -149,13 +193,19 @@ class Dump:
                 at = match.start()
                 if at >= end:
                     break
-                self._add(at + 1)
-            if hasattr(mm, "madvise"):
-                mm.madvise(mmap.MADV_DONTNEED, window, end - window)
+                if self._add(at + 1) and head_only:
+                    self._scanned = at + 1
+                    return
+            self.release(window, end)
             window = end
-        del starts, kinds
+        self._scanned = size
+        self._whole = True
 
-    def _add(self, at: int) -> None:
+    def _add(self, at: int) -> bool:
+        """Index the section at ``at``; True for the first section of the
+        heaps (where the head ends)."""
+        if self.heaps_start is not None and at <= self._scanned:
+            return False  # indexed when the head was
         if len(self._starts) >= MAX_SECTIONS:
             raise DumpError(f"{self.path} has more than {MAX_SECTIONS:,} "
                             "sections: more than any node writes")
@@ -168,7 +218,7 @@ class Dump:
             # when asked; here the tag alone.
             tag_end = re.match(rb"=([A-Za-z0-9_.]{1,64})(:|\n)", line)
             if tag_end is None:
-                return
+                return False
             tag = tag_end.group(1)
         else:
             tag = match.group(1)
@@ -181,6 +231,10 @@ class Dump:
             self._tags.append(tag.decode("ascii"))
         self._starts.append(at)
         self._kinds.append(number)
+        if self.heaps_start is None and tag in HEAP_TAGS:
+            self.heaps_start = at
+            return True
+        return False
 
     # --- sections ----------------------------------------------------------
 
@@ -203,6 +257,10 @@ class Dump:
             yield self._section(i)
 
     def _numbers(self, tag: str) -> array[int]:
+        if not self._whole and tag not in HEAD_TAGS:
+            self._scan()
+            self._by_tag.clear()
+            self._ids.clear()
         found = self._by_tag.get(tag)
         if found is None:
             number = self._tags.index(tag) if tag in self._tags else -1
@@ -220,44 +278,31 @@ class Dump:
         return None
 
     def find(self, tag: str, ident: str) -> Section | None:
-        """The section ``=tag:ident``, or None."""
-        for section in self.sections(tag):
-            if section.id == ident:
-                return section
-        return None
+        """The section ``=tag:ident``, or None. Each tag's ids are read
+        into a map once it is asked (a process's heap among a million: a
+        dictionary lookup, not a pass over the million)."""
+        ids = self._ids.get(tag)
+        if ids is None:
+            ids = self._ids[tag] = {}
+            for i in self._numbers(tag):
+                ids.setdefault(self._section(i).id, i)
+        found = ids.get(ident)
+        return self._section(found) if found is not None else None
 
-    def following(self, section: Section, tag: str) -> Section | None:
-        """The section of ``tag`` with the same id among those right after
-        ``section`` (a process's =proc_stack, =proc_heap... follow its
-        =proc in the order the node writes them), else anywhere."""
-        i = self._index_of(section)
-        for j in range(i + 1, min(i + 8, len(self._starts))):
-            if self._tags[self._kinds[j]] == tag:
-                found = self._section(j)
-                if found.id == section.id:
-                    return found
-        return self.find(tag, section.id)
-
-    def _index_of(self, section: Section) -> int:
-        from bisect import bisect_right
-
-        return bisect_right(self._starts, section.start - 1) - 1
+    @property
+    def indexed(self) -> bool:
+        """Whether every section is indexed (else the head alone)."""
+        return self._whole
 
     @property
     def section_count(self) -> int:
+        self._scan()
         return len(self._starts)
-
-    @property
-    def last_tag(self) -> str:
-        return self._tags[self._kinds[-1]]
 
     @property
     def ending(self) -> str:
         """end (whole), abort (cut short by a limit) or truncated."""
-        if self.cut_in is not None:
-            return "truncated"
-        return self.last_tag if self.last_tag in ("end", "abort") \
-            else "truncated"
+        return self._end
 
     def read(self, start: int, end: int) -> bytes:
         return self.mm[start:end]

@@ -14,6 +14,8 @@
 
 
 -export([start/0, born/1, mailbox/1, die/1]).
+%% For tests/bench_crashdump.py.
+-export([big/1, big_loop/1, build/2]).
 -export([init/1, handle_call/3, handle_cast/2, loop/1, holder/1,
          table_owner/1, start_worker/0]).
 
@@ -54,6 +56,30 @@ mailbox(N) ->
     [Mailbox ! {msg, I} || I <- lists:seq(1, N)],
     ok.
 
+%% A registered process whose receive loop holds N two-tuples in a list:
+%% 5 words an element (40 bytes on 64 bits). Its heap is made large
+%% enough at the start and the list built with no garbage, so it is never
+%% collected: a capped node needs the list's size once, not a copy's.
+big(N) ->
+    Self = self(),
+    Pid = spawn_opt(fun() ->
+                            List = build(N, []),
+                            Self ! {big, erlang:length(List)},
+                            big_loop(List)
+                    end, [{min_heap_size, 5 * N + 1000}]),
+    register(bp_dump_big, Pid),
+    receive {big, N} -> ok end.
+
+build(0, Acc) -> Acc;
+build(N, Acc) -> build(N - 1, [{N, N} | Acc]).
+
+big_loop(List) ->
+    receive
+        {get, From} ->
+            From ! erlang:length(List),
+            big_loop(List)
+    end.
+
 holder(I) ->
     Kept = binary:copy(<<I:32>>, 256),
     receive never -> Kept end.
@@ -61,12 +87,20 @@ holder(I) ->
 die(eheap) ->
     spawn(fun() -> register(bp_dump_eater, self()), eat([]) end),
     ok;
+die(tuples) ->
+    %% Tuples of 128 MB (the largest arity) until eheap_alloc fails: a
+    %% quick death whose own heap is a few lines of zeros.
+    spawn(fun() -> register(bp_dump_eater, self()), eat_tuples([]) end),
+    ok;
 die({halt, Reason}) ->
     spawn(fun() -> timer:sleep(100), erlang:halt(Reason) end),
     ok.
 
 eat(Acc) ->
     eat([lists:seq(1, 100) | Acc]).
+
+eat_tuples(Acc) ->
+    eat_tuples([erlang:make_tuple(16#FFFFFF, 0) | Acc]).
 
 loop(State) ->
     receive
