@@ -203,7 +203,7 @@ def test_inspect_finds_the_pinned_slices_of_a_dead_gen_server(eheap, otp):
         # meet: the slices are there, what they pin is not; it says so.
         assert result["pinned"] == []
         assert "not in the dump" in result["state"]
-        assert "1.2 MiB of binaries" in result["state"]
+        assert f"{20 * 65536:,} bytes of binaries" in result["state"]
         return
     (pinned,) = result["pinned"]
     assert pinned["count"] == 20 and pinned["bytes"] == 20 * 128
@@ -281,6 +281,16 @@ def test_commands_that_need_a_live_node_say_so(eheap):
              "ets FILE")
     one_line(run_here("proc-count", dump, "memory", "--all"), 2, "give N")
     one_line(run_here("alloc", dump, "--cluster"), 2, "--cluster")
+
+
+def test_a_path_that_is_no_file_is_not_looked_for_as_a_node(tmp_path):
+    one_line(run_here("memory", str(tmp_path / "gone.dump")), 2,
+             "no file", "gone.dump")
+    one_line(run_here("memory", "./erl_crash.dump.missing/x"), 2, "no file")
+    one_line(run_here("proc-count", str(tmp_path), "memory", "3"), 2,
+             "is a directory")
+    one_line(run_here("crashdump", str(tmp_path / "gone.dump")), 2,
+             "gone.dump")
 
 
 # --- damaged and crafted dumps: one line, exit 2, in bounded time -----------

@@ -25,6 +25,7 @@ MAY_IMPORT = {
     "history": {"probes"},
     "text": {"probes"},
     "checks": {"erldist", "node", "probes", "history", "text"},
+    "crashdump": {"erldist", "probes", "snapshots"},
 }
 
 TOP_LEVEL = {"__init__.py", "__main__.py", "errors.py", "files.py"}

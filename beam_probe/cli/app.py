@@ -109,6 +109,8 @@ def main(ctx: click.Context) -> None:
                    holds the bytes (pinned binaries named)
       alloc        leak, or fragmentation? ets: the largest tables
       check        the same figures for cron, Nagios, Prometheus
+      crashdump    a dead node's erl_crash.dump: why it died, what held
+                   its memory (give the dump where a node goes too)
 
     \b
     Examples:

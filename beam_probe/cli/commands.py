@@ -655,7 +655,10 @@ def diff(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
         from beam_probe.snapshots.cluster import diff_folders
 
         return diff_folders(request.files, request.force, progress)
-    return diff_files(request.files, request.force, progress)
+    from beam_probe.crashdump.snapshot import snapshot_or_dump
+
+    return diff_files(request.files, request.force, progress,
+                      snapshot_or_dump)
 
 
 @command("leak-hunt", "[NODE]", timeout=SCAN_TIMEOUT, jobs=True,

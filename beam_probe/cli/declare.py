@@ -229,8 +229,10 @@ class Declaration:
         callback = opt.apply(params, click.argument(
             "args", nargs=-1, metavar=self.metavar,
             shell_complete=self.complete)(callback))
+        epilog = opt.EPILOG_NODE if self.dump is None else \
+            opt.EPILOG_NODE + opt.EPILOG_DUMP
         return click.command(self.name, help=self.probe.__doc__,
-                             epilog=opt.EPILOG_NODE)(callback)
+                             epilog=epilog)(callback)
 
 
 DECLARED: list[Declaration] = []

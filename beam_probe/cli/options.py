@@ -21,6 +21,10 @@ Cookie: --cookie-file, --cookie, BEAM_PROBE_COOKIE, RELEASE_COOKIE,
 ~/.erlang.cookie (must be readable by its owner only).
 TLS nodes (-proto_dist inet_tls): --ssl-dist-optfile FILE (the node's own),
 or --tls with --certfile, --keyfile, --cacertfile."""
+# For the commands a crash dump answers (declare.py adds it).
+EPILOG_DUMP = """
+A dead node: give its crash dump's path (with a /, or ending in .dump)
+where NODE goes: the answer is read from the dump."""
 
 
 class EnvOption(click.Option):
@@ -245,5 +249,5 @@ def connect_timeout(opts: dict[str, Any]) -> float:
     return min(DEFAULT_CONNECT_TIMEOUT, float(opts["timeout"]))
 
 
-__all__ = ["DEFAULT_TIMEOUT", "EPILOG_NODE", "JOBS_OPTION", "Seconds",
+__all__ = ["DEFAULT_TIMEOUT", "EPILOG_DUMP", "EPILOG_NODE", "JOBS_OPTION", "Seconds",
            "apply", "attach", "format_option", "node_options", "split_node"]

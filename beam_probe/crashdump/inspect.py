@@ -64,15 +64,14 @@ def inspect(dump: Dump, spec: str, depth: int = 3, width: int = 10
                    "the dump was cut before it)")
     elif walker.unknown:
         from beam_probe.crashdump.answers import binary_memory
-        from beam_probe.text.tables import human_bytes
 
         no_heap = (f"{len(walker.unknown):,} binaries its slices refer to "
                    "are not in the dump (OTP 25 leaves out the binary of a "
                    "slice it met first): their slices count their own "
                    "size, and whether they pin a larger binary cannot be "
                    "said; its heaps refer to "
-                   f"{human_bytes(binary_memory(dump, p))} of binaries in "
-                   "all (BinVHeap)")
+                   f"{binary_memory(dump, p):,} bytes of binaries in all "
+                   "(BinVHeap)")
     return {"node": node_name(dump), "pid": p.pid, "name": p.name,
             "kind": "dead", "current_function": p.current_function,
             "initial_call": process.initial_call(),

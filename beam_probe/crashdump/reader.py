@@ -86,9 +86,17 @@ class Section(NamedTuple):
 
 
 def looks_like_dump(word: str) -> bool:
-    """Whether a NODE argument names a dump: an existing file whose name
-    has a '/' or ends in '.dump' (a node's name has neither)."""
-    return ("/" in word or word.endswith(".dump")) and os.path.isfile(word)
+    """Whether a NODE argument names a dump: a path with a '/' or a name
+    ending in '.dump' (a node's name has neither). One that names no file
+    is a DumpError here, not a node looked for in EPMD."""
+    if "@" in word and "/" not in word:
+        return False
+    if not ("/" in word or word.endswith(".dump")):
+        return False
+    if not os.path.lexists(word):
+        raise DumpError(f"no file {word} (a crash dump's path, given where "
+                        "a node goes)")
+    return True
 
 
 class Dump:

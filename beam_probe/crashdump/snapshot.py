@@ -39,6 +39,20 @@ def is_dump(path: str) -> bool:
         return False
 
 
+def snapshot_or_dump(path: str, last: bool) -> Any:
+    """diff's reader: a snapshot file, or a crash dump, which is the
+    node's last state and so comes last."""
+    from beam_probe.snapshots.columns import load
+    from beam_probe.snapshots.format import SnapshotError
+
+    if not is_dump(path):
+        return load(path)
+    if not last:
+        raise SnapshotError(f"{path} is a crash dump: give it last (the "
+                            "node died after the snapshots)")
+    return load_dump(path)
+
+
 def _pid(node: str, text: str) -> Pid | None:
     match = _PID.fullmatch(text.strip())
     if match is None:
@@ -203,4 +217,4 @@ def _epoch(written: str) -> float:
         return 0.0
 
 
-__all__ = ["is_dump", "load_dump"]
+__all__ = ["is_dump", "load_dump", "snapshot_or_dump"]

@@ -301,24 +301,17 @@ def check_count(count: int) -> None:
 
 
 def diff_files(paths: list[str], force: bool = False,
-               progress: Callable[[str], None] = lambda text: None
-               ) -> dict[str, Any]:
+               progress: Callable[[str], None] = lambda text: None,
+               reader: Callable[[str, bool], Loaded] = lambda path, last:
+               load(path)) -> dict[str, Any]:
     """heap_diff of snapshot files, oldest first: their count is checked
-    before any is read."""
-    from beam_probe.crashdump.snapshot import is_dump, load_dump
-
+    before any is read. ``reader`` reads one (and is told whether it is
+    the last): crashdump's reads a crash dump there too."""
     check_count(len(paths))
     loaded = []
     for i, path in enumerate(paths):
         progress(f"reading {path}")
-        if is_dump(path):
-            # A crash dump is the node's last state: it comes last.
-            if i != len(paths) - 1:
-                raise SnapshotError(f"{path} is a crash dump: give it last "
-                                    "(the node died after the snapshots)")
-            loaded.append(load_dump(path))
-        else:
-            loaded.append(load(path))
+        loaded.append(reader(path, i == len(paths) - 1))
     progress("comparing")
     return _compare(loaded, force)
 
