@@ -330,7 +330,7 @@ def test_a_one_gigabyte_line_is_refused_in_bounded_time(tmp_path):
         f.seek(0, 2)
         f.write(b"\nMemory: 10\n=end\n")
     started = time.monotonic()
-    one_line(run_here("crashdump", str(path), timeout=60), 2, "over 1 MiB")
+    one_line(run_here("crashdump", str(path), timeout=60), 2, "over 64 MiB")
     assert time.monotonic() - started < 30
 
 
@@ -401,3 +401,131 @@ def test_mutated_real_dumps_answer_or_exit_2(deaths, tmp_path, data):
     path = tmp_path / "mutated.dump"
     path.write_bytes(bytes(raw))
     _answers_or_exit_2(str(path))
+
+
+# --- what an independent review broke ---------------------------------------
+
+def _proc(pid: str, extra: bytes = b"") -> bytes:
+    return (f"=proc:{pid}\nState: Waiting\nSpawned as: erlang:apply/2\n"
+            f"Message queue length: 0\nMemory: 2000\n").encode() + extra
+
+
+def test_a_supervisor_of_thousands_links_is_read(tmp_path):
+    links = ", ".join(f"<0.{i}.0>" for i in range(100, 20_100))
+    data = HEAD + _proc("<0.44.0>", f"Link list: [{links}]\n".encode()) \
+        + _proc("<0.45.0>") + b"=end\n"
+    path = _crafted(tmp_path, "sup.dump", data)
+    r = run_here("proc-count", path, "memory", "2", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["scanned"] == 2
+
+
+@pytest.mark.parametrize("line", [
+    b"100:t2:I1,A-5:", b"100:t2:I1,A:", b"100:t3:A5:a,b,c,I1,I2",
+    b"100:Yh" + b"F" * 15 + b":AAAA", b"100:t2:,", b"100:l|",
+])
+def test_odd_heap_terms_end_quickly(tmp_path, line):
+    data = HEAD + _proc("<0.1.0>") + b"=proc_stack:<0.1.0>\ny0:H100\n" \
+        b"=proc_heap:<0.1.0>\n" + line + b"\n=end\n"
+    path = _crafted(tmp_path, "odd.dump", data)
+    started = time.monotonic()
+    r = run_here("inspect", path, "<0.1.0>", timeout=20)
+    assert r.returncode in (0, 2), r.stderr
+    if r.returncode:
+        one_line(r)
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("initial", [
+    b"t3:H300,H300,I1", b"t3:A1:m,A1:f,I-1", b"t3:A1:m,A1:f,I99999"])
+def test_a_put_initial_call_of_any_shape_is_no_crash(tmp_path, initial):
+    """Anyone may put('$initial_call', X): only {M, F, A} of atoms is
+    proc_lib's; anything else leaves the process's own initial call."""
+    data = HEAD + _proc("<0.1.0>") + b"=proc_dictionary:<0.1.0>\nH200\n" \
+        b"=proc_stack:<0.1.0>\n=proc_heap:<0.1.0>\n" \
+        b"200:t2:AD:$initial_call,H250\n250:" + initial + \
+        b"\n300:t1:I1\n=end\n"
+    path = _crafted(tmp_path, "ic.dump", data)
+    for args in (("proc-info", path, "<0.1.0>"),
+                 ("proc-count", path, "memory", "1"),
+                 ("inspect", path, "<0.1.0>")):
+        r = run_here(*args, "--format", "json")
+        assert r.returncode == 0, (args, r.stderr)
+    info = json.loads(run_here("proc-info", path, "<0.1.0>", "--format",
+                               "json").stdout)
+    assert info["location"]["initial_call"] == "erlang:apply/2"
+
+
+def test_every_message_is_counted_past_the_hundred_thousandth(tmp_path):
+    n = 150_000
+    messages = b"".join(b"H%X:N\n" % (0x10000 + 32 * i) for i in range(n))
+    heap = b"".join(b"%X:t2:A3:msg,I%d\n" % (0x10000 + 32 * i, i)
+                    for i in range(n))
+    data = HEAD + _proc("<0.1.0>").replace(b"length: 0", b"length: %d" % n) \
+        + b"=proc_messages:<0.1.0>\n" + messages \
+        + b"=proc_stack:<0.1.0>\n=proc_heap:<0.1.0>\n" + heap + b"=end\n"
+    path = _crafted(tmp_path, "mbox.dump", data)
+    result = json_of("inspect", path, "<0.1.0>")
+    root = next(p for p in result["parts"] if p["path"] == "Messages")
+    assert root["count"] == n and root["bytes"] == n * 3 * 8
+    others = next(p for p in result["parts"] if p["path"] == "Messages[_]")
+    assert others["count"] == n - 10 and others["bytes"] == (n - 10) * 24
+
+
+def test_a_slot_that_points_into_another_is_counted_once(tmp_path):
+    # y0 = {state, {small, 1}, <<1 KiB>>}; y1 = y0's {small, 1}.
+    data = HEAD + _proc("<0.1.0>") + b"=proc_stack:<0.1.0>\n" \
+        b"y0:H100\ny1:H200\ny2:H400\ny10:H500\n=proc_heap:<0.1.0>\n" \
+        b"100:t3:A5:state,H200,H300\n200:t2:A5:small,I1\n" \
+        b"300:Yh40:" + b"A" * 88 + b"\n400:t1:I7\n500:t1:I8\n=end\n"
+    path = _crafted(tmp_path, "shared.dump", data)
+    result = json_of("inspect", path, "<0.1.0>")
+    roots = [p for p in result["parts"] if p["depth"] == 0]
+    assert [p["path"].split()[-1] for p in roots] == ["y0", "y2", "y10",
+                                                      "y1"]
+    y0 = roots[0]
+    assert y0["bytes"] == (4 + 3 + 2 + 8) * 8
+    assert roots[-1]["bytes"] == 0 and "shared" in roots[-1]["kind"]
+
+
+def test_a_section_written_among_the_heaps_is_no_process(tmp_path):
+    """An atom's name is written raw in =atoms: one that holds
+    "\\n=proc:..." must not add a process."""
+    data = HEAD + _proc("<0.1.0>") + b"=proc_stack:<0.1.0>\n" \
+        b"=proc_heap:<0.1.0>\n=atoms\nok\n=proc:<0.2.0>\nState: Waiting\n" \
+        b"Memory: 999999\n=end\n"
+    path = _crafted(tmp_path, "forged.dump", data)
+    for attribute in ("memory", "stack_size"):
+        result = json_of("proc-count", path, attribute, "5")
+        assert [p["pid"] for p in result["processes"]] == ["<0.1.0>"]
+
+
+def test_a_dump_without_its_name_is_still_a_dump(eheap, tmp_path,
+                                                  monkeypatch):
+    """A rotated or renamed dump (no .dump, no /) is read as one when
+    it starts as a dump, and the commands it suggests read it so too."""
+    renamed = tmp_path / "crash.txt"
+    shutil.copy(eheap["dump"], renamed)
+    monkeypatch.chdir(tmp_path)
+    text = run_here("crashdump", "crash.txt").stdout
+    assert "beam-probe proc-count ./crash.txt memory 10" in text
+    r = run_here("proc-count", "crash.txt", "memory", "1")
+    assert r.returncode == 0, r.stderr
+    one_line(run_here("inspect", "./crash.txt"), 2, "expected")
+    one_line(run_here("watch", "./crash.txt", "--count", "1"), 2,
+             "asks a live node")
+    r = run_here("check", "./crash.txt")
+    assert r.returncode == 3 and "crashdump" in r.stdout
+
+
+def test_diff_with_a_dump_holds_in_any_time_zone(eheap, monkeypatch):
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        r = run_here("diff", eheap["a"], eheap["b"], eheap["dump"])
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert r.returncode == 0, r.stderr
+    # Look closer at the dump, not at the dead node's name.
+    assert f"beam-probe proc-info {eheap['dump']} '<0." in r.stdout

@@ -101,3 +101,17 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     found = _imports(str(tmp_path))
     assert found == {"probes": {("text", os.path.join("probes",
                                                       "upward.py"))}}
+
+
+def test_every_room_is_installed():
+    """pyproject's package list names every folder of the package: one
+    left out is missing from an installed beam-probe, and every command
+    that imports it fails there (the crash dump reader once did)."""
+    import tomllib
+
+    root = os.path.dirname(PACKAGE)
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    folders = {"beam_probe." + name for name in os.listdir(PACKAGE)
+               if os.path.isfile(os.path.join(PACKAGE, name, "__init__.py"))}
+    assert folders <= listed, folders - listed

@@ -5,6 +5,7 @@ arguments and unwritable output included."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -82,6 +83,17 @@ def check(args: tuple[str, ...], warn_specs: tuple[str, ...],
         node, rest = rest[0], []
     if rest:
         plugin_exit(3, f"BEAM UNKNOWN - unexpected argument {rest[0]!r}")
+    if node is not None and ("/" in node or node.endswith(".dump")
+                             or os.path.isfile(node)):
+        from beam_probe.crashdump.reader import DumpError, looks_like_dump
+
+        try:
+            if looks_like_dump(node):
+                plugin_exit(3, "BEAM UNKNOWN - check asks a live node; read "
+                               f"the crash dump {node} with beam-probe "
+                               "crashdump")
+        except DumpError as exc:
+            plugin_exit(3, f"BEAM UNKNOWN - {exc}")
     if trend is not None and not history:
         plugin_exit(3, "BEAM UNKNOWN - --trend needs --history FILE")
     # A plugin's -t bounds its whole run (NRPE kills it at 10 s by

@@ -355,8 +355,6 @@ def crashdump(remote: Any, request: SimpleNamespace,
     Examples:
       beam-probe crashdump ./erl_crash.dump
       beam-probe crashdump /var/log/app/erl_crash.dump --format json
-      beam-probe proc-count ./erl_crash.dump memory 10
-      beam-probe inspect ./erl_crash.dump '<0.4612.0>'
     """
     from beam_probe.crashdump.overview import overview
     from beam_probe.crashdump.reader import Dump
@@ -637,11 +635,15 @@ def diff(remote: Any, request: SimpleNamespace, progress: Progress) -> Any:
     node, and across the nodes: groups on every node (the application's
     leak) apart from groups on one node (that node's own state).
 
+    A crash dump may be the last file: what was born between the first
+    two snapshots and was still alive when the node died.
+
     \b
     Examples:
       beam-probe diff a.snapshot b.snapshot
       beam-probe diff a.snapshot b.snapshot c.snapshot --format json
       beam-probe diff before/ after/
+      beam-probe diff a.snapshot b.snapshot ./erl_crash.dump
     """
     import os
 

@@ -87,6 +87,21 @@ ARGUMENTS: dict[str, tuple[str, Callable[[str], Any]]] = {
 }
 
 
+def _dump_word(word: str) -> bool:
+    """A word that can only be a crash dump's path (a node's name has no
+    '/', and none ends in '.dump' unless it has an '@')."""
+    return "/" in word or (word.endswith(".dump") and "@" not in word)
+
+
+def refuse_dump(name: str, node: str | None) -> None:
+    """A command that asks a live node, given a crash dump: one line."""
+    from beam_probe.crashdump.reader import looks_like_dump
+
+    if node is not None and looks_like_dump(node):
+        raise UsageError(f"{name} asks a live node; a crash dump ({node}) "
+                         f"answers {', '.join(DUMP_COMMANDS)}")
+
+
 class Rows:
     """A result whose rows arrive in chunks (proc-count --all): written as
     they come, so that neither the node nor we hold them all. ``head`` is
@@ -146,6 +161,11 @@ class Declaration:
         if self.kind == "offline":
             return None, self.values(list(args))
         node, rest = opt.split_node(args)
+        if node is None and rest and self.takes_node and \
+                _dump_word(rest[0]):
+            # A crash dump's path stands where a node goes.
+            node, rest = rest[0], rest[1:]
+            return node, self.values(rest)
         if node is None and len(rest) == 1 and self.takes_node and \
                 self.alone and (given or {}).get(self.alone) is not None:
             return rest[0], self.values([])
@@ -335,7 +355,8 @@ def run_dump(declared: Declaration, path: str, request: SimpleNamespace,
     from beam_probe.text.syntax import choose
     from beam_probe.text.tables import printable, to_json
 
-    if declared.dump is None:
+    answer = declared.dump
+    if answer is None:
         raise UsageError(f"{declared.name} asks a live node; a crash dump "
                          f"({path}) answers {', '.join(DUMP_COMMANDS)}")
     if getattr(request, "cluster", False):
@@ -344,7 +365,7 @@ def run_dump(declared: Declaration, path: str, request: SimpleNamespace,
     with Progress() as progress:
         progress(f"reading {path}")
         with Dump(path) as dump:
-            result = declared.dump(dump, request)
+            result = answer(dump, request)
             crash = source(dump)
     result["crash_dump"] = crash
     if given["fmt"] == "json":
@@ -409,6 +430,7 @@ def run_live(declared: Declaration, node: str | None,
     from beam_probe.text.syntax import ERLANG, choose
     from beam_probe.text.tables import printable
 
+    refuse_dump(declared.name, node)
     live: Live = declared.probe(lambda: opt.attach(node, given), request,
                                 Progress())
     environment = current()

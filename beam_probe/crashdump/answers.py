@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from beam_probe.crashdump import fields as f
 from beam_probe.crashdump import heap
-from beam_probe.crashdump.process import (DeadProcess, dead_process,
+from beam_probe.crashdump.process import (DeadProcess, dead_process, few,
                                           scan_range)
-from beam_probe.crashdump.reader import Dump, DumpError
+from beam_probe.crashdump.reader import Dump, DumpError, Section
 from beam_probe.errors import NoSuchProcess, UsageError
 
 if TYPE_CHECKING:
@@ -23,15 +23,23 @@ if TYPE_CHECKING:
                                            MemoryResult, ProcCount,
                                            ProcInfo, ValueRow)
 
-# What proc-count reads from a dump's =proc fields, and how.
-ATTRIBUTES: dict[str, Callable[[f.ProcFields], int]] = {
-    "memory": lambda p: p.memory,
-    "message_queue_len": lambda p: p.message_queue_len,
-    "reductions": lambda p: p.reductions,
-    "total_heap_size": lambda p: p.stack_heap + p.old_heap,
+# What proc-count reads from a dump's =proc fields: the fields, and the
+# figure made of them (word: the dump's word size).
+ATTRIBUTES: dict[str, tuple[tuple[str, ...], Callable[[list[int], int],
+                                                       int]]] = {
+    "memory": (("Memory",), lambda v, word: v[0]),
+    "message_queue_len": (("Message queue length",), lambda v, word: v[0]),
+    "reductions": (("Reductions",), lambda v, word: v[0]),
+    "total_heap_size": (("Stack+heap", "OldHeap"),
+                        lambda v, word: v[0] + v[1]),
+    # process_info's heap_size includes the stack: "Stack+heap".
+    "heap_size": (("Stack+heap",), lambda v, word: v[0]),
+    # recon's: the binaries its heaps refer to, a binary per reference.
+    "binary_memory": (("BinVHeap", "OldBinVHeap"),
+                      lambda v, word: (v[0] + v[1]) * word),
 }
-# Read from more than =proc's counts: the stack's lines, the word size.
-SECTION_ATTRIBUTES = ("stack_size", "heap_size", "binary_memory")
+# Read from a section of the heaps: the stack's lines.
+SECTION_ATTRIBUTES = ("stack_size",)
 
 
 def node_name(dump: Dump) -> str:
@@ -71,15 +79,17 @@ def memory(dump: Dump) -> MemoryResult:
 def binary_sizes(dump: Dump) -> dict[bytes, int]:
     """Each =binary section's address and byte size (the hex before the
     first ':' of its line): the refc binaries the dump wrote."""
+    found = dump.memo.get("binary_sizes")
+    if found is not None:
+        return found  # type: ignore[no-any-return]
     out: dict[bytes, int] = {}
     for section in dump.sections("binary"):
         head = dump.read(section.start, min(section.end, section.start + 24))
         size, sep, _ = head.partition(b":")
-        if sep and size and len(size) <= 16:
-            try:
-                out[section.id.encode()] = int(size, 16)
-            except ValueError:
-                pass
+        if sep and 0 < len(size) <= 12 and \
+                not size.strip(b"0123456789ABCDEF"):
+            out[section.id.encode()] = int(size, 16)
+    dump.memo["binary_sizes"] = out
     return out
 
 
@@ -98,6 +108,17 @@ def heap_binaries(dump: Dump, process: DeadProcess,
     if any(size is None for size in seen.values()):
         return None, len(seen)
     return sum(size or 0 for size in seen.values()), len(seen)
+
+
+# A dump's process states as process_info(P, status) names them.
+STATUS = {"Garbing": "garbage_collecting", "Running": "running",
+          "Runnable": "runnable", "Waiting": "waiting",
+          "Exiting": "exiting", "Suspended": "suspended",
+          "Free": "free", "Hibernating": "waiting"}
+
+
+def status(state: str) -> str:
+    return STATUS.get(state, state.lower() or "unknown")
 
 
 def binary_memory(dump: Dump, p: f.ProcFields) -> int:
@@ -120,58 +141,65 @@ def proc_count(dump: Dump, attribute: str, n: int) -> ProcCount:
                          f"has {', '.join(list(ATTRIBUTES) + list(SECTION_ATTRIBUTES))}")
     ranked: list[tuple[int, Any]] = []
     scanned = 0
-    for section in dump.sections("proc"):
+    word = f.preamble(dump).word_size
+    keys, figure = ATTRIBUTES.get(attribute, (("Memory",), None))
+    for number, values in f.every_proc(dump, keys):
         scanned += 1
-        p = f.proc(dump, section)
-        if attribute in ATTRIBUTES:
-            value = ATTRIBUTES[attribute](p)
+        if figure is not None:
+            value = figure(values, word)
         else:
-            process = DeadProcess(dump, section)
-            if attribute == "binary_memory":
-                value = binary_memory(dump, p)
-            elif attribute == "stack_size":
-                value = process.stack_words
-            else:
-                value = max(0, p.stack_heap - process.stack_words)
-        ranked.append((value, section))
+            stack = dump.find("proc_stack", dump.section_at(number).id)
+            value = dump.read(stack.start, stack.end).count(b"\n") \
+                if stack is not None else 0
+        ranked.append((value, number))
         if len(ranked) > 4 * n + 64:
             ranked.sort(key=lambda item: -item[0])
             del ranked[n:]
     ranked.sort(key=lambda item: -item[0])
-    rows = [_row(DeadProcess(dump, section), value)
-            for value, section in ranked[:n]]
+    ranked = [(value, dump.section_at(number)) for value, number
+              in ranked[:n]]
+    found = few(dump, [section for _, section in ranked])
+    rows = [_row(found[section.id], value) for value, section in ranked[:n]]
     if attribute == "binary_memory":
         # Each binary once, from the slices on the heap, where the dump
-        # wrote every binary they refer to; else recon's figure again.
+        # wrote every binary they refer to (else unknown: None).
         sizes = binary_sizes(dump)
         for row, (_value, section) in zip(rows, ranked):
-            distinct, _count = heap_binaries(dump, DeadProcess(dump, section),
-                                             sizes)
-            row["binary_distinct"] = distinct if distinct is not None \
-                else row["value"]
+            row["binary_distinct"] = heap_binaries(  # type: ignore[typeddict-item]
+                dump, DeadProcess(dump, section), sizes)[0]
+    # The dictionaries were read: what a live node of 26.2 or later gives
+    # (proc_lib's '$initial_call').
     return {"node": node_name(dump), "attribute": attribute,
-            "scanned": scanned, "processes": rows, "labels_read": False}
+            "scanned": scanned, "processes": rows, "labels_read": True}
 
 
-def ets(dump: Dump, n: int, sort: str, heaps: bool = True) -> EtsReport:
-    """The largest tables by memory (Words x word size) or size. Their
-    owners are named by their =proc; with ``heaps``, a proc_lib owner by
-    the '$initial_call' in its dictionary too (the heaps indexed)."""
-    word = f.preamble(dump).word_size
-    owners: dict[str, DeadProcess | None] = {}
-    tables = list(f.ets_tables(dump))
-
+def _largest_tables(dump: Dump, n: int, sort: str) -> list[f.EtsFields]:
     def key(table: f.EtsFields) -> int:
         return (table.words or 0) if sort == "memory" else table.objects
 
-    largest = sorted(tables, key=lambda t: -key(t))[:n]
+    return sorted(f.ets_tables(dump), key=lambda t: -key(t))[:n]
+
+
+def table_owners(dump: Dump, n: int, sort: str) -> list[Section]:
+    """The =proc sections of the owners of the ``n`` largest tables."""
+    found = (dump.find("proc", t.owner) for t in
+             _largest_tables(dump, n, sort))
+    return [s for s in found if s is not None]
+
+
+def ets(dump: Dump, n: int, sort: str,
+        owners: dict[str, DeadProcess] | None = None) -> EtsReport:
+    """The largest tables by memory (Words x word size) or size, their
+    owners named by =proc and (proc_lib's) '$initial_call'; ``owners``
+    when the caller found them already."""
+    word = f.preamble(dump).word_size
+    tables = list(f.ets_tables(dump))
+    largest = _largest_tables(dump, n, sort)
+    if owners is None:
+        owners = few(dump, table_owners(dump, n, sort))
     rows: list[EtsTable] = []
     for table in largest:
         owner = owners.get(table.owner)
-        if table.owner not in owners:
-            section = dump.find("proc", table.owner)
-            owner = owners[table.owner] = None if section is None else \
-                DeadProcess(dump, section, None if heaps else {})
         name = owner.fields.name if owner else None
         rows.append({"id": table.id, "name": table.name,
                      "owner": table.owner, "owner_name": name,
@@ -302,7 +330,7 @@ def proc_info(dump: Dump, spec: str) -> ProcInfo:
     stack = process.stack_words
     return {
         "node": node_name(dump), "pid": p.pid,
-        "meta": {"registered_name": p.name, "status": p.state.lower(),
+        "meta": {"registered_name": p.name, "status": status(p.state),
                  "spawned_by": p.spawned_by},
         "signals": {"links": links},
         "location": {"initial_call": process.initial_call(),
@@ -310,7 +338,7 @@ def proc_info(dump: Dump, spec: str) -> ProcInfo:
                      "current_stacktrace": _frames(process)},
         "memory_used": {"memory": p.memory,
                         "message_queue_len": p.message_queue_len,
-                        "heap_size": max(0, p.stack_heap - stack),
+                        "heap_size": p.stack_heap,
                         "total_heap_size": p.stack_heap + p.old_heap,
                         "stack_size": stack,
                         "binary_count": count,
@@ -336,5 +364,5 @@ def _frames(process: DeadProcess) -> list[str]:
 
 
 __all__ = ["ATTRIBUTES", "SECTION_ATTRIBUTES", "alloc", "binary_sizes",
-           "binary_memory", "ets", "heap_binaries", "memory", "node_name", "proc_count",
+           "binary_memory", "ets", "heap_binaries", "table_owners", "memory", "node_name", "proc_count",
            "proc_info", "resolve", "runs_elixir", "source"]

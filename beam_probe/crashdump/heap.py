@@ -32,6 +32,9 @@ SLICE_WORDS = 6
 # Heap lines this long are read whole to name a container's children (a
 # tuple of ~1M elements); a longer one is counted, never split.
 MAX_CELL_LINE = 16 * 1024 * 1024
+# A heap binary holds at most 64 bytes; no binary is near 2^48 bytes.
+MAX_HEAP_BINARY = 64
+MAX_BINARY = 1 << 48
 # Words counted a chunk at a time: the copy of a chunk is all a count
 # holds in memory.
 CHUNK = 16 * 1024 * 1024
@@ -69,10 +72,13 @@ def split_terms(text: bytes, n: int | None = None) -> tuple[list[bytes], int]:
         start = i
         if text[i:i + 1] == b"A":
             colon = text.find(b":", i)
-            if colon < 0 or colon - i > 17:
+            digits = text[i + 1:colon]
+            if colon < 0 or not 0 < len(digits) <= 4 or \
+                    digits.strip(b"0123456789ABCDEF"):
+                # An atom is at most 255 characters (1,020 bytes): its
+                # length, hex, is a few digits, never signed.
                 raise HeapError("an atom without its length")
-            length = int(text[i + 1:colon] or b"0", 16)
-            i = colon + 1 + length
+            i = colon + 1 + int(digits, 16)
         else:
             while i < size and text[i:i + 1] not in (b",", b":", b"|"):
                 i += 1
@@ -81,6 +87,8 @@ def split_terms(text: bytes, n: int | None = None) -> tuple[list[bytes], int]:
             i += 1
         elif n is None:
             break
+        if i <= start:
+            raise HeapError("a term of no length")
     return out, i
 
 
@@ -156,13 +164,19 @@ def scan(text: bytes) -> Scan:
     if b"Y" in text:
         for match in _BINARY.finditer(text):
             if match.group(1) == b"h":
-                total += (int(match.group(2), 16) + 7) // 8
+                # A heap binary is at most 64 bytes (ERL_ONHEAP_BIN_LIMIT).
+                size = int(match.group(2), 16)
+                if size > MAX_HEAP_BINARY:
+                    raise HeapError(f"a heap binary of {size:,} bytes")
+                total += (size + 7) // 8
                 continue
             total += SLICE_WORDS - 2
             rest = _SLICE.match(text, match.end(1))
             if rest is not None:
-                found.append((rest.group(1), int(rest.group(2), 16),
-                              match.start()))
+                size = int(rest.group(2), 16)
+                if size > MAX_BINARY:
+                    raise HeapError(f"a slice of {size:,} bytes")
+                found.append((rest.group(1), size, match.start()))
     return Scan(total, found)
 
 

@@ -20,7 +20,7 @@ from beam_probe.crashdump.answers import binary_sizes, node_name, resolve
 from beam_probe.crashdump.fields import preamble
 from beam_probe.crashdump.process import DeadProcess, Root, scan_range
 from beam_probe.crashdump.reader import Dump
-from beam_probe.erldist.terms import Atom
+from beam_probe.erldist.terms import Atom, format_term
 from beam_probe.probes.inspect import RecordNames, key_text, step_text
 
 if TYPE_CHECKING:
@@ -103,6 +103,21 @@ class _Walker:
         # Slices whose binary the dump did not write (OTP 25 leaves out
         # those under a sub-binary whose ProcBin it did not visit).
         self.unknown: set[bytes] = set()
+        self.shared: list[Root] = []
+
+    def _inside(self, address: bytes, start: int, at: int) -> bool:
+        """Whether a term first written at ``at`` was written as part of
+        the root whose lines start at ``start``: then a line between them
+        points at it (a root's own lines are the first to)."""
+        mm = self.dump.mm
+        needle = b"H" + address
+        found = mm.find(needle, start, at)
+        while found >= 0:
+            after = mm[found + len(needle):found + len(needle) + 1]
+            if not after or after not in b"0123456789ABCDEF":
+                return True
+            found = mm.find(needle, found + 1, at)
+        return False
 
     @property
     def distinct(self) -> int:
@@ -125,9 +140,15 @@ class _Walker:
             at = process.locate(address, hint)
             if at is None:
                 at = process.locate(address, process.heap.start, hint + 1)
-            if at is not None:
-                located.append((at, root))
-                hint = at
+            if at is None:
+                continue
+            if located and self._inside(address, located[-1][0], at):
+                # Written inside an earlier root's lines (a frame holding
+                # State and a field of it): counted there, not split off.
+                self.shared.append(root)
+                continue
+            located.append((at, root))
+            hint = at
         located.sort(key=lambda item: item[0])
         spans: list[_Span] = []
         for i, (at, root) in enumerate(located):
@@ -135,9 +156,16 @@ class _Walker:
                 else process.heap.end
             spans.append(_Span(self._root_path(root), at, end, root))
         stack = [s for s in spans if s.root and s.root.where == "stack"]
-        for span in sorted(stack, key=lambda s: s.root.name if s.root
-                           else ""):
+        for span in sorted(stack, key=_slot_order):
             self._part(span, 0)
+        for root in self.shared:
+            if root.where == "stack":
+                path = self._root_path(root)
+                self.parts.append({
+                    "path": path[0], "path_elixir": path[1], "depth": 0,
+                    "kind": "shared (counted in an earlier part)",
+                    "count": 0, "bytes": 0, "binary_bytes": 0,
+                    "share": 0.0})
         for where, path in (("dictionary", ("get()", "Process.get()")),
                             ("messages", ("Messages", "messages"))):
             group = [s for s in spans if s.root and s.root.where == where]
@@ -146,6 +174,9 @@ class _Walker:
         return self.parts, self._pins()
 
     def _root_path(self, root: Root) -> tuple[str, str]:
+        if root.name == "rest":
+            return (("get(_)", "Process.get(_)") if root.where ==
+                    "dictionary" else ("Messages[_]", "messages |> Enum.at(_)"))
         if root.where == "stack":
             frame = root.frame or "?"
             return f"{frame} {root.name}", f"{_elixir_mfa(frame)} {root.name}"
@@ -161,18 +192,31 @@ class _Walker:
     def _group(self, path: tuple[str, str], spans: list[_Span],
                where: str) -> None:
         """A root made of many (the dictionary, the messages): its size
-        is theirs; the largest ``width`` are its children."""
+        is theirs; the largest ``width`` are its children. Entries past
+        MAX_ROOT_LINES come as one span (a 'rest' root) and are counted
+        among the others."""
+        rest = [s for s in spans if s.root and s.root.name == "rest"]
+        single = [s for s in spans if s not in rest]
         measured = [(span, scan_range(self.dump, span.start, span.end))
-                    for span in spans]
+                    for span in single]
+        rest_scans = [scan_range(self.dump, s.start, s.end) for s in rest]
+        more = sum(s.root.more for s in rest if s.root)
+        section = self.process.dictionary if where == "dictionary" \
+            else self.process.messages
+        # Every entry, immediates (an atom for a message) among them.
+        total = self.dump.read(section.start, section.end).count(b"\n") \
+            if section is not None else len(single) + more
         self._row(path, 0, "dictionary" if where == "dictionary"
-                  else "messages", len(spans), [m for _, m in measured])
+                  else "messages", total,
+                  [m for _, m in measured] + rest_scans)
         measured.sort(key=lambda item: -self._weight(item[1]))
-        for span, _ in measured[:self.width]:
-            if self.depth >= 1:
-                self._part(span, 1)
-        rest = measured[self.width:] if self.depth >= 1 else []
-        if rest:
-            self._others(path, 1, [m for _, m in rest], where != "dictionary")
+        shown = measured[:self.width] if self.depth >= 1 else []
+        for span, _ in shown:
+            self._part(span, 1)
+        others = [m for _, m in measured[len(shown):]] + rest_scans
+        count = len(measured) - len(shown) + more
+        if shown and count:
+            self._others(path, 1, others, where != "dictionary", count)
 
     def _weight(self, scan: heap.Scan) -> int:
         return scan.words * self.word + self._binary(scan, False)
@@ -199,9 +243,10 @@ class _Walker:
         return row
 
     def _others(self, path: tuple[str, str], depth: int,
-                scans: list[heap.Scan], listed: bool) -> None:
+                scans: list[heap.Scan], listed: bool,
+                count: int | None = None) -> None:
         erl, ex = ("[_]", " |> Enum.at(_)") if listed else ("#{_}", "[_]")
-        n = len(scans)
+        n = len(scans) if count is None else count
         self._row((path[0] + erl, path[1] + ex), depth,
                   f"{n:,} other{'s' if n != 1 else ''}", n, scans)
 
@@ -345,10 +390,18 @@ class _Walker:
         return sorted(out, key=lambda pin: -pin["referenced_bytes"])
 
 
+def _slot_order(span: _Span) -> int:
+    """y2 before y10: a slot's number."""
+    name = span.root.name if span.root else ""
+    return int(name[1:]) if name[1:].isdigit() else 1 << 30
+
+
 def _kind(c: heap.Cell) -> str:
     if c.kind == "tuple":
         tag = heap.atom_text(c.tag) if c.tag else None
-        return f"tuple {tag}" if tag and c.length > 1 else "tuple"
+        # Quoted as Erlang writes it ({'$initial_call', ...}).
+        return f"tuple {format_term(Atom(tag))}" if tag and c.length > 1 \
+            else "tuple"
     if c.kind == "cons":
         return "list"
     return c.kind

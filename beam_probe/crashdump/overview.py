@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from beam_probe.crashdump import answers
 from beam_probe.crashdump import fields as f
-from beam_probe.crashdump.process import DeadProcess
-from beam_probe.crashdump.reader import WINDOW, Dump
+from beam_probe.crashdump.process import DeadProcess, few
+from beam_probe.crashdump.reader import Dump, shell_path
 
 if TYPE_CHECKING:
     from beam_probe.probes.results import CrashDumpOverview, DumpProcess
@@ -95,66 +95,6 @@ def cause(slogan: str) -> dict[str, Any]:
                            "of the runtime"}
 
 
-def _heaps_of(dump: Dump, pids: dict[str, int]) -> dict[str, dict[str, Any]]:
-    """The dictionary and heap sections of a few processes (pid: its
-    heap's words), found in one
-    pass of mm.find over the heaps for the dictionaries' headers (a long
-    needle: ~5 GB/s here, where indexing every section reads ~3 GB/s),
-    without indexing the heaps."""
-    from beam_probe.crashdump.reader import Section
-
-    out: dict[str, dict[str, Any]] = {}
-    mm, start = dump.mm, dump.heaps_start
-    if start is None or not pids:
-        return out
-    needle = b"\n=proc_dictionary:"
-    window = start - 1
-    while len(out) < len(pids) and window < dump.size:
-        # A window at a time, its pages given back after: the pass must
-        # not leave the file resident (a 569 MiB dump read through left
-        # 585 MiB).
-        stop = min(dump.size, window + WINDOW)
-        at = mm.find(needle, window, stop + len(needle))
-        while 0 <= at < stop and len(out) < len(pids):
-            line_end = mm.find(b"\n", at + 1, at + 4096)
-            if line_end < 0:
-                break
-            pid = mm[at + len(needle):line_end].decode("latin-1")
-            if pid in pids:
-                out[pid] = _sections_after(dump, pid, line_end, pids[pid])
-            at = mm.find(needle, line_end, stop + len(needle))
-        dump.release(window, stop)
-        window = stop
-    return out
-
-
-def _sections_after(dump: Dump, pid: str, line_end: int, words: int
-                    ) -> dict[str, Any]:
-    """A process's dictionary (its header ends at line_end) and its heap,
-    which follows its stack. The heap is read up to a bound its size
-    gives (a term's line is under 64 bytes a word), not to its end, which
-    may be a gigabyte on."""
-    from beam_probe.crashdump.reader import Section
-
-    mm = dump.mm
-    body_end = mm.find(b"\n=", line_end)
-    body_end = dump.size if body_end < 0 else body_end + 1
-    found = {"proc_dictionary": Section("proc_dictionary", pid,
-                                        line_end + 1, body_end)}
-    head = mm.find(b"\n=proc_heap:" + pid.encode() + b"\n", body_end - 1,
-                   body_end + (1 << 20))
-    if head >= 0:
-        heap_start = mm.find(b"\n", head + 1) + 1
-        found["proc_heap"] = Section("proc_heap", pid, heap_start, min(
-            dump.size, heap_start + 64 * words + 4096))
-    return found
-
-
-def _words(dump: Dump, section: Any) -> int:
-    p = f.proc(dump, section)
-    return p.stack_heap + p.old_heap
-
-
 def _row(process: DeadProcess) -> DumpProcess:
     p = process.fields
     return {"pid": p.pid, "name": p.name, "memory": p.memory,
@@ -169,46 +109,47 @@ def overview(dump: Dump) -> CrashDumpOverview:
     by_memory: list[tuple[int, int, Any]] = []
     by_queue: list[tuple[int, int, Any]] = []
     count = 0
-    for section in dump.sections("proc"):
-        p = f.proc(dump, section)
+    for number, (queue, memory) in f.every_proc(
+            dump, ("Message queue length", "Memory")):
         count += 1
-        # Bounded heaps: a million processes keep TOP rows each.
-        item = (p.memory, count, section)
+        # Bounded heaps: a million processes keep TOP rows each (their
+        # sections' numbers: made Sections once shown).
+        item = (memory, count, number)
         if len(by_memory) < TOP:
             heapq.heappush(by_memory, item)
         else:
             heapq.heappushpop(by_memory, item)
-        if p.message_queue_len:
-            item = (p.message_queue_len, count, section)
+        if queue:
+            item = (queue, count, number)
             if len(by_queue) < TOP:
                 heapq.heappush(by_queue, item)
             else:
                 heapq.heappushpop(by_queue, item)
+    by_memory = [(v, c, dump.section_at(n)) for v, c, n in by_memory]
+    by_queue = [(v, c, dump.section_at(n)) for v, c, n in by_queue]
     shown = sorted(by_memory, reverse=True) + sorted(by_queue, reverse=True)
-    # Only proc_lib's processes keep an '$initial_call' in their
-    # dictionary: the others' initial call is their =proc's.
-    heaps = _heaps_of(dump, {s.id: _words(dump, s) for _, _, s in shown
-                             if (f.proc(dump, s).spawned_as or "")
-                             .startswith("proc_lib:")})
-    top_memory = [_row(DeadProcess(dump, s, heaps.get(s.id, {})))
-                  for _, _, s in sorted(by_memory, reverse=True)]
-    top_queue = [_row(DeadProcess(dump, s, heaps.get(s.id, {})))
-                 for _, _, s in sorted(by_queue, reverse=True)]
+    owners = answers.table_owners(dump, TOP, "memory")
+    # One pass over the heaps for every row's and owner's dictionary.
+    found = few(dump, [s for _, _, s in shown] + owners)
+    top_memory = [_row(found[s.id]) for _, _, s in sorted(by_memory,
+                                                          reverse=True)]
+    top_queue = [_row(found[s.id]) for _, _, s in sorted(by_queue,
+                                                         reverse=True)]
     running = []
     for r in f.running(dump):
-        found = dump.find("proc", r.pid)
-        name = f.proc(dump, found).name if found is not None else None
+        at = dump.find("proc", r.pid)
+        name = f.proc(dump, at).name if at is not None else None
         running.append({"scheduler": r.scheduler, "pid": r.pid,
                         "name": name, "state": r.state,
                         "current_function": r.function})
-    tables = answers.ets(dump, TOP, "memory", heaps=False) \
+    tables = answers.ets(dump, TOP, "memory", found) \
         if dump.count("ets") else None
     allocators = answers.alloc(dump) if dump.count("allocator") else None
     atoms, atom_limit = f.index_limit(dump, "atom_tab")
     ending = dump.ending
     abort = dump.abort_reason
     why = cause(head.slogan)
-    file = shlex.quote(dump.path)
+    file = shell_path(dump.path)
     first = ALLOCATORS.get(why["allocator"] or "", (None, None))[1]
     steps = []
     if first:

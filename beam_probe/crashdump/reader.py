@@ -21,7 +21,8 @@ import mmap
 import os
 import re
 from array import array
-from typing import Iterator, NamedTuple
+from itertools import compress
+from typing import Any, Iterator, NamedTuple
 
 from beam_probe.errors import UsageError
 
@@ -36,6 +37,10 @@ MAX_HEADER = 4096
 # writes ~5 a process (proc, stack, heap, dictionary, messages): a node of
 # a million processes and its modules and funs stays under 8 million.
 MAX_SECTIONS = 32 * 1024 * 1024
+# A tag asked for by id this many times is searched for in the file;
+# more, and its ids are indexed (a ranking's rows: a few; a pass over
+# every process's stack: all of them).
+DIRECT_LOOKUPS = 64
 # Distinct tags: OTP 28 writes about 40 kinds.
 MAX_TAGS = 255
 # What a file that is not a dump starts with: said in the refusal.
@@ -85,18 +90,42 @@ class Section(NamedTuple):
     end: int  # past the last line's newline
 
 
+def _hash(text: str) -> int:
+    """A section id's 63-bit hash (stable within a run)."""
+    return hash(text) & 0x7FFFFFFFFFFFFFFF
+
+
 def looks_like_dump(word: str) -> bool:
-    """Whether a NODE argument names a dump: a path with a '/' or a name
-    ending in '.dump' (a node's name has neither). One that names no file
-    is a DumpError here, not a node looked for in EPMD."""
-    if "@" in word and "/" not in word:
-        return False
-    if not ("/" in word or word.endswith(".dump")):
-        return False
-    if not os.path.lexists(word):
+    """Whether a NODE argument names a dump: a path with a '/', a name
+    ending in '.dump', or a file here that starts as a dump does
+    (erl_crash.dump.1, rotated); a node's name has none of these. A path
+    that names no file is a DumpError here, not a node looked for in
+    EPMD; a word with '@' that names no file is a node."""
+    if "/" in word:
+        if not os.path.lexists(word):
+            raise DumpError(f"no file {word} (a crash dump's path, given "
+                            "where a node goes)")
+        return True
+    if os.path.isfile(word):
+        if word.endswith(".dump"):
+            return True
+        try:
+            with open(word, "rb") as file:
+                return file.read(len(FORMAT)) == FORMAT
+        except OSError:
+            return False
+    if word.endswith(".dump") and "@" not in word:
         raise DumpError(f"no file {word} (a crash dump's path, given where "
                         "a node goes)")
-    return True
+    return False
+
+
+def shell_path(path: str) -> str:
+    """A dump's path as a command to paste takes it: quoted, and with a
+    './' where it has no '/' (so it is read as a file, not a node)."""
+    import shlex
+
+    return shlex.quote(path if "/" in path else "./" + path)
 
 
 class Dump:
@@ -133,7 +162,11 @@ class Dump:
         self._starts = array("q")
         self._kinds = array("B")
         self._by_tag: dict[str, array[int]] = {}
-        self._ids: dict[str, dict[str, int]] = {}
+        # What readers of the dump work out once (its preamble, its
+        # binaries' sizes), by name.
+        self.memo: dict[str, Any] = {}
+        self._ids: dict[str, tuple[array[int], array[int]]] = {}
+        self._asked: dict[str, int] = {}
         # The pass reads the head (every section but the processes' heaps
         # and what follows them) now, and the rest when a section there
         # is first asked for: the overview never asks.
@@ -161,6 +194,14 @@ class Dump:
             self._end = "abort"
             self.abort_reason = tail[7:].split(b"\n", 1)[0][:300].decode(
                 "utf-8", "replace")
+            # The section the limit stopped is not whole: left out, named.
+            self._scan()
+            if len(self._starts) > 2:
+                cut = self._section(len(self._starts) - 2)
+                self.cut_in = f"={cut.tag}" + (f":{cut.id}" if cut.id
+                                               else "")
+                del self._starts[-2]
+                del self._kinds[-2]
             return
         self._end = "truncated"
         self._scan()
@@ -230,6 +271,11 @@ class Dump:
             tag = tag_end.group(1)
         else:
             tag = match.group(1)
+        if self.heaps_start is not None and \
+                tag.decode("ascii") in HEAD_TAGS:
+            # A head's section among the heaps is no node's: an atom's
+            # name in =atoms written raw ("...\n=proc:<0.1.0>"), or damage.
+            return False
         number = self._tag_numbers.get(tag)
         if number is None:
             if len(self._tags) >= MAX_TAGS:
@@ -260,9 +306,18 @@ class Dump:
         return Section(tag, ident, min(line_end + 1, end), end)
 
     def sections(self, tag: str) -> Iterator[Section]:
-        """Every section of one tag, in the file's order."""
+        """Every section of one tag, in the file's order. The pages read
+        are given back behind the walk, a window at a time: a million
+        processes' =proc sections are a gigabyte of head."""
+        released = -1
         for i in self._numbers(tag):
-            yield self._section(i)
+            section = self._section(i)
+            if released < 0:
+                released = section.start
+            elif section.start - released > WINDOW:
+                self.release(released, section.start - 1)
+                released = section.start
+            yield section
 
     def _numbers(self, tag: str) -> array[int]:
         if not self._whole and tag not in HEAD_TAGS:
@@ -272,10 +327,26 @@ class Dump:
         found = self._by_tag.get(tag)
         if found is None:
             number = self._tags.index(tag) if tag in self._tags else -1
-            found = array("l", (i for i, k in enumerate(self._kinds)
-                                if k == number))
+            # The positions of one byte value, picked in C.
+            found = array("l", compress(range(len(self._kinds)),
+                                        map(number.__eq__, self._kinds)))
             self._by_tag[tag] = found
         return found
+
+    def proc_numbers(self) -> array[int]:
+        """The index numbers of the =proc sections."""
+        return self._numbers("proc")
+
+    def section_at(self, number: int) -> Section:
+        return self._section(number)
+
+    def offset(self, number: int) -> int:
+        """Where section ``number`` starts (its '=')."""
+        return self._starts[number]
+
+    def end_of(self, number: int) -> int:
+        return self._starts[number + 1] if number + 1 < len(self._starts) \
+            else self.size
 
     def count(self, tag: str) -> int:
         return len(self._numbers(tag))
@@ -286,16 +357,47 @@ class Dump:
         return None
 
     def find(self, tag: str, ident: str) -> Section | None:
-        """The section ``=tag:ident``, or None. Each tag's ids are read
-        into a map once it is asked (a process's heap among a million: a
-        dictionary lookup, not a pass over the million)."""
-        ids = self._ids.get(tag)
-        if ids is None:
-            ids = self._ids[tag] = {}
-            for i in self._numbers(tag):
-                ids.setdefault(self._section(i).id, i)
-        found = ids.get(ident)
-        return self._section(found) if found is not None else None
+        """The section ``=tag:ident``, or None. The first DIRECT_LOOKUPS
+        of a tag search the file for the header itself (mm.find, in C); a
+        tag asked more often has its ids hashed into two arrays (16 bytes
+        a section), then each found by bisection and checked."""
+        from bisect import bisect_left
+
+        self._numbers(tag)  # the file indexed as far as the tag needs
+        index = self._ids.get(tag)
+        if index is None:
+            asked = self._asked[tag] = self._asked.get(tag, 0) + 1
+            if asked <= DIRECT_LOOKUPS:
+                return self._direct(tag, ident)
+            pairs = sorted((_hash(self._section(i).id), i)
+                           for i in self._numbers(tag))
+            index = self._ids[tag] = (array("q", (h for h, _ in pairs)),
+                                      array("q", (i for _, i in pairs)))
+        hashes, numbers = index
+        key = _hash(ident)
+        at = bisect_left(hashes, key)
+        while at < len(hashes) and hashes[at] == key:
+            section = self._section(numbers[at])
+            if section.id == ident:
+                return section
+            at += 1
+        return None
+
+    def _direct(self, tag: str, ident: str) -> Section | None:
+        """A section found by searching for its header line; only one the
+        index holds (not an atom's text that looks like one)."""
+        from bisect import bisect_left
+
+        needle = f"\n={tag}:{ident}\n".encode("utf-8", "replace")
+        heaps = self.heaps_start is not None and tag not in HEAD_TAGS
+        at = self.mm.find(needle, (self.heaps_start or 1) - 1 if heaps
+                          else 0)
+        while at >= 0:
+            i = bisect_left(self._starts, at + 1)
+            if i < len(self._starts) and self._starts[i] == at + 1:
+                return self._section(i)
+            at = self.mm.find(needle, at + 1)
+        return None
 
     @property
     def indexed(self) -> bool:
@@ -349,4 +451,4 @@ class Dump:
 
 
 __all__ = ["Dump", "DumpError", "FORMAT", "MAX_SECTIONS", "Section",
-           "looks_like_dump"]
+           "looks_like_dump", "shell_path"]

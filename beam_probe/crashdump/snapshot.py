@@ -123,7 +123,7 @@ def load_dump(path: str) -> Any:
         newest = _newest_atoms(dump, min(ATOM_NAMES, atom_count))
         header = {
             "format": 3, "node": node, "epoch": _epoch(head.written),
-            "time": head.written, "creation": None,
+            "time": _iso(head.written), "creation": None,
             "wordsize": head.word_size, "elixir": answers.runs_elixir(dump),
             "atom_count": atom_count,
             "atoms_from": atom_count - len(newest), "atoms": newest,
@@ -204,6 +204,16 @@ def _newest_atoms(dump: Dump, n: int) -> list[str]:
             text = text[1:-1].replace("\\'", "'").replace("\\\\", "\\")
         names.append(text)
     return names[::-1]
+
+
+def _iso(written: str) -> str:
+    """The dump's time as the snapshots write theirs, less the zone (the
+    dead node's local time): 2026-11-24T21:04:24."""
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.strptime(
+            written.strip(), "%a %b %d %H:%M:%S %Y"))
+    except (ValueError, OverflowError):
+        return written.strip()[:64]
 
 
 def _epoch(written: str) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from typing import Any
 
 from beam_probe.text.syntax import Syntax
@@ -63,8 +64,10 @@ def diff_text(result: dict[Any, Any], syntax: Syntax, look: bool = True) -> str:
              + (f"{result['middle']['time']} -> " if "middle" in result
                 else "") + f"{after['time']}"]
     if "suspects" in result:
-        parts.append(_suspects(result["suspects"], after["node"], look,
-                               syntax))
+        dump = after.get("crash_dump")
+        parts.append(_suspects(result["suspects"], shlex.quote(
+            dump if "/" in dump else "./" + dump) if dump else after["node"],
+            look, syntax, dead=bool(dump)))
     rows = [(kind, human_bytes(before["memory"][kind] or 0),
              human_bytes(after["memory"][kind] or 0),
              _signed_bytes(result["change"]["memory"][kind]))
@@ -137,7 +140,10 @@ def _table_arg(t: dict[Any, Any]) -> str | None:
     return None
 
 
-def _suspects(s: dict[Any, Any], node: str, look: bool, syntax: Syntax) -> str:
+def _suspects(s: dict[Any, Any], node: str, look: bool, syntax: Syntax,
+              dead: bool = False) -> str:
+    """The suspects; ``node`` is where to look closer (a crash dump's path
+    when the node is ``dead``: no trace of its collections then)."""
     lines = ["SUSPECTS (three-snapshot rule)"]
     found = False
     if s["born_and_kept"]:
@@ -174,8 +180,9 @@ def _suspects(s: dict[Any, Any], node: str, look: bool, syntax: Syntax) -> str:
             first = s["growing_processes"][0]
             pid = syntax.code(first["pid"])
             lines.append(f"  look closer: beam-probe proc-info {node} "
-                         f"'{pid}'; its collections: beam-probe "
-                         f"trace-gc {node} '{pid}'")
+                         f"'{pid}'" + ("" if dead else
+                                       f"; its collections: beam-probe "
+                                       f"trace-gc {node} '{pid}'"))
             lines.append(_inside(node, pid))
     if s["groups_rising"]:
         found = True
@@ -195,7 +202,8 @@ def _suspects(s: dict[Any, Any], node: str, look: bool, syntax: Syntax) -> str:
                                        for v in t["bytes"]))
                           for t in s["ets"][:SHOWN]], "llrr", syntax))
         if look:
-            table_arg = _table_arg(s["ets"][0])
+            # A dead node's tables keep no objects: no inspect --table.
+            table_arg = None if dead else _table_arg(s["ets"][0])
             lines.append(
                 "  look closer: "
                 + (f"beam-probe inspect {node} --table {table_arg} (what "

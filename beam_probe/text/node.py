@@ -150,7 +150,8 @@ def _source(result: Any) -> str:
     if crash:
         import shlex
 
-        return shlex.quote(crash["file"])
+        path = crash["file"]
+        return shlex.quote(path if "/" in path else "./" + path)
     return str(result["node"])
 
 
@@ -225,7 +226,7 @@ def proc_info_text(result: ProcInfo, syntax: Syntax) -> str:
     lines = [f"{result['node']}: {syntax.code(result['pid'])} (recon:info "
              "groups; no mailbox or dictionary read)"]
     for group, fields in result.items():
-        if not isinstance(fields, dict):
+        if not isinstance(fields, dict) or group == "crash_dump":
             continue
         lines.append("")
         lines.append(f"{group}:")
