@@ -93,11 +93,22 @@ def _dump_word(word: str) -> bool:
     return "/" in word or (word.endswith(".dump") and "@" not in word)
 
 
+def _maybe_dump(word: str) -> bool:
+    """Whether a NODE may be a crash dump's path, before importing the
+    reader (a node's name costs no import): reader.looks_like_dump says."""
+    import os
+
+    return "/" in word or word.endswith(".dump") or (
+        "@" not in word and os.path.isfile(word))
+
+
 def refuse_dump(name: str, node: str | None) -> None:
     """A command that asks a live node, given a crash dump: one line."""
+    if node is None or not _maybe_dump(node):
+        return
     from beam_probe.crashdump.reader import looks_like_dump
 
-    if node is not None and looks_like_dump(node):
+    if looks_like_dump(node):
         raise UsageError(f"{name} asks a live node; a crash dump ({node}) "
                          f"answers {', '.join(DUMP_COMMANDS)}")
 
@@ -294,11 +305,12 @@ def run(declared: Declaration, node: str | None, request: SimpleNamespace,
         given: dict[str, Any]) -> None:
     """Attach, ask, and write the answer: parse -> one probe -> render.
     A crash dump where NODE goes is read instead (run_dump)."""
-    from beam_probe.crashdump.reader import looks_like_dump
+    if node is not None and _maybe_dump(node):
+        from beam_probe.crashdump.reader import looks_like_dump
 
-    if node is not None and looks_like_dump(node):
-        run_dump(declared, node, request, given)
-        return
+        if looks_like_dump(node):
+            run_dump(declared, node, request, given)
+            return
     from beam_probe.errors import EndedEarly
     from beam_probe.probes.basic import runs_elixir
     from beam_probe.text.syntax import ERLANG, choose, shows_code
