@@ -66,10 +66,9 @@ def _elixir_ebin(otp: str) -> str | None:
     return ebin[len(os.path.realpath(root)) if root else 0:]
 
 
-@pytest.fixture(scope="module", params=["25", "27"],
-                ids=["elixir1.14-otp25", "elixir1.18-otp27"])
-def elixir_node(request, session_nodes):
-    otp = request.param
+def start_elixir(factory, otp: str, request):
+    """An Elixir node of release ``otp`` running ELIXIR_CODE, started by
+    ``factory`` (skipped where this release has no Elixir here)."""
     if otp not in request.config.getoption("otp").split(","):
         pytest.skip(f"OTP {otp} is not among --otp")
     ebin = _elixir_ebin(otp)
@@ -80,7 +79,7 @@ def elixir_node(request, session_nodes):
                     "(.ci/setup installs Debian's elixir package; it could "
                     "not be installed here)")
     code = ELIXIR_CODE.replace("\\", "\\\\").replace('"', '\\"')
-    node = session_nodes.start(otp, code_paths=(ebin,), eval_expr=(
+    node = factory.start(otp, code_paths=(ebin,), eval_expr=(
         "{ok, _} = application:ensure_all_started(elixir), "
         f"'Elixir.Code':eval_string(<<\"{code}\">>)"))
     # The node answers before its -eval has compiled the module (~1 s).
@@ -91,6 +90,12 @@ def elixir_node(request, session_nodes):
             assert time.monotonic() < deadline, "MyApp.Cache never started"
             time.sleep(0.1)
     return node
+
+
+@pytest.fixture(scope="module", params=["25", "27"],
+                ids=["elixir1.14-otp25", "elixir1.18-otp27"])
+def elixir_node(request, session_nodes):
+    return start_elixir(session_nodes, request.param, request)
 
 
 def test_text_follows_the_node_and_json_keeps_erlang(elixir_node):
@@ -273,23 +278,10 @@ def test_a_dead_elixir_nodes_dump_reads_as_elixir(release, request,
     from conftest import NodeFactory
 
     otp = release
-    if otp not in request.config.getoption("otp").split(","):
-        pytest.skip(f"OTP {otp} is not among --otp")
-    ebin = _elixir_ebin(otp)
-    if ebin is None:
-        pytest.skip("no elixir for this release here")
     factory = NodeFactory(beam_dir)
     try:
-        code = ELIXIR_CODE.replace("\\", "\\\\").replace('"', '\\"')
-        node = factory.start(otp, code_paths=(ebin,), eval_expr=(
-            "{ok, _} = application:ensure_all_started(elixir), "
-            f"'Elixir.Code':eval_string(<<\"{code}\">>)"))
+        node = start_elixir(factory, otp, request)
         with attach(node.node, node.cookie.encode()) as remote:
-            deadline = time.monotonic() + 60
-            while remote.call("erlang", "whereis", [
-                    Atom("Elixir.MyApp.Counter")]) == Atom("undefined"):
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
             try:
                 remote.call("erlang", "halt",
                             [[ord(c) for c in "elixir app stopped"]])
