@@ -16,6 +16,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 
 import pytest
@@ -24,7 +26,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from beam_probe.erldist.terms import Atom
 from beam_probe.errors import ConnectionLost, ProbeError
 from beam_probe.node.remote import attach
-from conftest import NodeFactory, one_line, run_here
+from conftest import REPO, NodeFactory, one_line, run_here
 
 FIXTURE = "beam_probe_dump_fixture"
 HALT_REASON = "beam_probe test: halted on purpose"
@@ -529,3 +531,27 @@ def test_diff_with_a_dump_holds_in_any_time_zone(eheap, monkeypatch):
     assert r.returncode == 0, r.stderr
     # Look closer at the dump, not at the dead node's name.
     assert f"beam-probe proc-info {eheap['dump']} '<0." in r.stdout
+
+
+def test_reading_a_large_heap_leaves_it_on_disk(tmp_path):
+    """Every pass over a dump gives its pages back: inspect and proc-info
+    of a process with 240 MB of heap lines stay far below that (an
+    inspect that searched a heap by mm.find alone once peaked at the
+    dump's whole size)."""
+    n = 6_000_000
+    line = b"%012X:t2:I7,I8\n"
+    heap = b"".join(line % (0x100000 + 24 * i) for i in range(n))
+    data = HEAD + _proc("<0.1.0>") + _proc("<0.2.0>") + \
+        b"=proc_stack:<0.1.0>\ny0:H%012X\n=proc_heap:<0.1.0>\n" % (
+            0x100000 + 24 * (n - 1)) + heap + b"=end\n"
+    path = _crafted(tmp_path, "large.dump", data)
+    del heap, data
+    for args in (("inspect", path, "<0.1.0>"), ("proc-info", path,
+                                                "<0.2.0>"),
+                 ("crashdump", path)):
+        result = subprocess.run(
+            ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "beam_probe",
+             *args], capture_output=True, text=True, cwd=REPO)
+        assert result.returncode == 0, result.stderr
+        peak_mib = int(result.stderr.split()[-1]) / 1024
+        assert peak_mib < 120, (args, peak_mib)

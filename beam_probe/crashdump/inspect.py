@@ -111,12 +111,12 @@ class _Walker:
         points at it (a root's own lines are the first to)."""
         mm = self.dump.mm
         needle = b"H" + address
-        found = mm.find(needle, start, at)
+        found = self.dump.search(needle, start, at)
         while found >= 0:
             after = mm[found + len(needle):found + len(needle) + 1]
             if not after or after not in b"0123456789ABCDEF":
                 return True
-            found = mm.find(needle, found + 1, at)
+            found = self.dump.search(needle, found + 1, at)
         return False
 
     @property

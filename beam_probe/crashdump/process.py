@@ -106,7 +106,7 @@ class DeadProcess:
         hi = self.heap.end if end is None else end
         if self.dump.mm[lo:lo + len(address) + 1] == address + b":":
             return lo
-        at = self.dump.mm.find(b"\n" + address + b":", max(lo - 1, 0), hi)
+        at = self.dump.search(b"\n" + address + b":", max(lo - 1, 0), hi)
         return at + 1 if at >= 0 else None
 
     def line(self, at: int) -> bytes:
@@ -137,8 +137,8 @@ class DeadProcess:
         section = self._literals
         if not isinstance(section, Section):
             return None
-        at = self.dump.mm.find(b"\n" + address + b":", section.start - 1,
-                               section.end)
+        at = self.dump.search(b"\n" + address + b":", section.start - 1,
+                              section.end)
         if at < 0:
             return None
         end = self.dump.mm.find(b"\n", at + 1, section.end)

@@ -390,14 +390,30 @@ class Dump:
 
         needle = f"\n={tag}:{ident}\n".encode("utf-8", "replace")
         heaps = self.heaps_start is not None and tag not in HEAD_TAGS
-        at = self.mm.find(needle, (self.heaps_start or 1) - 1 if heaps
-                          else 0)
+        at = self.search(needle, (self.heaps_start or 1) - 1 if heaps
+                         else 0)
         while at >= 0:
             i = bisect_left(self._starts, at + 1)
             if i < len(self._starts) and self._starts[i] == at + 1:
                 return self._section(i)
-            at = self.mm.find(needle, at + 1)
+            at = self.search(needle, at + 1)
         return None
+
+    def search(self, needle: bytes, start: int, end: int | None = None
+               ) -> int:
+        """mm.find, a window at a time, each window's pages given back:
+        searching a heap of a gigabyte for a line left it resident (an
+        inspect peaked at 1,375 MiB on a 1.3 GiB dump; 53 MiB so)."""
+        end = self.size if end is None else min(end, self.size)
+        window = max(0, start)
+        while window < end:
+            stop = min(end, window + WINDOW)
+            at = self.mm.find(needle, window, min(end, stop + len(needle)))
+            self.release(window, stop)
+            if at >= 0:
+                return at
+            window = stop
+        return -1
 
     @property
     def indexed(self) -> bool:
