@@ -555,3 +555,78 @@ def test_reading_a_large_heap_leaves_it_on_disk(tmp_path):
         assert result.returncode == 0, result.stderr
         peak_mib = int(result.stderr.split()[-1]) / 1024
         assert peak_mib < 120, (args, peak_mib)
+
+
+# --- and what a second review broke ------------------------------------------
+
+def test_a_supervisors_links_are_listed_whole(tmp_path):
+    links = ", ".join(f"<0.{i}.0>" for i in range(100, 20_100))
+    data = HEAD + _proc("<0.44.0>", f"Link list: [{links}]\n".encode()) \
+        + b"=end\n"
+    path = _crafted(tmp_path, "sup.dump", data)
+    info = json_of("proc-info", path, "<0.44.0>")
+    assert len(info["signals"]["links"]) == 20_000
+
+
+def test_messages_past_the_cap_counted_when_the_next_is_an_atom(tmp_path):
+    n = 150_000
+    lines = []
+    heap = []
+    for i in range(n):
+        if 100_000 <= i < 100_010:
+            lines.append(b"A4:tick:N\n")  # immediates hold no line
+        else:
+            lines.append(b"H%X:N\n" % (0x10000 + 32 * i))
+            heap.append(b"%X:t2:A3:msg,I%d\n" % (0x10000 + 32 * i, i))
+    data = HEAD + _proc("<0.1.0>") + b"=proc_messages:<0.1.0>\n" \
+        + b"".join(lines) + b"=proc_stack:<0.1.0>\n=proc_heap:<0.1.0>\n" \
+        + b"".join(heap) + b"=end\n"
+    path = _crafted(tmp_path, "mix.dump", data)
+    result = json_of("inspect", path, "<0.1.0>")
+    root = next(p for p in result["parts"] if p["path"] == "Messages")
+    assert root["count"] == n and root["bytes"] == (n - 10) * 24
+
+
+def test_a_slot_pointing_into_a_root_before_the_last_is_shared(tmp_path):
+    data = HEAD + _proc("<0.1.0>") + b"=proc_stack:<0.1.0>\n" \
+        b"y0:H100\ny1:H500\ny2:H200\n=proc_heap:<0.1.0>\n" \
+        b"100:t3:A5:state,H200,H300\n200:t3:I1,I2,I3\n300:t3:I4,I5,I6\n" \
+        b"500:t1:I9\n=end\n"
+    path = _crafted(tmp_path, "shared2.dump", data)
+    roots = {p["path"].split()[-1]: p for p in
+             json_of("inspect", path, "<0.1.0>")["parts"] if p["depth"] == 0}
+    assert roots["y0"]["bytes"] == (4 + 4 + 4) * 8
+    assert roots["y2"]["bytes"] == 0 and "shared" in roots["y2"]["kind"]
+
+
+def test_an_abort_names_the_section_it_cut_and_leaves_it_out(tmp_path):
+    data = HEAD + _proc("<0.1.0>") + b"=proc:<0.2.0>\nState: Wai" \
+        b"\n=abort:CRASH_DUMP_SIZE_LIMIT\n"
+    path = _crafted(tmp_path, "abort.dump", data)
+    o = json_of("crashdump", path)
+    assert o["ending"] == "abort" and o["cut_in"] == "=proc:<0.2.0>"
+    assert o["abort_reason"] == "CRASH_DUMP_SIZE_LIMIT"
+    assert o["processes"]["count"] == 1
+
+
+def test_a_stale_dump_is_not_the_last_of_three(eheap, tmp_path):
+    """A dump written two weeks before the snapshots is not the node's
+    death after them (a day's margin is kept for time zones)."""
+    raw = open(eheap["dump"], "rb").read()
+    first, rest = raw.split(b"\n", 2)[1], raw.split(b"\n", 2)[2]
+    when = time.strptime(first.decode(), "%a %b %d %H:%M:%S %Y")
+    earlier = time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(
+        time.mktime(when) - 14 * 86400)).encode()
+    stale = tmp_path / "stale.dump"
+    stale.write_bytes(raw.split(b"\n", 1)[0] + b"\n" + earlier + b"\n" + rest)
+    one_line(run_here("diff", eheap["a"], eheap["b"], str(stale)), 2,
+             "taken before")
+
+
+def test_bare_names_of_files_and_folders(eheap, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(eheap["dump"], tmp_path / "demo")
+    one_line(run_here("inspect", "demo"), 2, "expected")
+    assert run_here("memory", "demo").returncode == 0
+    (tmp_path / "dir.dump").mkdir()
+    one_line(run_here("memory", "dir.dump"), 2, "is a directory")

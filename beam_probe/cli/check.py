@@ -83,7 +83,7 @@ def check(args: tuple[str, ...], warn_specs: tuple[str, ...],
         node, rest = rest[0], []
     if rest:
         plugin_exit(3, f"BEAM UNKNOWN - unexpected argument {rest[0]!r}")
-    if node is not None and ("/" in node or node.endswith(".dump")
+    if node is not None and ("/" in node or ".dump" in node
                              or os.path.isfile(node)):
         from beam_probe.crashdump.reader import DumpError, looks_like_dump
 

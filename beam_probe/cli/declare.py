@@ -88,9 +88,16 @@ ARGUMENTS: dict[str, tuple[str, Callable[[str], Any]]] = {
 
 
 def _dump_word(word: str) -> bool:
-    """A word that can only be a crash dump's path (a node's name has no
-    '/', and none ends in '.dump' unless it has an '@')."""
-    return "/" in word or (word.endswith(".dump") and "@" not in word)
+    """A word that is a crash dump's path, not a node's name or the
+    command's own argument: a '/', '.dump' without '@', or a file here
+    that starts as a dump."""
+    if "/" in word or (".dump" in word and "@" not in word):
+        return True
+    if _maybe_dump(word):
+        from beam_probe.crashdump.reader import starts_as_dump
+
+        return starts_as_dump(word)
+    return False
 
 
 def _maybe_dump(word: str) -> bool:
@@ -98,8 +105,7 @@ def _maybe_dump(word: str) -> bool:
     reader (a node's name costs no import): reader.looks_like_dump says."""
     import os
 
-    return "/" in word or word.endswith(".dump") or (
-        "@" not in word and os.path.isfile(word))
+    return "/" in word or ".dump" in word or os.path.isfile(word)
 
 
 def refuse_dump(name: str, node: str | None) -> None:

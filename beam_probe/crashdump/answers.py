@@ -167,10 +167,9 @@ def proc_count(dump: Dump, attribute: str, n: int) -> ProcCount:
         for row, (_value, section) in zip(rows, ranked):
             row["binary_distinct"] = heap_binaries(  # type: ignore[typeddict-item]
                 dump, DeadProcess(dump, section), sizes)[0]
-    # The dictionaries were read: what a live node of 26.2 or later gives
-    # (proc_lib's '$initial_call').
+    # Labels (process_label, process_name) are not read from a dump.
     return {"node": node_name(dump), "attribute": attribute,
-            "scanned": scanned, "processes": rows, "labels_read": True}
+            "scanned": scanned, "processes": rows, "labels_read": False}
 
 
 def _largest_tables(dump: Dump, n: int, sort: str) -> list[f.EtsFields]:
@@ -324,9 +323,12 @@ def proc_info(dump: Dump, spec: str) -> ProcInfo:
     p = process.fields
     word = f.preamble(dump).word_size
     distinct, count = heap_binaries(dump, process, binary_sizes(dump))
-    values = f.fields(dump, p.section)
-    links = re.findall(r"<\d+\.\d+\.\d+>|#Port<[\d.]+>",
-                       values.get("Link list", ""))
+    # The link list whole (a supervisor's may be megabytes: fields()
+    # keeps short values only).
+    body = dump.read(p.section.start, p.section.end)
+    line = re.search(rb"^Link list: ([^\n]*)$", body, re.M)
+    links = [m.decode() for m in re.findall(
+        rb"<\d+\.\d+\.\d+>|#Port<[\d.]+>", line.group(1))] if line else []
     stack = process.stack_words
     return {
         "node": node_name(dump), "pid": p.pid,

@@ -92,9 +92,9 @@ def figures(dump: Dump, section: Section, keys: tuple[str, ...]
                             "section)")
         word = match.group(1).split(b" ", 1)[0]
         if not word.isdigit() or len(word) > MAX_DIGITS:
+            text = match.group(1)[:40].decode("utf-8", "replace")
             raise DumpError(f"{dump.path}: ={section.tag}:{section.id}: "
-                            f"{key} is {match.group(1)[:40]!r}, not a "
-                            "count (damaged)")
+                            f"{key} is {text!r}, not a count (damaged)")
         out.append(int(word))
     return out
 

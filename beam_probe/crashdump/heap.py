@@ -62,6 +62,13 @@ class HeapError(ValueError):
     """A heap line that does not parse (the reader says which)."""
 
 
+def _hex(text: bytes) -> int:
+    """A size as the dump writes it: hex digits, never signed."""
+    if not text or len(text) > 16 or text.strip(b"0123456789ABCDEF"):
+        raise ValueError("not a size")
+    return int(text, 16)
+
+
 def split_terms(text: bytes, n: int | None = None) -> tuple[list[bytes], int]:
     """The first ``n`` (or all) comma-separated terms of ``text``, and
     where reading stopped. An atom ``A<len>:name`` is skipped by its
@@ -127,12 +134,12 @@ def cell(line: bytes) -> Cell:
                         None)
         if line[:2] == b"Yh":
             colon = line.index(b":", 2)
-            return Cell("binary", int(line[2:colon], 16), [], [], None,
-                        int(line[2:colon], 16), None)
+            size = _hex(line[2:colon])
+            return Cell("binary", size, [], [], None, size, None)
         if line[:2] in (b"Yc", b"Ys"):
-            address, offset, size = line[2:].split(b":")[:3]
-            return Cell("binary", int(size, 16), [], [], None,
-                        int(size, 16), address)
+            address, offset, text = line[2:].split(b":")[:3]
+            size = _hex(text)
+            return Cell("binary", size, [], [], None, size, address)
         kinds = {b"F": "float", b"B": "integer", b"E": "external"}
         if head in kinds:
             return Cell(kinds[head], 0, [], [], None, 0, None)

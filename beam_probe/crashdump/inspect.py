@@ -60,8 +60,8 @@ def inspect(dump: Dump, spec: str, depth: int = 3, width: int = 10
     p = process.fields
     no_heap = None
     if process.heap is None or process.heap.end <= process.heap.start:
-        no_heap = ("the dump has no heap for it (it died collecting, or "
-                   "the dump was cut before it)")
+        no_heap = ("the dump holds no heap lines for it (it died "
+                   "collecting, or the dump was cut before them)")
     elif walker.unknown:
         from beam_probe.crashdump.answers import binary_memory
 
@@ -142,7 +142,11 @@ class _Walker:
                 at = process.locate(address, process.heap.start, hint + 1)
             if at is None:
                 continue
-            if located and self._inside(address, located[-1][0], at):
+            # A slot may point into any earlier root (few: all are
+            # searched); a message or an entry, into the one before it.
+            since = located[0][0] if located and root.where == "stack" \
+                else located[-1][0] if located else at
+            if located and self._inside(address, since, at):
                 # Written inside an earlier root's lines (a frame holding
                 # State and a field of it): counted there, not split off.
                 self.shared.append(root)

@@ -99,7 +99,7 @@ def _row(process: DeadProcess) -> DumpProcess:
     p = process.fields
     return {"pid": p.pid, "name": p.name, "memory": p.memory,
             "message_queue_len": p.message_queue_len,
-            "reductions": p.reductions, "state": p.state,
+            "reductions": p.reductions, "state": answers.status(p.state),
             "current_function": p.current_function,
             "initial_call": process.initial_call()}
 

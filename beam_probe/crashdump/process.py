@@ -86,13 +86,16 @@ class DeadProcess:
                 # A message line is "term:seq_token"; an entry a term.
                 term = line.split(b":", 1)[0] if where == "messages" \
                     and line[:1] == b"H" else line
-                if i == MAX_ROOT_LINES:
-                    # The rest, one root: its span runs from this entry's
-                    # first line to the next root's.
+                if i >= MAX_ROOT_LINES and term[:1] == b"H":
+                    # The rest, one root: its span runs from the first
+                    # boxed entry's first line to the next root's (an atom
+                    # or a number holds no line).
                     rest = self.dump.read(section.start, section.end)
                     yield Root(where, "rest", None, term,
                                rest.count(b"\n") - i)
                     break
+                if i >= MAX_ROOT_LINES:
+                    continue
                 yield Root(where, str(i), None, term)
 
     def locate(self, address: bytes, start: int | None = None,
@@ -131,9 +134,7 @@ class DeadProcess:
     def literal(self, address: bytes) -> bytes | None:
         """A term in =literals (module constants), or None."""
         if self._literals is False:
-            self._literals = self.dump.first("literals") \
-                if self.dump.heaps_start is None or self.dump.indexed \
-                else None
+            self._literals = literals(self.dump)
         section = self._literals
         if not isinstance(section, Section):
             return None
@@ -232,6 +233,28 @@ def scan_range(dump: Dump, start: int, end: int) -> heap.Scan:
         dump.release(at, stop)
         at = stop
     return heap.Scan(total, found)
+
+
+def literals(dump: Dump) -> Section | None:
+    """The =literals section (module constants: a proc_lib process's
+    '$initial_call' may be one), found once: by the index when the heaps
+    are indexed, else by one windowed search from the heaps on."""
+    if "literals" not in dump.memo:
+        if dump.indexed or dump.heaps_start is None:
+            found = dump.first("literals")
+        else:
+            at = dump.search(b"\n=literals\n", dump.heaps_start - 1)
+            found = None if at < 0 else Section(
+                "literals", "", at + len(b"\n=literals\n"),
+                _next_section(dump, at + 1))
+        dump.memo["literals"] = found
+    section: Section | None = dump.memo["literals"]
+    return section
+
+
+def _next_section(dump: Dump, at: int) -> int:
+    end = dump.search(b"\n=", at)
+    return dump.size if end < 0 else end + 1
 
 
 def _by_proc_lib(spawned_as: str | None) -> bool:

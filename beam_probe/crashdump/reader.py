@@ -97,27 +97,32 @@ def _hash(text: str) -> int:
 
 def looks_like_dump(word: str) -> bool:
     """Whether a NODE argument names a dump: a path with a '/', a name
-    ending in '.dump', or a file here that starts as a dump does
-    (erl_crash.dump.1, rotated); a node's name has none of these. A path
-    that names no file is a DumpError here, not a node looked for in
-    EPMD; a word with '@' that names no file is a node."""
-    if "/" in word:
-        if not os.path.lexists(word):
-            raise DumpError(f"no file {word} (a crash dump's path, given "
-                            "where a node goes)")
-        return True
-    if os.path.isfile(word):
-        if word.endswith(".dump"):
-            return True
-        try:
-            with open(word, "rb") as file:
-                return file.read(len(FORMAT)) == FORMAT
-        except OSError:
-            return False
-    if word.endswith(".dump") and "@" not in word:
+    with '.dump' in it, or a file here that starts as a dump does (a
+    renamed one); a node's name has none of these. A path that names
+    nothing is a DumpError here, not a node looked for in EPMD; a word
+    with '@' that names no file is a node."""
+    if os.path.lexists(word):
+        if "/" in word or ".dump" in word:
+            return True  # Dump() says what it is if not a dump
+        return starts_as_dump(word)
+    if "/" in word or (".dump" in word and "@" not in word):
         raise DumpError(f"no file {word} (a crash dump's path, given where "
                         "a node goes)")
     return False
+
+
+def starts_as_dump(path: str) -> bool:
+    """Whether a regular file begins as a crash dump (its first line)."""
+    from beam_probe.files import Refused, open_regular
+
+    try:
+        fd, _info = open_regular(path)
+    except (Refused, OSError):
+        return False
+    try:
+        return os.pread(fd, len(FORMAT), 0) == FORMAT
+    finally:
+        os.close(fd)
 
 
 def shell_path(path: str) -> str:
@@ -172,6 +177,7 @@ class Dump:
         # is first asked for: the overview never asks.
         self._scanned = 0
         self._whole = False
+        self._left_out = -1  # a section cut by =abort
         self.heaps_start: int | None = None
         self._add(0)
         self._scan(head_only=True)
@@ -194,14 +200,20 @@ class Dump:
             self._end = "abort"
             self.abort_reason = tail[7:].split(b"\n", 1)[0][:300].decode(
                 "utf-8", "replace")
-            # The section the limit stopped is not whole: left out, named.
-            self._scan()
-            if len(self._starts) > 2:
-                cut = self._section(len(self._starts) - 2)
-                self.cut_in = f"={cut.tag}" + (f":{cut.id}" if cut.id
-                                               else "")
-                del self._starts[-2]
-                del self._kinds[-2]
+            # The section the limit stopped is not whole: named, and left
+            # out (from the index, now or when the scan reaches it).
+            before = self._search_back(b"\n=", last)
+            if before >= 0:
+                line = self.mm[before + 2:min(last, before + 2 + MAX_HEADER)]
+                self.cut_in = "=" + line.split(b"\n", 1)[0].decode(
+                    "utf-8", "replace")
+                self._left_out = before + 1
+                for i in (-1, -2):
+                    if len(self._starts) > -i and \
+                            self._starts[i] == before + 1:
+                        del self._starts[i]
+                        del self._kinds[i]
+                        break
             return
         self._end = "truncated"
         self._scan()
@@ -212,6 +224,20 @@ class Dump:
             del self._kinds[-1]
             self._by_tag.clear()
             self._ids.clear()
+
+    def _search_back(self, needle: bytes, end: int) -> int:
+        """mm.rfind before ``end``, a window at a time backwards, each
+        window's pages given back (the section before a cut may be a
+        gigabyte of heap)."""
+        stop = end
+        while stop > 0:
+            start = max(0, stop - WINDOW)
+            at = self.mm.rfind(needle, start, min(end, stop + len(needle)))
+            self.release(start, stop)
+            if at >= 0:
+                return at
+            stop = start
+        return -1
 
     def _not_a_dump(self, head: bytes) -> str:
         for magic, what in MAGIC:
@@ -255,6 +281,8 @@ class Dump:
         heaps (where the head ends)."""
         if self.heaps_start is not None and at <= self._scanned:
             return False  # indexed when the head was
+        if at == self._left_out:
+            return False
         if len(self._starts) >= MAX_SECTIONS:
             raise DumpError(f"{self.path} has more than {MAX_SECTIONS:,} "
                             "sections: more than any node writes")
@@ -467,4 +495,4 @@ class Dump:
 
 
 __all__ = ["Dump", "DumpError", "FORMAT", "MAX_SECTIONS", "Section",
-           "looks_like_dump", "shell_path"]
+           "looks_like_dump", "shell_path", "starts_as_dump"]

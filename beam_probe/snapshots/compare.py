@@ -281,6 +281,10 @@ def _ports(a: Loaded, b: Loaded) -> dict[Any, Any]:
             "new": new[:TOP_ROWS], "new_count": len(new)}
 
 
+# UTC-12 to UTC+14: how far a local time read in another zone may be off.
+ZONES = 26 * 3600.0
+
+
 def check_pair(a: Loaded, b: Loaded, force: bool) -> None:
     if force:
         return
@@ -294,8 +298,9 @@ def check_pair(a: Loaded, b: Loaded, force: bool) -> None:
                             f"{a.node} (it restarted between them): "
                             "--force to compare anyway")
     # A crash dump's time is the dead node's local time, zone unknown:
-    # it is last by the reader's rule, not compared.
-    if b.epoch < a.epoch and not b.header.get("crash_dump"):
+    # read as ours, it may be off by the widest zones' difference (26 h).
+    margin = ZONES if b.header.get("crash_dump") else 0.0
+    if b.epoch + margin < a.epoch:
         raise SnapshotError(f"{b.path} was taken before {a.path}: give "
                             "the snapshots oldest first")
 

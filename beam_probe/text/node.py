@@ -64,7 +64,9 @@ def labels_note(result: Any, nodes: Sequence[str] | None = None
     """Once, under a table of processes from a node before OTP 26.2,
     where a row shows proc_lib's entry point: what cannot be had there.
     For a cluster, ``nodes`` are those of its nodes."""
-    if nodes is None and result.get("labels_read", True):
+    if nodes is None and result.get("labels_read", True) or \
+            "crash_dump" in result:
+        # (A dump's processes are not a node's release's to explain.)
         return None
     rows = [p for p in result.get("processes", ())
             if (p.get("initial_call") or "").startswith("proc_lib:init_p/")
