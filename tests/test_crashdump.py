@@ -630,3 +630,12 @@ def test_bare_names_of_files_and_folders(eheap, tmp_path, monkeypatch):
     assert run_here("memory", "demo").returncode == 0
     (tmp_path / "dir.dump").mkdir()
     one_line(run_here("memory", "dir.dump"), 2, "is a directory")
+    # --node and BEAM_PROBE_NODE take a dump's path too.
+    path = str(tmp_path / "demo")
+    assert run_here("memory", "--node", path).stdout.startswith(
+        f"from crash dump {path}")
+    r = run_here("proc-count", "memory", "1", env={"BEAM_PROBE_NODE": path})
+    assert r.returncode == 0 and r.stdout.startswith("from crash dump"), \
+        r.stderr
+    one_line(run_here("watch", "--count", "1",
+                      env={"BEAM_PROBE_NODE": path}), 2, "asks a live node")

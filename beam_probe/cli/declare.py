@@ -108,6 +108,15 @@ def _maybe_dump(word: str) -> bool:
     return "/" in word or ".dump" in word or os.path.isfile(word)
 
 
+def _node_option(given: dict[str, Any]) -> str | None:
+    """--node, else BEAM_PROBE_NODE: where a dump's path may be given
+    too (RELEASE_NODE names a release's node, never a file)."""
+    from beam_probe.cli.environment import current
+
+    found = given.get("node") or current().env.get("BEAM_PROBE_NODE")
+    return found if isinstance(found, str) and found else None
+
+
 def refuse_dump(name: str, node: str | None) -> None:
     """A command that asks a live node, given a crash dump: one line."""
     if node is None or not _maybe_dump(node):
@@ -311,11 +320,12 @@ def run(declared: Declaration, node: str | None, request: SimpleNamespace,
         given: dict[str, Any]) -> None:
     """Attach, ask, and write the answer: parse -> one probe -> render.
     A crash dump where NODE goes is read instead (run_dump)."""
-    if node is not None and _maybe_dump(node):
+    where = node if node is not None else _node_option(given)
+    if where is not None and _maybe_dump(where):
         from beam_probe.crashdump.reader import looks_like_dump
 
-        if looks_like_dump(node):
-            run_dump(declared, node, request, given)
+        if looks_like_dump(where):
+            run_dump(declared, where, request, given)
             return
     from beam_probe.errors import EndedEarly
     from beam_probe.probes.basic import runs_elixir
@@ -448,7 +458,8 @@ def run_live(declared: Declaration, node: str | None,
     from beam_probe.text.syntax import ERLANG, choose
     from beam_probe.text.tables import printable
 
-    refuse_dump(declared.name, node)
+    refuse_dump(declared.name, node if node is not None
+                else _node_option(given))
     live: Live = declared.probe(lambda: opt.attach(node, given), request,
                                 Progress())
     environment = current()
