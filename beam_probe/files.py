@@ -26,6 +26,15 @@ class NotRegular(Refused):
     """The path exists but is not a regular file."""
 
 
+def shell_path(path: str) -> str:
+    """A file's path as a command to paste takes it where a node's name
+    may stand: quoted, with a './' where it has no '/' (a bare word is
+    read as a node)."""
+    import shlex
+
+    return shlex.quote(path if "/" in path else "./" + path)
+
+
 def kind(mode: int) -> str:
     for test, name in _KINDS:
         if test(mode):

@@ -122,9 +122,9 @@ def status(state: str) -> str:
 
 
 def binary_memory(dump: Dump, p: f.ProcFields) -> int:
-    """recon's binary_memory of a dead process: the binaries its heaps
-    refer to, a binary per reference (BinVHeap and OldBinVHeap, words)."""
-    return (p.bin_vheap + p.old_bin_vheap) * f.preamble(dump).word_size
+    """recon's binary_memory of a dead process (ATTRIBUTES' figure)."""
+    figure = ATTRIBUTES["binary_memory"][1]
+    return figure([p.bin_vheap, p.old_bin_vheap], f.preamble(dump).word_size)
 
 
 def _row(process: DeadProcess, value: int) -> ValueRow:
@@ -159,7 +159,7 @@ def proc_count(dump: Dump, attribute: str, n: int) -> ProcCount:
     ranked = [(value, dump.section_at(number)) for value, number
               in ranked[:n]]
     found = few(dump, [section for _, section in ranked])
-    rows = [_row(found[section.id], value) for value, section in ranked[:n]]
+    rows = [_row(found[section.id], value) for value, section in ranked]
     if attribute == "binary_memory":
         # Each binary once, from the slices on the heap, where the dump
         # wrote every binary they refer to (else unknown: None).
@@ -172,30 +172,32 @@ def proc_count(dump: Dump, attribute: str, n: int) -> ProcCount:
             "scanned": scanned, "processes": rows, "labels_read": False}
 
 
-def _largest_tables(dump: Dump, n: int, sort: str) -> list[f.EtsFields]:
+def largest_tables(tables: list[f.EtsFields], n: int, sort: str
+                   ) -> list[f.EtsFields]:
     def key(table: f.EtsFields) -> int:
         return (table.words or 0) if sort == "memory" else table.objects
 
-    return sorted(f.ets_tables(dump), key=lambda t: -key(t))[:n]
+    return sorted(tables, key=lambda t: -key(t))[:n]
 
 
-def table_owners(dump: Dump, n: int, sort: str) -> list[Section]:
-    """The =proc sections of the owners of the ``n`` largest tables."""
-    found = (dump.find("proc", t.owner) for t in
-             _largest_tables(dump, n, sort))
+def table_owners(dump: Dump, tables: list[f.EtsFields]) -> list[Section]:
+    """The =proc sections of the tables' owners."""
+    found = (dump.find("proc", t.owner) for t in tables)
     return [s for s in found if s is not None]
 
 
 def ets(dump: Dump, n: int, sort: str,
-        owners: dict[str, DeadProcess] | None = None) -> EtsReport:
+        owners: dict[str, DeadProcess] | None = None,
+        tables: list[f.EtsFields] | None = None) -> EtsReport:
     """The largest tables by memory (Words x word size) or size, their
     owners named by =proc and (proc_lib's) '$initial_call'; ``owners``
-    when the caller found them already."""
+    and ``tables`` when the caller read them already."""
     word = f.preamble(dump).word_size
-    tables = list(f.ets_tables(dump))
-    largest = _largest_tables(dump, n, sort)
+    if tables is None:
+        tables = list(f.ets_tables(dump))
+    largest = largest_tables(tables, n, sort)
     if owners is None:
-        owners = few(dump, table_owners(dump, n, sort))
+        owners = few(dump, table_owners(dump, largest))
     rows: list[EtsTable] = []
     for table in largest:
         owner = owners.get(table.owner)
@@ -366,5 +368,6 @@ def _frames(process: DeadProcess) -> list[str]:
 
 
 __all__ = ["ATTRIBUTES", "SECTION_ATTRIBUTES", "alloc", "binary_sizes",
-           "binary_memory", "ets", "heap_binaries", "table_owners", "memory", "node_name", "proc_count",
+           "binary_memory", "ets", "heap_binaries", "largest_tables",
+           "table_owners", "memory", "node_name", "proc_count",
            "proc_info", "resolve", "runs_elixir", "source"]

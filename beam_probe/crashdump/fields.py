@@ -279,11 +279,6 @@ def proc(dump: Dump, section: Section) -> ProcFields:
         section=section)
 
 
-def procs(dump: Dump) -> Iterator[ProcFields]:
-    for section in dump.sections("proc"):
-        yield proc(dump, section)
-
-
 class EtsFields(NamedTuple):
     owner: str
     id: str
@@ -355,4 +350,4 @@ __all__ = ["EtsFields", "Preamble", "ProcFields", "Running", "count",
            "counts", "ets_tables", "every_proc", "fields", "figures",
            "function_of",
            "index_limit",
-           "memory", "preamble", "proc", "procs", "running", "unquoted"]
+           "memory", "preamble", "proc", "running", "unquoted"]

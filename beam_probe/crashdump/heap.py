@@ -187,10 +187,6 @@ def scan(text: bytes) -> Scan:
     return Scan(total, found)
 
 
-def words(text: bytes) -> int:
-    return scan(text).words
-
-
 def atom_text(term: bytes) -> str | None:
     """An atom term's name (``A5:state`` -> 'state'), else None."""
     if term[:1] != b"A":
@@ -216,4 +212,4 @@ def pointer(term: bytes) -> bytes | None:
 
 __all__ = ["CHUNK", "Cell", "HeapError", "MAX_CELL_LINE", "SLICE_WORDS",
            "Scan", "atom_text", "cell", "pointer", "scan", "small_int",
-           "split_terms", "words"]
+           "split_terms"]

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from beam_probe.crashdump import answers
 from beam_probe.crashdump import fields as f
 from beam_probe.crashdump.process import DeadProcess, few
-from beam_probe.crashdump.reader import Dump, shell_path
+from beam_probe.crashdump.reader import Dump
+from beam_probe.files import shell_path
 
 if TYPE_CHECKING:
     from beam_probe.probes.results import CrashDumpOverview, DumpProcess
@@ -104,37 +105,39 @@ def _row(process: DeadProcess) -> DumpProcess:
             "initial_call": process.initial_call()}
 
 
+def _keep(top: list[tuple[int, int, int]], item: tuple[int, int, int]
+          ) -> None:
+    """Keep the TOP largest items in a heap."""
+    if len(top) < TOP:
+        heapq.heappush(top, item)
+    else:
+        heapq.heappushpop(top, item)
+
+
 def overview(dump: Dump) -> CrashDumpOverview:
     head = f.preamble(dump)
-    by_memory: list[tuple[int, int, Any]] = []
-    by_queue: list[tuple[int, int, Any]] = []
+    by_memory: list[tuple[int, int, int]] = []
+    by_queue: list[tuple[int, int, int]] = []
     count = 0
     for number, (queue, memory) in f.every_proc(
             dump, ("Message queue length", "Memory")):
         count += 1
         # Bounded heaps: a million processes keep TOP rows each (their
         # sections' numbers: made Sections once shown).
-        item = (memory, count, number)
-        if len(by_memory) < TOP:
-            heapq.heappush(by_memory, item)
-        else:
-            heapq.heappushpop(by_memory, item)
+        _keep(by_memory, (memory, count, number))
         if queue:
-            item = (queue, count, number)
-            if len(by_queue) < TOP:
-                heapq.heappush(by_queue, item)
-            else:
-                heapq.heappushpop(by_queue, item)
-    by_memory = [(v, c, dump.section_at(n)) for v, c, n in by_memory]
-    by_queue = [(v, c, dump.section_at(n)) for v, c, n in by_queue]
-    shown = sorted(by_memory, reverse=True) + sorted(by_queue, reverse=True)
-    owners = answers.table_owners(dump, TOP, "memory")
-    # One pass over the heaps for every row's and owner's dictionary.
-    found = few(dump, [s for _, _, s in shown] + owners)
-    top_memory = [_row(found[s.id]) for _, _, s in sorted(by_memory,
-                                                          reverse=True)]
-    top_queue = [_row(found[s.id]) for _, _, s in sorted(by_queue,
+            _keep(by_queue, (queue, count, number))
+    heaviest = [dump.section_at(n) for _, _, n in sorted(by_memory,
                                                          reverse=True)]
+    longest = [dump.section_at(n) for _, _, n in sorted(by_queue,
+                                                        reverse=True)]
+    tables = list(f.ets_tables(dump))
+    owners = answers.table_owners(dump, answers.largest_tables(
+        tables, TOP, "memory"))
+    # One pass over the heaps for every row's and owner's dictionary.
+    found = few(dump, heaviest + longest + owners)
+    top_memory = [_row(found[s.id]) for s in heaviest]
+    top_queue = [_row(found[s.id]) for s in longest]
     running = []
     for r in f.running(dump):
         at = dump.find("proc", r.pid)
@@ -142,8 +145,8 @@ def overview(dump: Dump) -> CrashDumpOverview:
         running.append({"scheduler": r.scheduler, "pid": r.pid,
                         "name": name, "state": r.state,
                         "current_function": r.function})
-    tables = answers.ets(dump, TOP, "memory", found) \
-        if dump.count("ets") else None
+    largest = answers.ets(dump, TOP, "memory", found, tables) \
+        if tables else None
     allocators = answers.alloc(dump) if dump.count("allocator") else None
     atoms, atom_limit = f.index_limit(dump, "atom_tab")
     ending = dump.ending
@@ -176,7 +179,7 @@ def overview(dump: Dump) -> CrashDumpOverview:
         "processes": {"count": count, "by_memory": top_memory,
                       "by_message_queue_len": top_queue},
         "running": running,
-        "ets": tables,
+        "ets": largest,
         "allocators": allocators,
         "counts": {"processes": count, "ports": dump.count("port"),
                    "atoms": atoms if atoms is not None and atoms >= 0

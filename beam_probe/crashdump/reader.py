@@ -125,14 +125,6 @@ def starts_as_dump(path: str) -> bool:
         os.close(fd)
 
 
-def shell_path(path: str) -> str:
-    """A dump's path as a command to paste takes it: quoted, and with a
-    './' where it has no '/' (so it is read as a file, not a node)."""
-    import shlex
-
-    return shlex.quote(path if "/" in path else "./" + path)
-
-
 class Dump:
     """An open crash dump. ``with Dump(path) as dump:``; every read after
     close raises ValueError (the map is gone)."""
@@ -324,8 +316,7 @@ class Dump:
         at = self._starts[i]
         # The body ends with its last line's newline, just before the
         # next section's "=".
-        end = self._starts[i + 1] if i + 1 < len(self._starts) \
-            else self.size
+        end = self.end_of(i)
         line_end = self.mm.find(b"\n", at, min(end, at + MAX_HEADER) + 1)
         if line_end < 0:
             line_end = min(end, at + MAX_HEADER)
@@ -449,11 +440,6 @@ class Dump:
         return self._whole
 
     @property
-    def section_count(self) -> int:
-        self._scan()
-        return len(self._starts)
-
-    @property
     def ending(self) -> str:
         """end (whole), abort (cut short by a limit) or truncated."""
         return self._end
@@ -495,4 +481,4 @@ class Dump:
 
 
 __all__ = ["Dump", "DumpError", "FORMAT", "MAX_SECTIONS", "Section",
-           "looks_like_dump", "shell_path", "starts_as_dump"]
+           "looks_like_dump", "starts_as_dump"]

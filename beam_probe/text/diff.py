@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from typing import Any
 
+from beam_probe.files import shell_path
 from beam_probe.text.syntax import Syntax
 from beam_probe.text.tables import human_bytes, table
 
@@ -65,9 +65,9 @@ def diff_text(result: dict[Any, Any], syntax: Syntax, look: bool = True) -> str:
                 else "") + f"{after['time']}"]
     if "suspects" in result:
         dump = after.get("crash_dump")
-        parts.append(_suspects(result["suspects"], shlex.quote(
-            dump if "/" in dump else "./" + dump) if dump else after["node"],
-            look, syntax, dead=bool(dump)))
+        parts.append(_suspects(result["suspects"], shell_path(dump)
+                               if dump else after["node"], look, syntax,
+                               dead=bool(dump)))
     rows = [(kind, human_bytes(before["memory"][kind] or 0),
              human_bytes(after["memory"][kind] or 0),
              _signed_bytes(result["change"]["memory"][kind]))

@@ -150,10 +150,9 @@ def _source(result: Any) -> str:
     """Where to look closer: the node, or the crash dump read."""
     crash = result.get("crash_dump")
     if crash:
-        import shlex
+        from beam_probe.files import shell_path
 
-        path = crash["file"]
-        return shlex.quote(path if "/" in path else "./" + path)
+        return shell_path(crash["file"])
     return str(result["node"])
 
 
