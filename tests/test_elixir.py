@@ -315,3 +315,17 @@ def test_a_dead_elixir_nodes_dump_reads_as_elixir(release, request,
     assert pinned["count"] == 20 and pinned["bytes"] == 2000
     assert pinned["referenced_bytes"] >= 20 * 65536
     assert pinned["path_elixir"].endswith("[_]")
+
+
+def test_serve_scrapes_an_elixir_node(elixir_node):
+    from test_serve import serve_env, serving
+
+    node = elixir_node
+    with serving("--target", node.node, env=serve_env(node.cookie)) as s:
+        vm = s.probe(node.node)
+        top = s.probe(node.node, module="top", n="20")
+    assert vm["beam_probe_up"] == 1 and vm["erlang_vm_processes"] > 40
+    assert top["beam_probe_up"] == 1
+    # Names as Erlang writes them, as JSON does: Elixir's modules are
+    # atoms named Elixir.*.
+    assert "Elixir." in " ".join(k for k in top if "process=" in k)

@@ -26,6 +26,7 @@ MAY_IMPORT = {
     "text": {"probes"},
     "checks": {"erldist", "node", "probes", "history", "text"},
     "crashdump": {"erldist", "probes", "snapshots"},
+    "exporter": {"erldist", "node", "probes"},
 }
 
 TOP_LEVEL = {"__init__.py", "__main__.py", "errors.py", "files.py"}

@@ -180,6 +180,7 @@ def _declared() -> dict[str, Callable[[], click.Command]]:
         declared.name: declared.click_command
         for declared in commands.DECLARED}
     makers["check"] = _check_command
+    makers["serve"] = _serve_command
     return makers
 
 
@@ -187,6 +188,13 @@ def _check_command() -> click.Command:
     from beam_probe.cli import check  # its thresholds and history: its own
 
     return check.click_command()
+
+
+def _serve_command() -> click.Command:
+    # prometheus_client is imported by serve alone, when it runs.
+    from beam_probe.cli import serve
+
+    return serve.click_command()
 
 
 def _terminate(signum: int, frame: Any) -> None:

@@ -882,7 +882,53 @@ class CrashDumpOverview(TypedDict):
     next: List[str]
 
 
-__all__ = ["AllocReport", "AllocType", "BinLeak", "Carriers", "CategoryStats",
+class AllocInstance(TypedDict):
+    """One instance of an allocator type, unsummed: per kind of carrier
+    (mbcs, mbcs_pool, sbcs) the eight counters of beam_probe_alloc's
+    types/1: blocks, blocks_max, block bytes, block bytes max, carriers,
+    carriers_max, carrier bytes, carrier bytes max."""
+
+    type: str
+    instance: int
+    mbcs: List[int]
+    mbcs_pool: List[int]
+    sbcs: List[int]
+
+
+class VmFigures(TypedDict):
+    """The exporter's default scrape of one node (probes/vm.py)."""
+
+    node: str
+    otp_release: str
+    erts_version: str
+    memory: Dict[str, int]            # erlang:memory()'s nine kinds
+    counts: Dict[str, Optional[int]]  # system_info counts; None: unknown
+    time_correction: bool
+    statistics: Dict[str, int]        # erlang:statistics/1's counters
+    dirty_cpu_run_queue: Optional[int]
+    dirty_io_run_queue: Optional[int]
+    dets_tables: int
+    allocators: List[AllocInstance]
+    allocator_types: List[AllocType]
+    verdict: Verdict
+    rss: Optional[int]
+    node_ms: float
+
+
+class TopProcesses(TypedDict):
+    """The exporter's `top` module: the N largest processes three ways,
+    and the largest binary holders as (pid, bytes, reductions)."""
+
+    node: str
+    scanned: int
+    memory: List[ValueRow]
+    binary_memory: List[ValueRow]
+    message_queue_len: List[ValueRow]
+    holders: List[Tuple[str, int, int]]
+    node_ms: float
+
+
+__all__ = ["AllocInstance", "AllocReport", "AllocType", "BinLeak", "Carriers", "CategoryStats",
            "CrashDumpOverview", "DumpProcess",
            "Change", "CheckNode", "CheckReport", "CheckValues",
            "Collection", "DeadRow", "DeltaRow", "Diff", "EtsReport",
@@ -892,5 +938,5 @@ __all__ = ["AllocReport", "AllocType", "BinLeak", "Carriers", "CategoryStats",
            "MemoryResult", "MsegCache", "NodeHealth", "Ping", "PlotData",
            "ProcCount", "ProcCountAllSummary", "ProcInfo", "ProcWindow",
            "ProcessRow", "RiseJson", "Sample", "SnapshotSummary",
-           "SnapshotTaken", "Suspects", "TraceHeader", "TraceSummary",
-           "ValueRow", "Verdict", "WatchSummary"]
+           "SnapshotTaken", "Suspects", "TopProcesses", "TraceHeader", "TraceSummary",
+           "ValueRow", "Verdict", "VmFigures", "WatchSummary"]

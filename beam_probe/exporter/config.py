@@ -1,0 +1,185 @@
+"""Which nodes the exporter may dial, and with what: the allow-list.
+
+Anyone who can reach the exporter can ask it to probe a target, and the
+exporter dials with a cookie, which is the node's whole password. So it
+dials only nodes an operator allowed: ``--target`` patterns, or the
+``[[target]]`` tables of a TOML file that also give each its cookie and
+TLS settings. A target is matched by its full name (``name@host``)
+against shell-style patterns (``rabbit@mq-*.example.com``), first match
+wins; one that matches none is refused before anything is looked up.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any, Mapping
+
+from beam_probe.errors import UsageError
+from beam_probe.node.address import (MAX_NODE_NAME, cookie_bytes,
+                                     read_cookie_file, resolve_tls)
+
+# A configuration of a thousand targets is a few tens of KB.
+MAX_CONFIG = 1 << 20
+MAX_RULES = 1000
+RULE_KEYS = frozenset(("match", "cookie", "cookie_file", "dist_port", "tls",
+                       "certfile", "keyfile", "cacertfile", "server_name",
+                       "ssl_dist_optfile", "cluster"))
+TOP_KEYS = frozenset(("listen", "timeout", "timeout_offset", "compat",
+                      "target"))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Targets matching ``pattern`` and how to reach them. ``cookie`` is
+    None where the default cookie (--cookie-file, the environment,
+    ~/.erlang.cookie) applies."""
+
+    pattern: str
+    cookie: bytes | None = field(default=None, repr=False)
+    dist_port: int | None = None
+    tls: Any = None
+    cluster: bool = False
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What serve runs with, from its options and its file."""
+
+    rules: tuple[Rule, ...]
+    listen: str = "127.0.0.1:9149"
+    timeout: float = 10.0
+    timeout_offset: float = 0.5
+    compat: bool = False
+
+    def rule_for(self, node: str) -> Rule | None:
+        for rule in self.rules:
+            if fnmatchcase(node, rule.pattern):
+                return rule
+        return None
+
+
+def check_pattern(pattern: str, source: str) -> str:
+    pattern = pattern.strip()
+    if not pattern or pattern.count("@") != 1 or pattern.startswith("@") \
+            or pattern.endswith("@") or len(pattern) > MAX_NODE_NAME:
+        raise UsageError(f"{source}: {pattern[:60]!r} is not a target "
+                         "pattern: name@host, with * and ? (rabbit@*, "
+                         "*@db-?.example.com)")
+    return pattern
+
+
+def _private(path: str, data_stat: os.stat_result) -> bool:
+    return not (data_stat.st_mode & (stat.S_IRWXG | stat.S_IRWXO))
+
+
+def read_file(path: str) -> dict[str, Any]:
+    """The TOML file at ``path``, parsed; one line for what is wrong."""
+    import importlib
+
+    try:
+        tomllib: Any = importlib.import_module("tomllib")
+    except ImportError:  # Python 3.10
+        try:
+            tomllib = importlib.import_module("tomli")
+        except ImportError:
+            raise UsageError("--config needs Python 3.11 or newer (or the "
+                             "tomli package)") from None
+    try:
+        with open(path, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise UsageError(f"--config {path}: not a regular file")
+            data = f.read(MAX_CONFIG + 1)
+    except OSError as exc:
+        raise UsageError(f"--config {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_CONFIG:
+        raise UsageError(f"--config {path}: over {MAX_CONFIG // 1024} KiB, "
+                         "not a configuration")
+    try:
+        parsed: dict[str, Any] = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UsageError(f"--config {path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"--config {path}: not TOML: {exc}") from None
+    parsed["__private__"] = _private(path, info)
+    return parsed
+
+
+def _get(table: Mapping[str, Any], key: str, kind: type | tuple[type, ...],
+         where: str) -> Any:
+    value = table.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, kind) or (kind is int and isinstance(value,
+                                                                  bool)):
+        raise UsageError(f"{where}: {key} has the wrong type "
+                         f"({type(value).__name__})")
+    return value
+
+
+def rule_from(table: Any, where: str, private: bool) -> Rule:
+    """One ``[[target]]`` table as a Rule."""
+    if not isinstance(table, dict):
+        raise UsageError(f"{where}: not a table")
+    unknown = sorted(set(table) - RULE_KEYS)
+    if unknown:
+        raise UsageError(f"{where}: unknown key {unknown[0]!r} (known: "
+                         f"{', '.join(sorted(RULE_KEYS))})")
+    pattern = _get(table, "match", str, where)
+    if pattern is None:
+        raise UsageError(f"{where}: no match = \"name@host\" pattern")
+    pattern = check_pattern(pattern, where)
+    cookie: bytes | None = None
+    if table.get("cookie") is not None:
+        if not private:
+            # As ssh treats a private key: a cookie in a file others can
+            # read is a cookie others have.
+            raise UsageError(f"{where}: the file holds a cookie and others "
+                             "can read it: chmod 600, or use cookie_file")
+        cookie = cookie_bytes(_get(table, "cookie", str, where),
+                              f"{where} cookie")
+    elif table.get("cookie_file") is not None:
+        cookie = read_cookie_file(_get(table, "cookie_file", str, where))
+    port = _get(table, "dist_port", int, where)
+    if port is not None and not 1 <= port <= 65535:
+        raise UsageError(f"{where}: dist_port {port} is not a port")
+    tls = resolve_tls(bool(_get(table, "tls", bool, where)),
+                      _get(table, "ssl_dist_optfile", str, where),
+                      certfile=_get(table, "certfile", str, where),
+                      keyfile=_get(table, "keyfile", str, where),
+                      cacertfile=_get(table, "cacertfile", str, where),
+                      server_name=_get(table, "server_name", str, where))
+    return Rule(pattern, cookie, port, tls,
+                bool(_get(table, "cluster", bool, where)))
+
+
+def settings_from(parsed: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """The file's top-level settings and its rules, by name."""
+    unknown = sorted(set(parsed) - TOP_KEYS - {"__private__"})
+    if unknown:
+        raise UsageError(f"--config {path}: unknown key {unknown[0]!r} "
+                         f"(known: {', '.join(sorted(TOP_KEYS))})")
+    tables = parsed.get("target", [])
+    if not isinstance(tables, list):
+        raise UsageError(f"--config {path}: target must be [[target]] "
+                         "tables")
+    if len(tables) > MAX_RULES:
+        raise UsageError(f"--config {path}: over {MAX_RULES} targets")
+    private = bool(parsed.get("__private__"))
+    out: dict[str, Any] = {
+        "rules": [rule_from(t, f"--config {path}, target {i + 1}", private)
+                  for i, t in enumerate(tables)]}
+    where = f"--config {path}"
+    for key, kind in (("listen", str), ("timeout", (int, float)),
+                      ("timeout_offset", (int, float)), ("compat", bool)):
+        value = _get(parsed, key, kind, where)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+__all__ = ["Rule", "Settings", "check_pattern", "read_file", "rule_from",
+           "settings_from"]

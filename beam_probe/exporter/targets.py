@@ -1,0 +1,298 @@
+"""One connection per target, kept across scrapes, and the scrapes on it.
+
+A target's connection stays open between scrapes (our reader thread
+answers the node's ticks), so a scrape costs one call, not a handshake.
+When it fails, the scrape says ``beam_probe_up 0`` and the connection is
+dropped; the next scrape dials again at once, and while dialling keeps
+failing, every scrape within the backoff answers ``up 0`` at once
+without dialling (a node that is down costs neither it nor us a thing).
+
+One scrape at a time runs on a connection: scrapes of a target that
+arrive while the same scrape is in flight share its answer; another
+module's scrape waits for its turn, within its own deadline. Every wait
+is bounded by the scrape's deadline (Prometheus' scrape timeout less an
+offset), so a slow node makes a late ``up 0``, never a hung scrape.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from beam_probe.errors import ProbeError
+from beam_probe.erldist.errors import ConnectionLost, ProtocolError, TimedOut
+from beam_probe.exporter.config import Rule
+from beam_probe.node.remote import Remote, attach
+from beam_probe.probes import vm as vm_probe
+from beam_probe.probes.results import NodeFailure, TopProcesses, VmFigures
+
+# Backoff after a failed dial: 1 s, doubling, at most this (a node back
+# after a restart is seen within one backoff of its return).
+BACKOFF_FIRST = 1.0
+BACKOFF_MOST = 16.0
+# Targets the exporter keeps state for (a connection, the holders' last
+# reductions); past it, the one scraped least recently is let go.
+MAX_TARGETS = 500
+# A target not scraped for this long is let go (its connection closed):
+# a target Prometheus no longer asks for holds nothing on the node.
+IDLE_CLOSE = 600.0
+# Whatever the deadline, a call is given at least this long.
+MIN_CALL = 0.05
+# Scrapes in a row that time out before the connection is dropped and
+# dialled afresh: a peer gone without a word (a host powered off, a
+# dropped route) leaves a connection that never fails by itself, and a
+# redial tells a slow node from a vanished one.
+TIMEOUTS_TO_REDIAL = 2
+
+MODULES = ("default", "top")
+
+
+@dataclass
+class Outcome:
+    """One scrape: whether the node answered, each node's figures (one,
+    or a cluster's), the idle-holder estimate per node for ``top``."""
+
+    up: bool
+    seconds: float = 0.0
+    error: str | None = None
+    vm: list[VmFigures | NodeFailure] = field(default_factory=list)
+    top: list[TopProcesses | NodeFailure] = field(default_factory=list)
+    idle: dict[str, tuple[int, int] | None] = field(default_factory=dict)
+    cluster: bool = False
+    shared: bool = False
+
+
+@dataclass
+class _Flight:
+    done: threading.Event = field(default_factory=threading.Event)
+    outcome: Outcome | None = None
+
+
+class Target:
+    """What the exporter keeps of one target between scrapes."""
+
+    def __init__(self, node: str, rule: Rule, cookie: bytes) -> None:
+        self.node = node
+        self.rule = rule
+        self.cookie = cookie
+        self.turn = threading.Lock()      # one scrape on the connection
+        self.remote: Remote | None = None
+        self.failures = 0
+        self.timeouts = 0
+        self.retry_at = 0.0
+        self.last_error = ""
+        self.flights: dict[tuple[str, bool, int], _Flight] = {}
+        # node -> {pid: reductions} of its largest binary holders at the
+        # last top scrape.
+        self.holders: dict[str, dict[str, int]] = {}
+        self.used = time.monotonic()
+
+    def close(self) -> None:
+        remote, self.remote = self.remote, None
+        if remote is not None:
+            remote.close()
+
+
+class Pool:
+    """The targets, their connections and their scrapes. ``dial`` makes a
+    Remote (attach, by default; tests hand in their own counting one)."""
+
+    def __init__(self, default_cookie: Callable[[], bytes],
+                 dial: Callable[..., Remote] = attach,
+                 jobs: int = 0) -> None:
+        self._default_cookie = default_cookie
+        self._dial = dial
+        self._jobs = jobs
+        self._lock = threading.Lock()
+        self._targets: dict[str, Target] = {}
+        # Told of each dial's result ("ok", "failed"): /metrics counts.
+        self.on_dial: Callable[[str], None] = lambda result: None
+
+    # -- what /metrics shows --------------------------------------------
+
+    def open_connections(self) -> int:
+        with self._lock:
+            return sum(1 for t in self._targets.values()
+                       if t.remote is not None)
+
+    def known_targets(self) -> int:
+        with self._lock:
+            return len(self._targets)
+
+    # -- scrapes ----------------------------------------------------------
+
+    def scrape(self, node: str, rule: Rule, module: str, cluster: bool,
+               n: int, deadline: float) -> Outcome:
+        """Scrape ``node`` (allowed by ``rule``) by ``module`` before
+        ``deadline`` (time.monotonic())."""
+        started = time.monotonic()
+        target = self._target(node, rule)
+        key = (module, cluster, n)
+        with self._lock:
+            flight = target.flights.get(key)
+            leader = flight is None
+            if flight is None:
+                flight = target.flights[key] = _Flight()
+        if not leader:
+            # The same scrape is in flight: its answer is ours too.
+            if flight.done.wait(max(0.0, deadline - time.monotonic())) \
+                    and flight.outcome is not None:
+                shared = Outcome(**{**flight.outcome.__dict__,
+                                    "shared": True})
+                shared.seconds = time.monotonic() - started
+                return shared
+            return self._down(started, f"no answer within the scrape's "
+                              f"{deadline - started:.1f} s (another scrape "
+                              "of this target was in flight)", cluster)
+        outcome: Outcome | None = None
+        try:
+            if not target.turn.acquire(
+                    timeout=max(0.0, deadline - time.monotonic())):
+                outcome = self._down(started, "another module's scrape of "
+                                     "this target took the whole scrape "
+                                     "timeout", cluster)
+            else:
+                try:
+                    outcome = self._run(target, module, cluster, n, deadline,
+                                        started)
+                finally:
+                    target.turn.release()
+            return outcome
+        finally:
+            with self._lock:
+                target.flights.pop(key, None)
+            flight.outcome = outcome
+            flight.done.set()
+
+    def _target(self, node: str, rule: Rule) -> Target:
+        let_go: list[Target] = []
+        now = time.monotonic()
+        with self._lock:
+            target = self._targets.get(node)
+            if target is None or target.rule is not rule:
+                if target is not None:
+                    let_go.append(target)
+                cookie = rule.cookie if rule.cookie is not None \
+                    else self._default_cookie()
+                target = self._targets[node] = Target(node, rule, cookie)
+            target.used = now
+            for name, other in list(self._targets.items()):
+                if other is not target and not other.flights and \
+                        now - other.used > IDLE_CLOSE:
+                    let_go.append(self._targets.pop(name))
+            while len(self._targets) > MAX_TARGETS:
+                name = min((n for n, t in self._targets.items()
+                            if t is not target and not t.flights),
+                           key=lambda n: self._targets[n].used)
+                let_go.append(self._targets.pop(name))
+        for other in let_go:
+            # Its turn is free once its last scrape is over; a scrape in
+            # flight on it closes nothing (it is not idle).
+            if other.turn.acquire(timeout=0):
+                try:
+                    other.close()
+                finally:
+                    other.turn.release()
+        return target
+
+    @staticmethod
+    def _down(started: float, error: str, cluster: bool) -> Outcome:
+        return Outcome(up=False, seconds=time.monotonic() - started,
+                       error=error, cluster=cluster)
+
+    def _connect(self, target: Target, deadline: float) -> Remote | str:
+        """The target's connection, dialled if need be; the reason when
+        there is none."""
+        if target.remote is not None:
+            return target.remote
+        now = time.monotonic()
+        if now < target.retry_at:
+            return (f"{target.last_error} (next dial in "
+                    f"{target.retry_at - now:.1f} s)")
+        seconds = max(MIN_CALL, deadline - now)
+        rule = target.rule
+        try:
+            target.remote = self._dial(target.node, target.cookie,
+                                       timeout=seconds,
+                                       connect_timeout=seconds,
+                                       dist_port=rule.dist_port,
+                                       tls=rule.tls)
+        except ProbeError as exc:
+            target.failures += 1
+            target.retry_at = time.monotonic() + min(
+                BACKOFF_MOST, BACKOFF_FIRST * 2 ** (target.failures - 1))
+            target.last_error = str(exc)
+            self.on_dial("failed")
+            return target.last_error
+        target.failures = 0
+        self.on_dial("ok")
+        return target.remote
+
+    def _run(self, target: Target, module: str, cluster: bool, n: int,
+             deadline: float, started: float) -> Outcome:
+        remote = self._connect(target, deadline)
+        if isinstance(remote, str):
+            return self._down(started, remote, cluster)
+        seconds = max(MIN_CALL, deadline - time.monotonic())
+        remote.timeout = seconds
+        outcome = Outcome(up=True, cluster=cluster)
+        try:
+            if module == "top":
+                found: list[TopProcesses | NodeFailure] = \
+                    vm_probe.top_cluster(remote, n, self._jobs,
+                                         timeout=seconds) \
+                    if cluster else [vm_probe.top(remote, n, self._jobs)]
+                outcome.top = found
+                outcome.idle = self._idle(target, found)
+            else:
+                outcome.vm = vm_probe.vm_cluster(remote, timeout=seconds) \
+                    if cluster else [vm_probe.vm(remote)]
+        except (ConnectionLost, ProtocolError) as exc:
+            # The connection is gone or cannot be trusted: the next scrape
+            # dials afresh.
+            target.close()
+            return self._down(started, str(exc), cluster)
+        except TimedOut as exc:
+            # A slow node: the connection stays (the node's guard ends
+            # the work past its deadline), unless it keeps timing out.
+            target.timeouts += 1
+            if target.timeouts >= TIMEOUTS_TO_REDIAL:
+                target.timeouts = 0
+                target.close()
+            return self._down(started, str(exc), cluster)
+        except ProbeError as exc:
+            return self._down(started, str(exc), cluster)
+        target.timeouts = 0
+        outcome.seconds = time.monotonic() - started
+        return outcome
+
+    @staticmethod
+    def _idle(target: Target, found: list[Any]
+              ) -> dict[str, tuple[int, int] | None]:
+        from beam_probe.exporter.families import idle_holders
+
+        out: dict[str, tuple[int, int] | None] = {}
+        for answer in found:
+            if "error" in answer:
+                continue
+            node = answer["node"]
+            out[node] = idle_holders(target.holders.get(node),
+                                     answer["holders"])
+            target.holders[node] = {pid: reductions for pid, _, reductions
+                                    in answer["holders"]}
+        # Bounded: the nodes of one cluster, at most.
+        for gone in set(target.holders) - {a["node"] for a in found}:
+            target.holders.pop(gone, None)
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            targets = list(self._targets.values())
+            self._targets.clear()
+        for target in targets:
+            target.close()
+
+
+__all__ = ["MODULES", "Outcome", "Pool", "Target"]

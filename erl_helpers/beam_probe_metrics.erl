@@ -1,0 +1,137 @@
+%% What `beam-probe serve` asks a node for, once per Prometheus scrape.
+%%
+%% Sent as text and run by the node's erl_eval under the rules at the top
+%% of beam_probe_lib.erl (stock modules only; the functions it needs from
+%% there and from beam_probe_alloc arrive as funs).
+%%
+%% vm/2 is the default scrape: counters and limits only, the figures
+%% prometheus.erl's VM collectors export. Nothing in it walks the
+%% processes, so its cost does not grow with their number; the part that
+%% grows with the schedulers is the allocator read (one instance per
+%% scheduler and allocator type), the same read `watch` makes.
+%%
+%% top/8 is the opt-in `module=top` scrape: one pass over the processes
+%% (pmap's slices) ranking them by memory, binary_memory and message
+%% queue length at once, as three proc-count runs would, plus the
+%% reductions of the largest binary holders, for the exporter's estimate
+%% of binary memory held by processes that do not run.
+-module(beam_probe_metrics).
+
+-export([vm/2, top/8]).
+
+-type vm() :: #{memory := [{atom(), non_neg_integer()}],
+                system := [{atom(), term()}],
+                statistics := [{atom(), term()}],
+                dets_tables := non_neg_integer(),
+                our_processes := non_neg_integer(),
+                our_ports := non_neg_integer(),
+                allocators := [map()],
+                rss := binary() | undefined,
+                scrape_us := non_neg_integer()}.
+
+%% The VM's figures. system_info items a node may not know (an old
+%% release, or logical_processors off Linux) answer 'unknown', which the
+%% exporter leaves out. DETS tables are counted from dets_registry, the
+%% DETS server's own table, only where the server runs: dets:all/0 would
+%% start it on a node that never used DETS (measured on OTP 25). Our
+%% own processes and our connection's port (guard/3 keeps them) are
+%% counted so the exporter can leave them out: they are not the node's.
+-spec vm(fun(), fun()) -> vm().
+vm(Types, Rss) ->
+    Started = erlang:monotonic_time(microsecond),
+    Info = fun(Item) ->
+                   try
+                       erlang:system_info(Item)
+                   catch
+                       error:badarg -> unknown
+                   end
+           end,
+    System = [{Item, Info(Item)}
+              || Item <- [process_count, process_limit, port_count,
+                          port_limit, atom_count, atom_limit, ets_count,
+                          ets_limit, schedulers, schedulers_online,
+                          dirty_cpu_schedulers, dirty_cpu_schedulers_online,
+                          dirty_io_schedulers, logical_processors,
+                          logical_processors_available,
+                          logical_processors_online, thread_pool_size,
+                          wordsize, time_correction, otp_release,
+                          version]],
+    {{input, Input}, {output, Output}} = erlang:statistics(io),
+    {Switches, _} = erlang:statistics(context_switches),
+    {Gcs, Words, _} = erlang:statistics(garbage_collection),
+    {Reductions, _} = erlang:statistics(reductions),
+    {Runtime, _} = erlang:statistics(runtime),
+    {Wall, _} = erlang:statistics(wall_clock),
+    Statistics = [{bytes_received, Input},
+                  {bytes_output, Output},
+                  {context_switches, Switches},
+                  {gcs, Gcs},
+                  {words_reclaimed, Words},
+                  {reductions, Reductions},
+                  {runtime_ms, Runtime},
+                  {wall_clock_ms, Wall},
+                  {run_queue, erlang:statistics(run_queue)},
+                  %% The normal run queues, then the dirty CPU and the
+                  %% dirty I/O queue.
+                  {run_queue_lengths, erlang:statistics(run_queue_lengths_all)}],
+    Dets = case ets:info(dets_registry, size) of
+               undefined -> 0;
+               Size -> Size
+           end,
+    Allocators = Types(true),
+    Ours = case erlang:get('$beam_probe_ours') of
+               undefined -> [erlang:self()];
+               List -> List
+           end,
+    #{memory => erlang:memory(),
+      system => System,
+      statistics => Statistics,
+      dets_tables => Dets,
+      our_processes => erlang:length(lists:filter(fun erlang:is_pid/1, Ours)),
+      our_ports => erlang:length(lists:filter(fun erlang:is_port/1, Ours)),
+      allocators => Allocators,
+      rss => Rss(),
+      scrape_us => erlang:monotonic_time(microsecond) - Started}.
+
+%% The N largest processes by memory, by binary_memory and by message
+%% queue length, from one pass in pmap's slices, each slice ranking its
+%% own (values/3 and top/2 are compiled calls per slice), described as
+%% proc-count describes its rows. Holders: the Holders largest binary
+%% holders with their reductions, by which the exporter tells from one
+%% scrape to the next which of them did not run.
+-spec top(pos_integer(), non_neg_integer(), non_neg_integer(), fun(), fun(),
+          fun(), fun(), fun()) ->
+          #{scanned := non_neg_integer(),
+            memory := beam_probe_lib:rows(),
+            binary_memory := beam_probe_lib:rows(),
+            message_queue_len := beam_probe_lib:rows(),
+            holders := [{non_neg_integer(), pid(), term()}],
+            scan_us := non_neg_integer()}.
+top(N, Holders, Jobs, Pmap, Values, Top, Describe, Others) ->
+    Started = erlang:monotonic_time(microsecond),
+    Pids = Others(),
+    Slices = Pmap(fun(Slice) ->
+                          Binary = Values(binary_memory, Slice, false),
+                          {Top(Values(memory, Slice, true), N),
+                           Top(Binary, N),
+                           Top(Values(message_queue_len, Slice, true), N),
+                           Top(Binary, Holders)}
+                  end,
+                  Pids,
+                  Jobs),
+    %% One element per slice (a few dozen): interpreted here, cheaply.
+    Memory = [M || {M, _, _, _} <- Slices],
+    Binaries = [B || {_, B, _, _} <- Slices],
+    Queues = [Q || {_, _, Q, _} <- Slices],
+    Held = [H || {_, _, _, H} <- Slices],
+    HeldTop = Top(lists:append(Held), Holders),
+    {HeldBytes, HeldPids} = lists:unzip(HeldTop),
+    Reductions = lists:zipwith(fun erlang:process_info/2, HeldPids,
+                               lists:duplicate(erlang:length(HeldPids),
+                                               reductions)),
+    #{scanned => erlang:length(Pids),
+      memory => Describe(Top(lists:append(Memory), N)),
+      binary_memory => Describe(Top(lists:append(Binaries), N)),
+      message_queue_len => Describe(Top(lists:append(Queues), N)),
+      holders => lists:zip3(HeldBytes, HeldPids, Reductions),
+      scan_us => erlang:monotonic_time(microsecond) - Started}.
