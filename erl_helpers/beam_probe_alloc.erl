@@ -9,7 +9,7 @@
 %% one instance per scheduler and type).
 -module(beam_probe_alloc).
 
--export([alloc/3, types/1, rss/0]).
+-export([alloc/3, types/0, rss/0]).
 
 %% Eight numbers per kind of carrier, summed over the type's instances:
 %% [Blocks, BlocksMax, BlockBytes, BlockBytesMax,
@@ -22,13 +22,6 @@
                      mbcs := counters(),
                      mbcs_pool := counters(),
                      sbcs := counters()}.
-%% One instance's figures, unsummed (the exporter's erlang_vm_allocators
-%% series are per instance, as prometheus.erl's are).
--type instance() :: #{type := atom(),
-                      instance := non_neg_integer(),
-                      mbcs := counters(),
-                      mbcs_pool := counters(),
-                      sbcs := counters()}.
 -type report() :: #{types := [figures()],
                     memory_total := non_neg_integer(),
                     rss := binary() | undefined,
@@ -41,10 +34,8 @@
 %% 'false' and is left out), literal_alloc included (recon_alloc leaves it
 %% out). Used and allocated come from the same read of each type, so used
 %% never exceeds allocated (recon_alloc reads them apart: recon#55).
-%% With PerInstance, each instance's figures rather than their sums: the
-%% same one read, so the exporter's series cost no more than alloc's.
--spec types(boolean()) -> [figures()] | [instance()].
-types(PerInstance) ->
+-spec types() -> [figures()].
+types() ->
     Current = fun({_, C}) -> C;
                  ({_, C, _, _}) -> C;
                  (_) -> 0
@@ -79,37 +70,24 @@ types(PerInstance) ->
                        Current(Size), Max(Size)]
               end,
     Add = fun(A, B) -> lists:zipwith(fun erlang:'+'/2, A, B) end,
-    Of = fun(Kind, Props) ->
-                 lists:foldl(Add, lists:duplicate(8, 0),
-                             [Section(S) || P <- Props,
-                                            {K, S} <- P,
-                                            K =:= Kind])
-         end,
     Fold = fun(Type, Instances) ->
                    Props = [P || {instance, _, P} <- Instances],
+                   Of = fun(Kind) ->
+                                lists:foldl(Add, lists:duplicate(8, 0),
+                                            [Section(S) || P <- Props,
+                                                           {K, S} <- P,
+                                                           K =:= Kind])
+                        end,
                    #{type => Type,
                      instances => erlang:length(Props),
-                     mbcs => Of(mbcs, Props),
-                     mbcs_pool => Of(mbcs_pool, Props),
-                     sbcs => Of(sbcs, Props)}
+                     mbcs => Of(mbcs),
+                     mbcs_pool => Of(mbcs_pool),
+                     sbcs => Of(sbcs)}
            end,
-    Each = fun(Type, Instances) ->
-                   [#{type => Type,
-                      instance => No,
-                      mbcs => Of(mbcs, [P]),
-                      mbcs_pool => Of(mbcs_pool, [P]),
-                      sbcs => Of(sbcs, [P])}
-                    || {instance, No, P} <- Instances]
-           end,
-    Read = [{Type, Instances}
-            || Type <- erlang:system_info(alloc_util_allocators),
-               Instances <- [erlang:system_info({allocator, Type})],
-               is_list(Instances)],
-    case PerInstance of
-        false -> [Fold(Type, Instances) || {Type, Instances} <- Read];
-        true -> lists:append([Each(Type, Instances)
-                              || {Type, Instances} <- Read])
-    end.
+    [Fold(Type, Instances)
+     || Type <- erlang:system_info(alloc_util_allocators),
+        Instances <- [erlang:system_info({allocator, Type})],
+        is_list(Instances)].
 
 %% The VmRSS line of the node's own /proc/self/status ("123456 kB"), read
 %% by prim_file (no file server involved); 'undefined' off Linux.
@@ -127,7 +105,7 @@ rss() ->
 
 %% The allocator report; with Raw, also every type's full
 %% system_info({allocator, Type}) and mseg_alloc's, as one compressed
-%% term_to_binary, for offline study. Types and Rss are types/1 and rss/0.
+%% term_to_binary, for offline study. Types and Rss are types/0 and rss/0.
 -spec alloc(boolean(), fun(), fun()) -> report().
 alloc(Raw, Types, Rss) ->
     %% mseg_alloc's segment cache: hits of all its calls, summed over its
@@ -153,7 +131,7 @@ alloc(Raw, Types, Rss) ->
                             || Type <- Named],
                            [{compressed, 6}])
                  end,
-    #{types => Types(false),
+    #{types => Types(),
       memory_total => erlang:memory(total),
       rss => Rss(),
       mseg_hits => lists:sum(Hits),

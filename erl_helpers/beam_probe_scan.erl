@@ -271,7 +271,7 @@ proc_info(Target, Resolve) ->
 %% process holds (each binary once: binary_distinct in values/3; recon's
 %% figure counted a binary per reference, and check printed 472.1 MiB on
 %% a node of 110.5 MiB of binaries) and the longest message queue; the allocators' figures, the
-%% node's RSS and its largest ETS table (beam_probe_alloc's types/1 and
+%% node's RSS and its largest ETS table (beam_probe_alloc's types/0 and
 %% rss/0 and beam_probe_ets's top_memory/0, passed as funs).
 -spec health(non_neg_integer(), fun(), fun(), fun(), fun(), fun(), fun()) ->
           #{memory := memory(),
@@ -302,6 +302,6 @@ health(Jobs, Pmap, Values, Others, Allocators, Rss, TopEts) ->
       atom_limit => erlang:system_info(atom_limit),
       top_binary_memory => lists:max([0 | Binaries]),
       max_queue => lists:max([0 | Queues]),
-      allocators => Allocators(false),
+      allocators => Allocators(),
       rss => Rss(),
       top_ets_memory => TopEts()}.

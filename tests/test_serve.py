@@ -661,3 +661,31 @@ def test_two_timeouts_in_a_row_redial(nodes):
             time.sleep(0.2)
         assert s.own()["beam_probe_exporter_dials_total{result=\"ok\"}"] == 2
         assert len(hidden_peers(node, node.cookie)) == 1
+
+
+def test_the_allocator_series_agree_with_alloc(nodes, otp):
+    from beam_probe.probes.alloc import alloc
+
+    node = nodes.start(otp)
+    with serving("--target", node.node, env=serve_env(node.cookie)) as s:
+        got = s.probe(node.node)
+    with attach(node.node, node.cookie.encode(), timeout=10) as remote:
+        report = alloc(remote)
+    types = {t["type"]: t for t in report["types"]}
+    for name, t in types.items():
+        instances = {k for k in got if k.startswith("erlang_vm_allocators{")
+                     and f'alloc="{name}"' in k
+                     and 'kind="mbcs"' in k and 'usage="carriers"' in k}
+        assert len(instances) == t["instances"], name
+    # Long-lived carriers do not move on an idle node: the same bytes.
+    for name in ("ll_alloc", "literal_alloc"):
+        if name in types:
+            assert got[f'beam_probe_allocator_allocated_bytes{{alloc="{name}"}}'
+                       ] == types[name]["allocated"], name
+    total = sum(v for k, v in got.items()
+                if k.startswith("beam_probe_allocator_allocated_bytes"))
+    assert abs(total - report["allocated"]) < 0.2 * report["allocated"]
+    per_instance = sum(v for k, v in got.items()
+                       if k.startswith("erlang_vm_allocators{")
+                       and 'usage="carriers_size"' in k)
+    assert per_instance == total

@@ -885,7 +885,7 @@ class CrashDumpOverview(TypedDict):
 class AllocInstance(TypedDict):
     """One instance of an allocator type, unsummed: per kind of carrier
     (mbcs, mbcs_pool, sbcs) the eight counters of beam_probe_alloc's
-    types/1: blocks, blocks_max, block bytes, block bytes max, carriers,
+    types/0: blocks, blocks_max, block bytes, block bytes max, carriers,
     carriers_max, carrier bytes, carrier bytes max."""
 
     type: str

@@ -27,8 +27,7 @@ if TYPE_CHECKING:
                                            TopProcesses, VmFigures)
 
 HELPER = "beam_probe_metrics"
-VM_LOCALS = (Local("types", "beam_probe_alloc"),
-             Local("rss", "beam_probe_alloc"))
+VM_LOCALS = (Local("rss", "beam_probe_alloc"),)
 TOP_LOCALS = (Local("pmap", LIB), Local("values", LIB), Local("top", LIB),
               Local("describe", LIB), Local("others", LIB))
 # The most rows per ranking: each row is a labelled series in Prometheus,
@@ -86,26 +85,77 @@ def _known(system: dict[str, Any], key: str) -> int | None:
     return Reply("beam_probe_metrics:vm's system", {key: value}).count(key)
 
 
-def _instances(raw: list[Any]) -> list[AllocInstance]:
+def _pair(item: Any, where: str) -> tuple[int, int]:
+    """A counter {Name, Current, Max} (the helper's trim) or {Name,
+    Current, LastMax, Max} (a block count): current and max."""
+    if not isinstance(item, tuple) or len(item) not in (2, 3, 4):
+        raise BadReply(f"{where}: {shown(item)} is not a counter")
+    numbers = Reply(where, {"current": item[1], "max": item[-1]})
+    return numbers.count("current"), numbers.count("max")
+
+
+def _counters(trimmed: Any, where: str) -> list[int]:
+    """One instance's kind of carrier as beam_probe_alloc's eight numbers:
+    blocks, their max, block bytes, their max, carriers, their max,
+    carrier bytes, their max; the blocks summed over the types they are
+    of (a pooled carrier may hold another type's)."""
+    if not isinstance(trimmed, list):
+        raise BadReply(f"{where} is {shown(trimmed)}, not a list")
+    out = [0] * 8
+    for item in trimmed:
+        if not isinstance(item, tuple) or not item:
+            raise BadReply(f"{where}: {shown(item)} is not a counter")
+        name = str(item[0])
+        if name == "carriers":
+            out[4], out[5] = _pair(item, where)
+        elif name == "carriers_size":
+            out[6], out[7] = _pair(item, where)
+        elif name == "blocks" and len(item) == 2 \
+                and isinstance(item[1], list):
+            for per_type in item[1]:
+                if not (isinstance(per_type, tuple) and len(per_type) == 2
+                        and isinstance(per_type[1], list)):
+                    raise BadReply(f"{where}: blocks {shown(per_type)}")
+                for counter in per_type[1]:
+                    kind = str(counter[0]) if isinstance(counter, tuple) \
+                        and counter else ""
+                    if kind in ("count", "size"):
+                        now, most = _pair(counter, where)
+                        at = 0 if kind == "count" else 2
+                        out[at] += now
+                        out[at + 1] += most
+    return out
+
+
+def _instances(raw: Reply) -> list[AllocInstance]:
+    """The helper's allocators (every type's instances in one list, with
+    how many are of each type) as one AllocInstance per instance."""
+    where = "beam_probe_metrics:vm's allocators"
+    types = raw.list("types")
+    counts = raw.counts("counts")
+    numbers = raw.counts("instances")
+    kinds = {key: raw.list(key) for key in CARRIER_KINDS}
+    if len(types) != len(counts) or sum(counts) != len(numbers) or any(
+            len(lists) != len(numbers) for lists in kinds.values()):
+        raise BadReply(f"{where}: its types, instances and carriers differ "
+                       "in number")
+    if not all(isinstance(kind, Atom) for kind in types):
+        raise BadReply(f"{where}: a type is not an allocator's name")
     out: list[AllocInstance] = []
-    for entry in raw:
-        figures = Reply("beam_probe_metrics:vm's allocators", entry)
-        kind = figures["type"]
-        if not isinstance(kind, Atom):
-            raise BadReply(f"an allocator's type is {shown(kind)}, not an "
-                           "allocator's name")
-        item: AllocInstance = {"type": str(kind),
-                               "instance": figures.count("instance"),
-                               "mbcs": figures.counts("mbcs", 8),
-                               "mbcs_pool": figures.counts("mbcs_pool", 8),
-                               "sbcs": figures.counts("sbcs", 8)}
-        out.append(item)
+    i = 0
+    for kind, count in zip(types, counts):
+        for _ in range(count):
+            out.append({"type": str(kind), "instance": numbers[i],
+                        "mbcs": _counters(kinds["mbcs"][i], where),
+                        "mbcs_pool": _counters(kinds["mbcs_pool"][i], where),
+                        "sbcs": _counters(kinds["sbcs"][i], where)})
+            i += 1
     return out
 
 
 def _types(instances: list[AllocInstance]) -> list[Any]:
-    """The per-type sums that beam_probe_alloc:types(false) gives, from
-    the instances: the verdict is alloc's, on the same figures."""
+    """The per-type sums that beam_probe_alloc:types/0 gives, from the
+    instances: the verdict is alloc's, on the same figures."""
     sums: dict[str, dict[str, Any]] = {}
     for item in instances:
         into = sums.setdefault(item["type"], {
@@ -134,7 +184,7 @@ def read_vm(node: str, reply: Reply) -> VmFigures:
     queues = Reply("beam_probe_metrics:vm's statistics",
                    stats).counts("run_queue_lengths")
     normal = counts["schedulers"] or 0
-    instances = _instances(reply.list("allocators"))
+    instances = _instances(reply.map("allocators"))
     types = allocator_types(_types(instances))
     allocated = sum(t["allocated"] for t in types)
     rss = rss_bytes(reply["rss"], "beam_probe_metrics:vm's rss")
