@@ -26,7 +26,7 @@ node. Stop with Ctrl-C or SIGTERM (exit 0)."""
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """HOST:PORT, [V6]:PORT or :PORT (every interface)."""
+    """HOST:PORT, [V6]:PORT or :PORT (every IPv4 interface)."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise UsageError(f"--listen {text!r}: expected HOST:PORT "
@@ -40,8 +40,9 @@ def parse_listen(text: str) -> tuple[str, int]:
 @click.option("--listen", metavar="HOST:PORT", default=None,
               help=f"Where to serve HTTP. [default: {DEFAULT_LISTEN}]")
 @click.option("--target", "patterns", multiple=True, metavar="PATTERN",
-              help="Allow nodes matching PATTERN (name@host, with * and ?); "
-                   "repeat for more. Nothing else is ever dialled.")
+              help="Allow nodes matching PATTERN (name@host, with * and ?; "
+                   "in the host, * stays within one label); repeat for more. "
+                   "Nothing else is ever dialled.")
 @click.option("--config", "config_path", metavar="FILE",
               help="A TOML file of [[target]] tables (match, cookie_file, "
                    "tls, ...) and settings; see the README.")
@@ -109,7 +110,8 @@ def serve(listen: str | None, patterns: tuple[str, ...],
             raise
         raise UsageError("serve needs prometheus_client: pip install "
                          "'beam-probe[serve]'") from None
-    pool = Pool(lambda: default_cookie or b"", jobs=given["jobs"])
+    pool = Pool(lambda: default_cookie or b"", jobs=given["jobs"],
+                dial_timeout=settings.timeout)
     exporter = Exporter(settings, pool, cluster=cluster, log=error_line)
     host, port = parse_listen(settings.listen)
     try:
@@ -140,16 +142,18 @@ def _settings(listen: str | None, patterns: tuple[str, ...],
     """The settings from the file, the options over them, and the default
     cookie where some target needs it."""
     from beam_probe.exporter.config import (Rule, Settings, check_pattern,
-                                            read_file, settings_from)
+                                            checked_tls, read_file,
+                                            settings_from)
     from beam_probe.node.address import resolve_cookie, resolve_tls
 
     from_file: dict[str, Any] = {"rules": []}
     if config_path:
         from_file = settings_from(read_file(config_path), config_path)
-    tls = resolve_tls(given["tls"], given["ssl_dist_optfile"],
-                      certfile=given["certfile"], keyfile=given["keyfile"],
-                      cacertfile=given["cacertfile"],
-                      server_name=given["tls_server_name"])
+    tls = checked_tls(resolve_tls(given["tls"], given["ssl_dist_optfile"],
+                                  certfile=given["certfile"],
+                                  keyfile=given["keyfile"],
+                                  cacertfile=given["cacertfile"],
+                                  server_name=given["tls_server_name"]))
     rules = [*from_file["rules"],
              *(Rule(check_pattern(p, "--target"), tls=tls)
                for p in patterns)]

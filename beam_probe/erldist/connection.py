@@ -214,6 +214,12 @@ class Connection:
         with self._lock:
             return self.session.new_ref()
 
+    @property
+    def alive(self) -> bool:
+        """Neither closed nor failed (the reader thread has seen nothing
+        end it)."""
+        return not self._closed and self._failure is None
+
     def hold(self, claim: "Claim | None") -> None:
         """Keep ``claim`` until the connection closes."""
         self._claim = claim

@@ -7,6 +7,12 @@ dials only nodes an operator allowed: ``--target`` patterns, or the
 TLS settings. A target is matched by its full name (``name@host``)
 against shell-style patterns (``rabbit@mq-*.example.com``), first match
 wins; one that matches none is refused before anything is looked up.
+
+The host is matched a label at a time, case aside (DNS's rule): a ``*``
+never crosses a dot, so ``rabbit@mq*`` allows ``rabbit@mq1`` and not
+``rabbit@mq.attacker.example``, which a plain glob over the whole name
+would let anyone who reaches the exporter point at their own EPMD, to
+read a digest of our cookie or relay it.
 """
 
 from __future__ import annotations
@@ -56,9 +62,22 @@ class Settings:
 
     def rule_for(self, node: str) -> Rule | None:
         for rule in self.rules:
-            if fnmatchcase(node, rule.pattern):
+            if matches(rule.pattern, node):
                 return rule
         return None
+
+
+def matches(pattern: str, node: str) -> bool:
+    """Whether ``node`` (name@host) is one ``pattern`` allows: the name
+    by a case-sensitive glob, the host label by label, case aside, so a
+    wildcard never spans a dot."""
+    alive, at, host = node.partition("@")
+    want_alive, _, want_host = pattern.partition("@")
+    if not at or not fnmatchcase(alive, want_alive):
+        return False
+    labels, wanted = host.lower().split("."), want_host.lower().split(".")
+    return len(labels) == len(wanted) and all(
+        fnmatchcase(label, want) for label, want in zip(labels, wanted))
 
 
 def check_pattern(pattern: str, source: str) -> str:
@@ -88,7 +107,9 @@ def read_file(path: str) -> dict[str, Any]:
             raise UsageError("--config needs Python 3.11 or newer (or the "
                              "tomli package)") from None
     try:
-        with open(path, "rb") as f:
+        # Not blocking: a FIFO is refused, not waited on.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
             info = os.fstat(f.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise UsageError(f"--config {path}: not a regular file")
@@ -146,14 +167,25 @@ def rule_from(table: Any, where: str, private: bool) -> Rule:
     port = _get(table, "dist_port", int, where)
     if port is not None and not 1 <= port <= 65535:
         raise UsageError(f"{where}: dist_port {port} is not a port")
-    tls = resolve_tls(bool(_get(table, "tls", bool, where)),
-                      _get(table, "ssl_dist_optfile", str, where),
-                      certfile=_get(table, "certfile", str, where),
-                      keyfile=_get(table, "keyfile", str, where),
-                      cacertfile=_get(table, "cacertfile", str, where),
-                      server_name=_get(table, "server_name", str, where))
+    tls = checked_tls(resolve_tls(
+        bool(_get(table, "tls", bool, where)),
+        _get(table, "ssl_dist_optfile", str, where),
+        certfile=_get(table, "certfile", str, where),
+        keyfile=_get(table, "keyfile", str, where),
+        cacertfile=_get(table, "cacertfile", str, where),
+        server_name=_get(table, "server_name", str, where)))
     return Rule(pattern, cookie, port, tls,
                 bool(_get(table, "cluster", bool, where)))
+
+
+def checked_tls(tls: Any) -> Any:
+    """TLS settings whose files load: a missing CA file is a line at start,
+    not an ``up 0`` at every scrape."""
+    if tls is not None:
+        from beam_probe.erldist.tls import make_context
+
+        make_context(tls)
+    return tls
 
 
 def settings_from(parsed: Mapping[str, Any], path: str) -> dict[str, Any]:
@@ -181,5 +213,5 @@ def settings_from(parsed: Mapping[str, Any], path: str) -> dict[str, Any]:
     return out
 
 
-__all__ = ["Rule", "Settings", "check_pattern", "read_file", "rule_from",
-           "settings_from"]
+__all__ = ["Rule", "Settings", "check_pattern", "checked_tls", "matches",
+           "read_file", "rule_from", "settings_from"]

@@ -69,6 +69,12 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "erlang_vm_wordsize_bytes": (GAUGE, "Size of a term word.", ()),
     "erlang_vm_time_correction": (
         GAUGE, "1 if time correction is enabled.", ()),
+    "erlang_vm_smp_support": (
+        GAUGE, "1 if the emulator has SMP support (always, since OTP 21).",
+        ()),
+    "erlang_vm_threads": (
+        GAUGE, "1 if the emulator has thread support (always, since OTP "
+        "21).", ()),
     "erlang_vm_statistics_bytes_output_total": (
         COUNTER, "Bytes output to ports.", ()),
     "erlang_vm_statistics_bytes_received_total": (
@@ -83,10 +89,15 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         COUNTER, "Bytes reclaimed by garbage collection.", ()),
     "erlang_vm_statistics_reductions_total": (
         COUNTER, "Reductions since the node started.", ()),
+    # In milliseconds, as prometheus.erl 6.x writes them under these names
+    # (its rename kept statistics/1's values): the same numbers as an
+    # in-node exporter's, for the same dashboards and alerts.
     "erlang_vm_statistics_runtime_seconds_total": (
-        COUNTER, "Run time of all the runtime's threads.", ()),
+        COUNTER, "Run time of all the runtime's threads, in milliseconds "
+        "despite the name, as prometheus.erl 6.x writes it.", ()),
     "erlang_vm_statistics_wallclock_time_seconds_total": (
-        COUNTER, "Wall-clock time since the node started.", ()),
+        COUNTER, "Wall-clock time since the node started, in milliseconds "
+        "despite the name, as prometheus.erl 6.x writes it.", ()),
     "erlang_vm_statistics_run_queues_length": (
         GAUGE, "Processes and ports ready to run on the normal run "
         "queues.", ()),
@@ -138,8 +149,9 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "the previous top scrape.", ()),
 }
 
-# The pre-6.0 names (--compat): new name -> old name, and whether the old
-# one was a counter without `_total` (written untyped).
+# The pre-6.0 names (--compat): new name -> old name. A counter whose old
+# name has no `_total` is written untyped under it, as a typed counter
+# always gets the suffix in the exposition.
 COMPAT: dict[str, str] = {
     "erlang_vm_memory_bytes": "erlang_vm_memory_bytes_total",
     "erlang_vm_memory_system_bytes": "erlang_vm_memory_system_bytes_total",
@@ -157,15 +169,12 @@ COMPAT: dict[str, str] = {
         "erlang_vm_statistics_garbage_collection_words_reclaimed",
     "erlang_vm_statistics_garbage_collection_bytes_reclaimed_total":
         "erlang_vm_statistics_garbage_collection_bytes_reclaimed",
-    "erlang_vm_statistics_run_queues_length":
-        "erlang_vm_statistics_run_queues_length_total",
-}
-# Old names whose values were in milliseconds where the new are seconds.
-COMPAT_MILLIS: dict[str, str] = {
     "erlang_vm_statistics_runtime_seconds_total":
         "erlang_vm_statistics_runtime_milliseconds",
     "erlang_vm_statistics_wallclock_time_seconds_total":
         "erlang_vm_statistics_wallclock_time_milliseconds",
+    "erlang_vm_statistics_run_queues_length":
+        "erlang_vm_statistics_run_queues_length_total",
 }
 
 VERDICTS = ("in_use", "fragmentation", "peak", "outside")
@@ -227,14 +236,9 @@ class Families:
     def add(self, name: str, value: float, labels: Sequence[str] = (),
             extra: Sequence[str] = ()) -> None:
         self._family(name).add_metric([*extra, *labels], value)
-        if self.compat:
-            old = COMPAT.get(name)
-            if old is not None:
-                self._family(old, name).add_metric([*extra, *labels], value)
-            old = COMPAT_MILLIS.get(name)
-            if old is not None:
-                self._family(old, name).add_metric([*extra, *labels],
-                                                   round(value * 1000))
+        old = COMPAT.get(name) if self.compat else None
+        if old is not None:
+            self._family(old, name).add_metric([*extra, *labels], value)
 
     def _family(self, name: str, spec_of: str | None = None) -> Any:
         family = self._families.get(name)
@@ -283,16 +287,17 @@ def vm_series(out: Families, figures: VmFigures,
         if value is not None:
             add(name, value)
     add("erlang_vm_time_correction", 1 if figures["time_correction"] else 0)
+    add("erlang_vm_smp_support", 1)
+    add("erlang_vm_threads", 1)
     stats = figures["statistics"]
     for name, key in STATISTICS:
         add(name, stats[key])
     wordsize = counts.get("wordsize") or 8
     add("erlang_vm_statistics_garbage_collection_bytes_reclaimed_total",
         stats["words_reclaimed"] * wordsize)
-    add("erlang_vm_statistics_runtime_seconds_total",
-        stats["runtime_ms"] / 1000)
+    add("erlang_vm_statistics_runtime_seconds_total", stats["runtime_ms"])
     add("erlang_vm_statistics_wallclock_time_seconds_total",
-        stats["wall_clock_ms"] / 1000)
+        stats["wall_clock_ms"])
     for name, key in (("erlang_vm_statistics_dirty_cpu_run_queue_length",
                        "dirty_cpu_run_queue"),
                       ("erlang_vm_statistics_dirty_io_run_queue_length",
@@ -323,10 +328,12 @@ def vm_series(out: Families, figures: VmFigures,
 
 
 def process_label(row: ValueRow) -> str:
-    """What names a process in a label: its registered name, its label,
-    else what started it; never its pid, which would make a series per
-    process that ever ranked."""
-    return row["name"] or row["label"] or row["initial_call"] or "unknown"
+    """What names a process in a label: its registered name, else what
+    started it (proc_lib's initial call where the node tells it). Never
+    its pid, nor the label a process gives itself (RabbitMQ's name a
+    connection by its peer's address and port): either would make a
+    series per process that ever ranked."""
+    return row["name"] or row["initial_call"] or "unknown"
 
 
 def top_series(out: Families, found: TopProcesses,

@@ -20,13 +20,14 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram,
                                PlatformCollector, ProcessCollector,
                                disable_created_metrics)
-from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.exposition import (choose_encoder, generate_latest,
+                                          gzip_accepted)
 
 from beam_probe import __version__
 from beam_probe.errors import ProbeError
@@ -40,9 +41,10 @@ from beam_probe.probes.vm import MAX_TOP
 # Connections served at once, a thread each (a scrape may hold its thread
 # for its whole timeout); one more is closed at once, unread.
 MAX_CONNECTIONS = 64
-# How long a connection may take to send its request: one that sends
-# nothing (or a byte a minute) gives its thread back after this.
-REQUEST_READ = 30.0
+# How long a connection may take to send its request line and headers,
+# in all: one that sends nothing, or a byte now and then, is closed then.
+# Prometheus sends its request at once.
+REQUEST_READ = 10.0
 # A query string of a target, a module and two flags is under 400 bytes.
 MAX_QUERY = 2048
 # Prometheus' header; blackbox_exporter takes 0.5 s off it for the reply
@@ -50,6 +52,10 @@ MAX_QUERY = 2048
 TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 MIN_TIMEOUT = 0.1
 DEFAULT_TOP = 10
+# The text format as Prometheus has read it since 2014, and prometheus.erl
+# before 6.0 wrote it (what choose_encoder gives when nothing else is
+# asked for).
+TEXT_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Own:
@@ -130,6 +136,11 @@ def exposition(outcome: Outcome, settings: Settings, node: str) -> Families:
     return out
 
 
+# Targets whose last state (up, or the reason for down) is kept to log
+# changes only; past it, the record starts afresh.
+MAX_LOGGED = 1000
+
+
 class Exporter:
     """What the handlers share: the settings, the pool, the own figures."""
 
@@ -142,6 +153,25 @@ class Exporter:
         self.log = log
         # Where it is served, once bound (--listen may give port 0).
         self.address = settings.listen
+        self._states: dict[str, bool] = {}
+        self._states_lock = threading.Lock()
+
+    def note(self, node: str, error: str | None) -> None:
+        """Log a target's change of state: down (with why), up again. One
+        line per change, not one per scrape of a node that stays down
+        (whose reason changes with each backoff)."""
+        up = error is None
+        with self._states_lock:
+            if len(self._states) >= MAX_LOGGED and node not in self._states:
+                self._states.clear()
+            before = self._states.get(node)
+            self._states[node] = up
+        if self.log is None or before == up:
+            return
+        if not up:
+            self.log(f"beam-probe: {node}: down: {error}")
+        elif before is not None:
+            self.log(f"beam-probe: {node}: up again")
 
     def deadline(self, header: str | None, started: float) -> float:
         """When a scrape must have answered: Prometheus' scrape timeout
@@ -203,9 +233,43 @@ class Handler(BaseHTTPRequestHandler):
     def _text(self, code: int, text: str) -> None:
         self._send(code, (text + "\n").encode(), "text/plain; charset=utf-8")
 
-    def _metrics(self, collector: Any) -> None:
-        encoder, content_type = choose_encoder(
-            self.headers.get("Accept", ""))
+    def setup(self) -> None:
+        super().setup()
+        # The whole request must arrive within REQUEST_READ (the socket's
+        # timeout bounds each read alone: a byte every few seconds would
+        # hold a thread for ever).
+        self._reading = threading.Timer(REQUEST_READ, self._too_slow)
+        self._reading.daemon = True
+        self._reading.start()
+
+    def _too_slow(self) -> None:
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        self._reading.cancel()
+        return parsed
+
+    def finish(self) -> None:
+        self._reading.cancel()
+        super().finish()
+
+    def _metrics(self, collector: Any, compat: bool = False) -> None:
+        # --compat: the text format always, as prometheus.erl before 6.0
+        # wrote: OpenMetrics cannot hold a counter (context_switches,
+        # written context_switches_total) and an untyped series of its
+        # old name (context_switches) at once.
+        encoder: Callable[..., bytes] = generate_latest
+        content_type = TEXT_0_0_4
+        if not compat:
+            try:
+                encoder, content_type = choose_encoder(
+                    self.headers.get("Accept", ""))
+            except (TypeError, ValueError):  # a malformed version
+                pass
         body = encoder(collector)
         headers = []
         if gzip_accepted(self.headers.get("Accept-Encoding", "")):
@@ -216,7 +280,11 @@ class Handler(BaseHTTPRequestHandler):
     # -- routes -----------------------------------------------------------
 
     def do_HEAD(self) -> None:
-        self.do_GET()
+        # A HEAD of /probe would dial and scrape for nothing.
+        if urlsplit(self.path).path == "/probe":
+            self._text(405, "GET /probe")
+        else:
+            self.do_GET()
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)
@@ -250,6 +318,11 @@ class Handler(BaseHTTPRequestHandler):
             n_text = _one(params, "n")
             if not target:
                 raise ValueError("no target: /probe?target=name@host")
+            if "@" not in target:
+                # A bare name is this host's, which may take a DNS lookup
+                # to name: before the allow-list, that is not for a
+                # request to make.
+                raise ValueError("target must be name@host")
             if module not in MODULES:
                 raise ValueError(f"no module {module[:40]!r} (modules: "
                                  f"{', '.join(MODULES)})")
@@ -279,10 +352,9 @@ class Handler(BaseHTTPRequestHandler):
         exporter.own.scrapes.labels(module,
                                     "up" if outcome.up else "down").inc()
         exporter.own.duration.labels(module).observe(outcome.seconds)
-        if not outcome.up and exporter.log is not None:
-            exporter.log(f"beam-probe: {node}: down: {outcome.error}")
+        exporter.note(node, None if outcome.up else outcome.error)
         self._metrics(_Families(exposition(outcome, exporter.settings,
-                                           node)))
+                                           node)), exporter.settings.compat)
 
 
 LANDING = """<!doctype html>
@@ -338,6 +410,22 @@ class BoundedServer(ThreadingHTTPServer):
     """A thread per connection, at most MAX_CONNECTIONS of them."""
 
     daemon_threads = True
+    # The listen backlog: socketserver's 5 let a burst of connections wait
+    # in the kernel, to be accepted a second later, out of order.
+    request_queue_size = 128
+    log: Any = None
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client gone before its answer (Prometheus past its timeout) is
+        # not news; anything else is one line, not a traceback.
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)) or \
+                self.log is None:
+            return
+        self.log(f"beam-probe: a request from {client_address[0]} failed: "
+                 f"{type(exc).__name__}: {exc}")
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
@@ -369,7 +457,9 @@ def make_server(exporter: Exporter, host: str, port: int
                 ) -> ThreadingHTTPServer:
     handler = type("BoundHandler", (Handler,), {"exporter": exporter})
     cls = BoundedServer6 if ":" in host else BoundedServer
-    return cls((host, port), handler)
+    server = cls((host, port), handler)
+    server.log = exporter.log
+    return server
 
 
 __all__ = ["Exporter", "Handler", "exposition", "landing", "make_server",

@@ -7,24 +7,26 @@ dropped; the next scrape dials again at once, and while dialling keeps
 failing, every scrape within the backoff answers ``up 0`` at once
 without dialling (a node that is down costs neither it nor us a thing).
 
-One scrape at a time runs on a connection: scrapes of a target that
-arrive while the same scrape is in flight share its answer; another
-module's scrape waits for its turn, within its own deadline. Every wait
-is bounded by the scrape's deadline (Prometheus' scrape timeout less an
-offset), so a slow node makes a late ``up 0``, never a hung scrape.
+The work of a scrape (dialling, the call) runs in a thread of its own,
+and the scrape waits for it until its deadline (Prometheus' scrape
+timeout less an offset) and not a moment more: a name that takes long to
+resolve, a node that is slow to answer or a cluster member that does not,
+make a late ``up 0``, never a late answer. One piece of work runs on a
+connection at a time, holding the target's turn until it ends; scrapes
+that arrive meanwhile for the same thing share its answer.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from beam_probe.errors import ProbeError
 from beam_probe.erldist.errors import ConnectionLost, ProtocolError, TimedOut
 from beam_probe.exporter.config import Rule
-from beam_probe.node.remote import Remote, attach
+from beam_probe.node.remote import GUARD_MARGIN, Remote, attach
 from beam_probe.probes import vm as vm_probe
 from beam_probe.probes.results import NodeFailure, TopProcesses, VmFigures
 
@@ -36,14 +38,17 @@ BACKOFF_MOST = 16.0
 # reductions); past it, the one scraped least recently is let go.
 MAX_TARGETS = 500
 # A target not scraped for this long is let go (its connection closed):
-# a target Prometheus no longer asks for holds nothing on the node.
+# a target Prometheus no longer asks for holds nothing on the node. The
+# sweep runs this often, scrapes or not.
 IDLE_CLOSE = 600.0
+SWEEP_EVERY = 30.0
 # Whatever the deadline, a call is given at least this long.
 MIN_CALL = 0.05
-# Scrapes in a row that time out before the connection is dropped and
-# dialled afresh: a peer gone without a word (a host powered off, a
-# dropped route) leaves a connection that never fails by itself, and a
-# redial tells a slow node from a vanished one.
+# Default-module scrapes in a row that time out before the connection is
+# dropped and dialled afresh: a peer gone without a word (a host powered
+# off, a dropped route) leaves a connection that never fails by itself.
+# The top module's timeouts do not count: on a large node it may simply
+# be slow.
 TIMEOUTS_TO_REDIAL = 2
 
 MODULES = ("default", "top")
@@ -66,6 +71,7 @@ class Outcome:
 
 @dataclass
 class _Flight:
+    started: float
     done: threading.Event = field(default_factory=threading.Event)
     outcome: Outcome | None = None
 
@@ -77,7 +83,7 @@ class Target:
         self.node = node
         self.rule = rule
         self.cookie = cookie
-        self.turn = threading.Lock()      # one scrape on the connection
+        self.turn = threading.Lock()      # one piece of work at a time
         self.remote: Remote | None = None
         self.failures = 0
         self.timeouts = 0
@@ -89,6 +95,10 @@ class Target:
         self.holders: dict[str, dict[str, int]] = {}
         self.used = time.monotonic()
 
+    def alive(self) -> bool:
+        remote = self.remote
+        return remote is not None and remote.conn.alive
+
     def close(self) -> None:
         remote, self.remote = self.remote, None
         if remote is not None:
@@ -97,16 +107,21 @@ class Target:
 
 class Pool:
     """The targets, their connections and their scrapes. ``dial`` makes a
-    Remote (attach, by default; tests hand in their own counting one)."""
+    Remote (attach, by default); ``dial_timeout`` bounds a dial, which may
+    outlast the scrape that began it (the next scrape then finds the
+    connection made)."""
 
     def __init__(self, default_cookie: Callable[[], bytes],
-                 dial: Callable[..., Remote] = attach,
-                 jobs: int = 0) -> None:
+                 dial: Callable[..., Remote] = attach, jobs: int = 0,
+                 dial_timeout: float = 10.0) -> None:
         self._default_cookie = default_cookie
         self._dial = dial
         self._jobs = jobs
+        self._dial_timeout = dial_timeout
         self._lock = threading.Lock()
         self._targets: dict[str, Target] = {}
+        self._closed = threading.Event()
+        self._sweeper: threading.Thread | None = None
         # Told of each dial's result ("ok", "failed"): /metrics counts.
         self.on_dial: Callable[[str], None] = lambda result: None
 
@@ -114,8 +129,7 @@ class Pool:
 
     def open_connections(self) -> int:
         with self._lock:
-            return sum(1 for t in self._targets.values()
-                       if t.remote is not None)
+            return sum(1 for t in self._targets.values() if t.alive())
 
     def known_targets(self) -> int:
         with self._lock:
@@ -125,41 +139,45 @@ class Pool:
 
     def scrape(self, node: str, rule: Rule, module: str, cluster: bool,
                n: int, deadline: float) -> Outcome:
-        """Scrape ``node`` (allowed by ``rule``) by ``module`` before
-        ``deadline`` (time.monotonic())."""
+        """Scrape ``node`` (allowed by ``rule``) by ``module``; the answer
+        comes by ``deadline`` (time.monotonic()), ``up 0`` if the work is
+        not done by then."""
         started = time.monotonic()
         target = self._target(node, rule)
         key = (module, cluster, n)
         with self._lock:
             flight = target.flights.get(key)
-            leader = flight is None
+            shared = flight is not None
             if flight is None:
-                flight = target.flights[key] = _Flight()
-        if not leader:
-            # The same scrape is in flight: its answer is ours too.
-            if flight.done.wait(max(0.0, deadline - time.monotonic())) \
-                    and flight.outcome is not None:
-                shared = Outcome(**{**flight.outcome.__dict__,
-                                    "shared": True})
-                shared.seconds = time.monotonic() - started
-                return shared
-            return self._down(started, f"no answer within the scrape's "
-                              f"{deadline - started:.1f} s (another scrape "
-                              "of this target was in flight)", cluster)
+                flight = target.flights[key] = _Flight(started)
+                threading.Thread(
+                    target=self._fly, args=(target, key, flight, deadline),
+                    name="beam-probe-scrape", daemon=True).start()
+        if flight.done.wait(max(0.0, deadline - time.monotonic())) \
+                and flight.outcome is not None:
+            return replace(flight.outcome, shared=shared,
+                           seconds=time.monotonic() - started)
+        return self._down(started, f"no answer within the scrape's "
+                          f"{deadline - started:.1f} s", cluster)
+
+    def _fly(self, target: Target, key: tuple[str, bool, int],
+             flight: _Flight, deadline: float) -> None:
+        module, cluster, n = key
         outcome: Outcome | None = None
         try:
             if not target.turn.acquire(
                     timeout=max(0.0, deadline - time.monotonic())):
-                outcome = self._down(started, "another module's scrape of "
-                                     "this target took the whole scrape "
-                                     "timeout", cluster)
+                outcome = self._down(flight.started, "the previous scrape of "
+                                     "this target is still running", cluster)
             else:
                 try:
                     outcome = self._run(target, module, cluster, n, deadline,
-                                        started)
+                                        flight.started)
                 finally:
                     target.turn.release()
-            return outcome
+        except Exception as exc:  # a bug of ours: still an answer
+            outcome = self._down(flight.started, f"internal error: "
+                                 f"{type(exc).__name__}: {exc}", cluster)
         finally:
             with self._lock:
                 target.flights.pop(key, None)
@@ -167,9 +185,14 @@ class Pool:
             flight.done.set()
 
     def _target(self, node: str, rule: Rule) -> Target:
-        let_go: list[Target] = []
         now = time.monotonic()
         with self._lock:
+            if self._sweeper is None:
+                self._sweeper = threading.Thread(
+                    target=self._sweep_forever, name="beam-probe-sweep",
+                    daemon=True)
+                self._sweeper.start()
+            let_go: list[Target] = []
             target = self._targets.get(node)
             if target is None or target.rule is not rule:
                 if target is not None:
@@ -178,45 +201,63 @@ class Pool:
                     else self._default_cookie()
                 target = self._targets[node] = Target(node, rule, cookie)
             target.used = now
-            for name, other in list(self._targets.items()):
-                if other is not target and not other.flights and \
-                        now - other.used > IDLE_CLOSE:
-                    let_go.append(self._targets.pop(name))
             while len(self._targets) > MAX_TARGETS:
                 name = min((n for n, t in self._targets.items()
-                            if t is not target and not t.flights),
+                            if t is not target),
                            key=lambda n: self._targets[n].used)
                 let_go.append(self._targets.pop(name))
-        for other in let_go:
-            # Its turn is free once its last scrape is over; a scrape in
-            # flight on it closes nothing (it is not idle).
-            if other.turn.acquire(timeout=0):
-                try:
-                    other.close()
-                finally:
-                    other.turn.release()
+        self._let_go(let_go)
         return target
+
+    def _sweep_forever(self) -> None:
+        while not self._closed.wait(SWEEP_EVERY):
+            self.sweep()
+
+    def sweep(self, now: float | None = None) -> None:
+        """Let go of the targets not scraped for IDLE_CLOSE."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            idle = [name for name, t in self._targets.items()
+                    if not t.flights and now - t.used > IDLE_CLOSE]
+            let_go = [self._targets.pop(name) for name in idle]
+        self._let_go(let_go)
+
+    @staticmethod
+    def _let_go(targets: list[Target]) -> None:
+        for target in targets:
+            # Closed once its last piece of work is over: that work's own
+            # thread finds its Target gone from the pool and closes it.
+            if target.turn.acquire(timeout=0):
+                try:
+                    target.close()
+                finally:
+                    target.turn.release()
+            else:
+                threading.Thread(target=_close_when_free, args=(target,),
+                                 daemon=True).start()
 
     @staticmethod
     def _down(started: float, error: str, cluster: bool) -> Outcome:
         return Outcome(up=False, seconds=time.monotonic() - started,
                        error=error, cluster=cluster)
 
-    def _connect(self, target: Target, deadline: float) -> Remote | str:
+    def _connect(self, target: Target) -> Remote | str:
         """The target's connection, dialled if need be; the reason when
         there is none."""
+        if target.remote is not None and not target.remote.conn.alive:
+            # The node went (a restart): dial now, no backoff.
+            target.close()
         if target.remote is not None:
             return target.remote
         now = time.monotonic()
         if now < target.retry_at:
             return (f"{target.last_error} (next dial in "
                     f"{target.retry_at - now:.1f} s)")
-        seconds = max(MIN_CALL, deadline - now)
         rule = target.rule
         try:
             target.remote = self._dial(target.node, target.cookie,
-                                       timeout=seconds,
-                                       connect_timeout=seconds,
+                                       timeout=self._dial_timeout,
+                                       connect_timeout=self._dial_timeout,
                                        dist_port=rule.dist_port,
                                        tls=rule.tls)
         except ProbeError as exc:
@@ -232,22 +273,21 @@ class Pool:
 
     def _run(self, target: Target, module: str, cluster: bool, n: int,
              deadline: float, started: float) -> Outcome:
-        remote = self._connect(target, deadline)
+        remote = self._connect(target)
         if isinstance(remote, str):
             return self._down(started, remote, cluster)
-        seconds = max(MIN_CALL, deadline - time.monotonic())
-        remote.timeout = seconds
+        remote.timeout = max(MIN_CALL, deadline - time.monotonic())
         outcome = Outcome(up=True, cluster=cluster)
         try:
             if module == "top":
                 found: list[TopProcesses | NodeFailure] = \
                     vm_probe.top_cluster(remote, n, self._jobs,
-                                         timeout=seconds) \
+                                         deadline=deadline) \
                     if cluster else [vm_probe.top(remote, n, self._jobs)]
                 outcome.top = found
                 outcome.idle = self._idle(target, found)
             else:
-                outcome.vm = vm_probe.vm_cluster(remote, timeout=seconds) \
+                outcome.vm = vm_probe.vm_cluster(remote, deadline=deadline) \
                     if cluster else [vm_probe.vm(remote)]
         except (ConnectionLost, ProtocolError) as exc:
             # The connection is gone or cannot be trusted: the next scrape
@@ -255,16 +295,21 @@ class Pool:
             target.close()
             return self._down(started, str(exc), cluster)
         except TimedOut as exc:
-            # A slow node: the connection stays (the node's guard ends
-            # the work past its deadline), unless it keeps timing out.
-            target.timeouts += 1
-            if target.timeouts >= TIMEOUTS_TO_REDIAL:
-                target.timeouts = 0
-                target.close()
+            if module == "default":
+                target.timeouts += 1
+                if target.timeouts >= TIMEOUTS_TO_REDIAL:
+                    target.timeouts = 0
+                    target.close()
+            if target.remote is not None:
+                # The node's guard ends the abandoned work within this
+                # margin of its deadline: the turn is kept until then, so
+                # two passes of ours never overlap on the node.
+                time.sleep(GUARD_MARGIN)
             return self._down(started, str(exc), cluster)
         except ProbeError as exc:
             return self._down(started, str(exc), cluster)
-        target.timeouts = 0
+        if module == "default":
+            target.timeouts = 0
         outcome.seconds = time.monotonic() - started
         return outcome
 
@@ -282,17 +327,23 @@ class Pool:
                                      answer["holders"])
             target.holders[node] = {pid: reductions for pid, _, reductions
                                     in answer["holders"]}
-        # Bounded: the nodes of one cluster, at most.
+        # Bounded: the nodes of this scrape, at most.
         for gone in set(target.holders) - {a["node"] for a in found}:
             target.holders.pop(gone, None)
         return out
 
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
             targets = list(self._targets.values())
             self._targets.clear()
         for target in targets:
             target.close()
+
+
+def _close_when_free(target: Target) -> None:
+    with target.turn:
+        target.close()
 
 
 __all__ = ["MODULES", "Outcome", "Pool", "Target"]

@@ -12,6 +12,7 @@ ranking it three ways, the cost of a proc-count run reading three items.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence, TYPE_CHECKING
 
 from beam_probe.erldist.terms import Atom, Pid
@@ -37,6 +38,10 @@ MAX_TOP = 20
 # estimate: the largest ones hold the bytes that matter, and the exporter
 # keeps this many pids per target between scrapes (a few hundred KB).
 HOLDERS = 1000
+MIN_HOLDERS = 50
+# The share of what is left of a cluster scrape's time that the entry
+# keeps for itself: each member gets the rest.
+FAN_MARGIN = 0.2
 
 MEMORY_KEYS = ("total", "processes", "processes_used", "system", "atom",
                "atom_used", "binary", "code", "ets")
@@ -66,15 +71,27 @@ def vm(remote: Remote) -> VmFigures:
     return read_vm(remote.node, remote.ask(HELPER, "vm", *VM_LOCALS))
 
 
+def _fan_limits(remote: Remote, deadline: float | None
+                ) -> tuple[float, float | None]:
+    """Each node's limit and the whole fan-out's wait, by ``deadline``
+    (time.monotonic()) once the members are known: a slow member is its
+    failure row, in time, rather than the whole answer late."""
+    if deadline is None:
+        return remote.timeout, None
+    left = max(0.05, deadline - time.monotonic())
+    return max(0.05, left - FAN_MARGIN * left), left
+
+
 def vm_cluster(remote: Remote, nodes: Sequence[str] | None = None,
                include_hidden: bool = False,
-               timeout: float | None = None) -> list[VmFigures | NodeFailure]:
+               deadline: float | None = None
+               ) -> list[VmFigures | NodeFailure]:
     """The default scrape of every node of the entry's cluster, in one
     fan-out through it; a node that did not answer is its failure."""
     chosen, connected = cluster.members(remote, nodes, include_hidden)
+    timeout, wait = _fan_limits(remote, deadline)
     return cluster.fan(remote, chosen, HELPER, "vm", VM_LOCALS, read_vm,
-                       remote.timeout if timeout is None else timeout,
-                       connected)
+                       timeout, connected, wait)
 
 
 def _known(system: dict[str, Any], key: str) -> int | None:
@@ -234,15 +251,20 @@ def top(remote: Remote, n: int, jobs: int = 0) -> TopProcesses:
 def top_cluster(remote: Remote, n: int, jobs: int = 0,
                 nodes: Sequence[str] | None = None,
                 include_hidden: bool = False,
-                timeout: float | None = None
+                deadline: float | None = None
                 ) -> list[TopProcesses | NodeFailure]:
+    """top on every node of the entry's cluster; the holders each node
+    reports shrink with their number, so what is kept of them between
+    scrapes stays about HOLDERS pids whatever the cluster's size."""
     check_top(n)
     check_jobs(jobs)
     chosen, connected = cluster.members(remote, nodes, include_hidden)
+    cluster.check_rows(n, len(chosen))
+    holders = max(MIN_HOLDERS, HOLDERS // max(1, len(chosen)))
+    timeout, wait = _fan_limits(remote, deadline)
     return cluster.fan(remote, chosen, HELPER, "top",
-                       (n, HOLDERS, jobs, *TOP_LOCALS), read_top,
-                       remote.timeout if timeout is None else timeout,
-                       connected)
+                       (n, holders, jobs, *TOP_LOCALS), read_top, timeout,
+                       connected, wait)
 
 
 def read_top(node: str, reply: Reply) -> TopProcesses:
