@@ -7,8 +7,9 @@
 2. TARGETS nodes (default 20) each scraped every second over HTTP for
    SECONDS (default 600), as Prometheus would, through one `serve`:
    p50 and p99 of the scrape latency, failed scrapes, and the exporter's
-   RSS after the first 10 s against at the end (flat: nothing grows with
-   the number of scrapes).
+   RSS each minute (flat: nothing grows with the number of scrapes).
+   Beside it, the same with one target alone for 30 s: the latency
+   without 20 nodes contending for the machine's cores.
 
 Medians throughout. Run:
     python tests/bench_serve.py [--sizes 0,100000] [--targets 20]
@@ -28,24 +29,14 @@ import threading
 import time
 import urllib.request
 
-from benchlib import start_node
+from benchlib import loaded_node, start_node
 
-from beam_probe.erldist.terms import Atom
-from beam_probe.node.remote import ReplyLimits, attach
 from beam_probe.probes.vm import HELPER, VM_LOCALS
 from beam_probe.probes.watch import sample_node
 
 
 def node_cost(size: int, runs: int) -> float:
-    bulk = ReplyLimits(max_bytes=1 << 30, max_items=50_000_000)
-    with start_node(args=("+P", "2000000")) as node, \
-            attach(node.node, node.cookie.encode(), timeout=300,
-                   limits=bulk) as remote:
-        if size:
-            remote.call("beam_probe_workload", "start", [0, 0, size],
-                        timeout=300)
-        count = remote.call("erlang", "system_info",
-                            [Atom("process_count")])
+    with loaded_node(size) as (_node, remote, count):
         sample_node(remote)
         remote.ask(HELPER, "vm", *VM_LOCALS)
         watch_ms, serve_ms, watch_rt, serve_rt = [], [], [], []
@@ -67,11 +58,13 @@ def node_cost(size: int, runs: int) -> float:
         return ratio
 
 
-def rss_of(pid: int) -> int:
+def rss_of(pid: int, key: str = "VmRSS:") -> int:
+    """The process's resident bytes (or, with key "Threads:", threads)."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
+            if line.startswith(key):
+                value = int(line.split()[1])
+                return value * 1024 if key == "VmRSS:" else value
     return 0
 
 
@@ -91,57 +84,60 @@ def many_targets(targets: int, seconds: float) -> None:
         line = serve.stderr.readline()
         url = re.search(r"(http://\S+/)", line).group(1)
         threading.Thread(target=serve.stderr.read, daemon=True).start()
-        latencies: list[float] = []
-        failures = [0]
-        start = time.monotonic() + 1
-        end = start + seconds
-        rss_early: list[int] = []
-
-        def scraper(node: str) -> None:
-            k = 0
-            while True:
-                slot = start + k
-                if slot >= end:
-                    return
-                time.sleep(max(0.0, slot - time.monotonic()))
-                began = time.monotonic()
-                try:
-                    with urllib.request.urlopen(
-                            f"{url}probe?target={node}", timeout=10) as r:
-                        body = r.read()
-                    if b"beam_probe_up 1" not in body:
-                        failures[0] += 1
-                except OSError:
-                    failures[0] += 1
-                latencies.append(time.monotonic() - began)
-                k += 1
-
-        threads = [threading.Thread(target=scraper, args=(n.node,))
-                   for n in nodes]
-        for t in threads:
-            t.start()
-        time.sleep(min(10.0, seconds / 2) + 1)
-        rss_early.append(rss_of(serve.pid))
-        cpu_early = _cpu(serve.pid)
-        early_at = time.monotonic()
-        for t in threads:
-            t.join()
-        rss_end = rss_of(serve.pid)
-        cpu = (_cpu(serve.pid) - cpu_early) / (time.monotonic() - early_at)
+        for chosen, seconds_now in ((nodes[:1], min(30.0, seconds)),
+                                    (nodes, seconds)):
+            _scrape_all(url, [n.node for n in chosen], seconds_now,
+                        serve.pid)
         serve.send_signal(signal.SIGTERM)
         serve.wait(20)
-        ordered = sorted(latencies)
-        p50 = ordered[len(ordered) // 2]
-        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-        print(f"{targets} targets every second for {seconds:g} s: "
-              f"{len(latencies)} scrapes, {failures[0]} failed; latency "
-              f"p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms; exporter "
-              f"RSS {rss_early[0] / 2**20:.1f} MiB after 10 s, "
-              f"{rss_end / 2**20:.1f} MiB at the end; its CPU "
-              f"{cpu * 100:.1f}% of one core")
     finally:
         for node in nodes:
             node.__exit__(None, None, None)
+
+
+def _scrape_all(url: str, targets: list[str], seconds: float,
+                pid: int) -> None:
+    """Each target every second for ``seconds``, one thread each."""
+    latencies: list[float] = []
+    failures = [0]
+    start = time.monotonic() + 1
+    end = start + seconds
+
+    def scraper(node: str) -> None:
+        k = 0
+        while start + k < end:
+            time.sleep(max(0.0, start + k - time.monotonic()))
+            began = time.monotonic()
+            try:
+                with urllib.request.urlopen(f"{url}probe?target={node}",
+                                            timeout=10) as r:
+                    if b"beam_probe_up 1" not in r.read():
+                        failures[0] += 1
+            except OSError:
+                failures[0] += 1
+            latencies.append(time.monotonic() - began)
+            k += 1
+
+    threads = [threading.Thread(target=scraper, args=(n,)) for n in targets]
+    for t in threads:
+        t.start()
+    rss_mib, cpu_at = [], (_cpu(pid), time.monotonic())
+    threads_seen = []
+    while any(t.is_alive() for t in threads):
+        time.sleep(min(60.0, max(1.0, seconds / 10)))
+        rss_mib.append(round(rss_of(pid) / 2**20, 1))
+        threads_seen.append(rss_of(pid, "Threads:"))
+    for t in threads:
+        t.join()
+    cpu = (_cpu(pid) - cpu_at[0]) / (time.monotonic() - cpu_at[1])
+    ordered = sorted(latencies)
+    p50 = ordered[len(ordered) // 2]
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    print(f"{len(targets)} targets every second for {seconds:g} s: "
+          f"{len(latencies)} scrapes, {failures[0]} failed; latency p50 "
+          f"{p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms; the exporter's CPU "
+          f"{cpu * 100:.1f}% of one core; its RSS (MiB) along the run: "
+          f"{rss_mib}; its threads: {threads_seen}")
 
 
 def _cpu(pid: int) -> float:

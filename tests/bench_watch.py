@@ -26,11 +26,10 @@ import io
 import statistics
 import time
 
-from benchlib import start_node
+from benchlib import loaded_node, start_node
 
-from beam_probe.erldist.terms import Atom
 from beam_probe.probes.watch import Watch, sample_node
-from beam_probe.node.remote import ReplyLimits, attach
+from beam_probe.node.remote import attach
 from beam_probe.text.watch import frame
 
 BOUND_MS = 5.0
@@ -45,16 +44,7 @@ def rss() -> int:
 
 
 def node_cost(size: int, runs: int) -> tuple[float, float]:
-    # The workload's reply lists every pid it started: a bulk reply.
-    bulk = ReplyLimits(max_bytes=1 << 30, max_items=50_000_000)
-    with start_node(args=("+P", "2000000")) as node, \
-            attach(node.node, node.cookie.encode(), timeout=300,
-                   limits=bulk) as remote:
-        if size:
-            remote.call("beam_probe_workload", "start", [0, 0, size],
-                        timeout=300)
-        count = remote.call("erlang", "system_info",
-                            [Atom("process_count")])
+    with loaded_node(size) as (_node, remote, count):
         sample_node(remote)  # parse the helper once
         on_node, round_trip, plain = [], [], []
         for _ in range(runs):

@@ -7,6 +7,7 @@ medians) carry from one run to the next.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import statistics
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any, Iterator
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -57,6 +59,25 @@ def helper_beams() -> str:
 def start_node(erl: str = "erl", args: tuple = (), **kw) -> LocalNode:
     return LocalNode(unique_name("bpbench"), erl=erl,
                      code_paths=(helper_beams(),), args=args, **kw).start(120)
+
+
+@contextlib.contextmanager
+def loaded_node(size: int) -> Iterator[tuple[LocalNode, Any, int]]:
+    """A scratch node with ``size`` idle workload processes, attached for
+    bulk replies (the workload's lists every pid it started): the node,
+    the Remote and the node's process count."""
+    from beam_probe.erldist.terms import Atom
+    from beam_probe.node.remote import ReplyLimits, attach
+
+    bulk = ReplyLimits(max_bytes=1 << 30, max_items=50_000_000)
+    with start_node(args=("+P", "2000000")) as node, \
+            attach(node.node, node.cookie.encode(), timeout=300,
+                   limits=bulk) as remote:
+        if size:
+            remote.call("beam_probe_workload", "start", [0, 0, size],
+                        timeout=300)
+        yield node, remote, remote.call("erlang", "system_info",
+                                        [Atom("process_count")])
 
 
 def report(label: str, ours: float, base: float, target: float) -> bool:

@@ -190,12 +190,16 @@ def test_a_scrape_gives_the_nodes_figures_that_promtool_accepts(nodes, otp):
 
 @needs_promtool
 def test_compat_adds_the_pre_6_names_and_top_names_processes(nodes):
+    from beam_probe.exporter.families import COMPAT
+
     node = nodes.start("25")
     with serving("--target", node.node, "--compat",
                  env=serve_env(node.cookie)) as s:
-        compat = s.probe(node.node)
+        _, _, body = s.get("probe?" + urllib.parse.urlencode(
+            {"target": node.node}))
         _, _, top_body = s.get("probe?" + urllib.parse.urlencode(
             {"target": node.node, "module": "top", "n": "5"}))
+    compat = samples(body.decode())
     # RabbitMQ's Erlang-BEAM dashboard's names, beside the 6.x ones.
     for old in ("erlang_vm_process_count", "erlang_vm_port_count",
                 'erlang_vm_memory_bytes_total{kind="processes"}',
@@ -206,26 +210,16 @@ def test_compat_adds_the_pre_6_names_and_top_names_processes(nodes):
                 "erlang_vm_ets_tables", "erlang_vm_dets_tables"):
         assert old in compat, old
     assert compat["erlang_vm_process_count"] == compat["erlang_vm_processes"]
+    # promtool objects to the old names, and to nothing else.
+    problems = promtool_problems(body.decode())
+    assert problems and all(p.split()[0] in set(COMPAT.values())
+                            for p in problems), problems
     top = samples(top_body.decode())
     ranked = [k for k in top
               if k.startswith("beam_probe_top_process_memory_bytes")]
     assert len(ranked) == 5 and not any("<0." in k for k in ranked)
     assert 'process="code_server"' in " ".join(ranked)
     assert promtool_problems(top_body.decode()) == []
-
-
-@needs_promtool
-def test_promtool_names_only_the_pre_6_names_in_compat_output(nodes):
-    from beam_probe.exporter.families import COMPAT
-
-    node = nodes.start("25")
-    with serving("--target", node.node, "--compat",
-                 env=serve_env(node.cookie)) as s:
-        _, _, body = s.get("probe?" + urllib.parse.urlencode(
-            {"target": node.node}))
-    problems = promtool_problems(body.decode())
-    old = set(COMPAT.values())
-    assert problems and all(p.split()[0] in old for p in problems), problems
 
 
 def test_openmetrics_and_gzip_are_negotiated(nodes):
@@ -659,8 +653,10 @@ def test_two_timeouts_in_a_row_redial(nodes):
         os.kill(node.proc.pid, signal.SIGSTOP)
         try:
             for _ in range(2):
+                # 2 s less the offset: long enough to count (a client's
+                # 0.1 s scrape would not).
                 _, _, body = s.get(path, {
-                    "X-Prometheus-Scrape-Timeout-Seconds": "1"})
+                    "X-Prometheus-Scrape-Timeout-Seconds": "2"})
                 assert samples(body.decode())["beam_probe_up"] == 0
                 # A scrape interval: past the 2 s the node is given to end
                 # the abandoned call, during which the target is busy.
@@ -921,3 +917,57 @@ def test_a_fifo_config_and_a_missing_ca_file_are_one_line(tmp_path):
                       f"cacertfile = '{tmp_path / 'missing.pem'}'\n")
     one_line(run_cli("serve", "--config", str(config),
                      env={"BEAM_PROBE_COOKIE": "c"}), 2, "missing.pem")
+
+
+# -- what a second review found (the pool, with a dial of our own) ------------
+
+
+def test_a_target_let_go_dials_nothing_and_dials_are_bounded():
+    from beam_probe.exporter.config import Rule
+    from beam_probe.exporter.targets import DIALS, Pool, Target
+
+    release = threading.Event()
+    dialled: list[str] = []
+
+    def dial(node, cookie, **kw):
+        dialled.append(node)
+        release.wait(10)
+        from beam_probe.errors import ConnectFailed
+        raise ConnectFailed("no")
+
+    pool = Pool(lambda: b"c", dial=dial)
+    try:
+        gone = Target("a@h", Rule("a@h"), b"c")
+        gone.gone = True
+        assert "let this target go" in pool._connect(gone)
+        assert dialled == []
+        targets = [Target(f"n{i}@h", Rule("*@h"), b"c")
+                   for i in range(DIALS + 1)]
+        threads = [threading.Thread(target=pool._connect, args=(t,))
+                   for t in targets[:DIALS]]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 5
+        while len(dialled) < DIALS:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        # A target already connected would still find a worker: the
+        # next dial is refused at once, not queued behind the stuck ones.
+        assert "being dialled at once" in pool._connect(targets[-1])
+        release.set()
+        for t in threads:
+            t.join(10)
+    finally:
+        release.set()
+        pool.close()
+
+
+def test_spellings_of_one_host_share_one_connection(nodes):
+    node = nodes.start("25")
+    alive, host = node.node.split("@")
+    with serving("--target", node.node, env=serve_env(node.cookie)) as s:
+        for spelling in (host, host.upper(), host.capitalize()):
+            assert s.probe(f"{alive}@{spelling}")["beam_probe_up"] == 1
+        own = s.own()
+    assert own["beam_probe_exporter_dials_total{result=\"ok\"}"] == 1
+    assert own["beam_probe_exporter_targets"] == 1

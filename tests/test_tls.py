@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -321,3 +322,25 @@ def test_a_record_dripped_over_tls_cannot_stretch_the_deadline(pki):
         peer.close()
     assert result.returncode == 6, result.stderr
     assert time.monotonic() - started < 5
+
+
+def test_serve_scrapes_a_tls_node_by_options_and_by_its_config(
+        tls_node, pki, tmp_path):
+    from test_serve import serve_env, serving
+
+    with serving("--target", tls_node.node, *_mutual(pki),
+                 env=serve_env(tls_node.cookie)) as s:
+        assert s.probe(tls_node.node)["beam_probe_up"] == 1
+    config = tmp_path / "serve.toml"
+    config.write_text(
+        f"[[target]]\nmatch = '{tls_node.node}'\n"
+        f"cookie_file = '{tls_node.cookie_file}'\n"
+        f"ssl_dist_optfile = '{pki['node.conf']}'\n")
+    with serving("--config", str(config), env=serve_env()) as s:
+        assert s.probe(tls_node.node)["beam_probe_up"] == 1
+    # Without TLS the same node is down, and says why, in one line.
+    with serving("--target", tls_node.node,
+                 env=serve_env(tls_node.cookie)) as s:
+        assert s.probe(tls_node.node)["beam_probe_up"] == 0
+        time.sleep(0.2)
+    assert len([line for line in s.errors if ": down: " in line]) == 1

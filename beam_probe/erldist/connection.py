@@ -31,7 +31,13 @@ if TYPE_CHECKING:
 # our own after this long without sending.
 TICK_INTERVAL = 15.0
 
-_RECV_SIZE = 1 << 20
+# What one read asks the socket for. Each read allocates this much for
+# the reader thread, and the allocator keeps what a connection has once
+# touched: at 1 MiB, a kept connection's process grew ~1.1 MiB over its
+# first few hundred calls (the exporter, 20 targets: +25 MiB in ten
+# minutes); at 64 KiB, 28 KiB. A 20 MB reply reads in the same 31 ms
+# either way (measured).
+_RECV_SIZE = 1 << 16
 
 
 class _Pending:

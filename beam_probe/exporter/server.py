@@ -235,26 +235,18 @@ class Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        # The whole request must arrive within REQUEST_READ (the socket's
-        # timeout bounds each read alone: a byte every few seconds would
-        # hold a thread for ever).
-        self._reading = threading.Timer(REQUEST_READ, self._too_slow)
-        self._reading.daemon = True
-        self._reading.start()
-
-    def _too_slow(self) -> None:
-        try:
-            self.connection.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        # The whole request must arrive within REQUEST_READ: the socket's
+        # timeout bounds each read alone, and a byte every few seconds
+        # would hold a thread for ever.
+        self.server.reading.watch(self.connection)  # type: ignore[attr-defined]
 
     def parse_request(self) -> bool:
         parsed = super().parse_request()
-        self._reading.cancel()
+        self.server.reading.done(self.connection)  # type: ignore[attr-defined]
         return parsed
 
     def finish(self) -> None:
-        self._reading.cancel()
+        self.server.reading.done(self.connection)  # type: ignore[attr-defined]
         super().finish()
 
     def _metrics(self, collector: Any, compat: bool = False) -> None:
@@ -406,14 +398,71 @@ def landing(settings: Settings, address: str) -> str:
                           config=html.escape(scrape_config(address)))
 
 
+class _Reading:
+    """The connections still sending their request, and when each must be
+    done: one thread closes those past it (a timer thread per request
+    doubled the threads made, and their churn grew the RSS)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._due: dict[Any, float] = {}
+        self._stopped = threading.Event()
+        threading.Thread(target=self._run, name="beam-probe-reading",
+                         daemon=True).start()
+
+    def watch(self, conn: Any) -> None:
+        with self._lock:
+            self._due[conn] = time.monotonic() + REQUEST_READ
+
+    def done(self, conn: Any) -> None:
+        with self._lock:
+            self._due.pop(conn, None)
+
+    def stop(self) -> None:
+        """Stop watching, and end the connections still sending: their
+        threads would otherwise read on past the server's end."""
+        self._stopped.set()
+        with self._lock:
+            late, self._due = list(self._due), {}
+        for conn in late:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _run(self) -> None:
+        while not self._stopped.wait(min(0.25, REQUEST_READ / 4)):
+            now = time.monotonic()
+            with self._lock:
+                late = [c for c, due in self._due.items() if due <= now]
+                for conn in late:
+                    del self._due[conn]
+            for conn in late:
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
 class BoundedServer(ThreadingHTTPServer):
-    """A thread per connection, at most MAX_CONNECTIONS of them."""
+    """At most MAX_CONNECTIONS connections served at once, by a pool of as
+    many threads (made once, not one a request); one more is closed at
+    once, unread."""
 
     daemon_threads = True
     # The listen backlog: socketserver's 5 let a burst of connections wait
     # in the kernel, to be accepted a second later, out of order.
     request_queue_size = 128
     log: Any = None
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._workers = ThreadPoolExecutor(MAX_CONNECTIONS,
+                                           thread_name_prefix="beam-probe-http")
+        self.reading = _Reading()
+        super().__init__(*args, **kw)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client gone before its answer (Prometheus past its timeout) is
@@ -427,26 +476,27 @@ class BoundedServer(ThreadingHTTPServer):
         self.log(f"beam-probe: a request from {client_address[0]} failed: "
                  f"{type(exc).__name__}: {exc}")
 
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        super().__init__(*args, **kw)
-
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
             self.shutdown_request(request)
             return
         try:
-            super().process_request(request, client_address)
+            self._workers.submit(self._serve, request, client_address)
         except BaseException:
             self._slots.release()
+            self.shutdown_request(request)
             raise
 
-    def process_request_thread(self, request: Any,
-                               client_address: Any) -> None:
+    def _serve(self, request: Any, client_address: Any) -> None:
         try:
-            super().process_request_thread(request, client_address)
+            self.process_request_thread(request, client_address)
         finally:
             self._slots.release()
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.reading.stop()
+        self._workers.shutdown(wait=False, cancel_futures=True)
 
 
 class BoundedServer6(BoundedServer):
