@@ -396,13 +396,20 @@ def test_malformed_requests_are_400_and_other_paths_404():
 # -- cluster ------------------------------------------------------------------
 
 
-def test_a_cluster_target_labels_every_nodes_series(nodes):
+def connected_pair(nodes) -> tuple[str, object, object]:
+    """Two OTP 25 nodes of one cookie, the first connected to the second:
+    a cluster's entry and its member."""
     cookie = f"c{os.getpid()}x{time.monotonic_ns()}"
     entry = nodes.start("25", cookie=cookie)
-    other = nodes.start("25", cookie=cookie)
+    member = nodes.start("25", cookie=cookie)
     with attach(entry.node, cookie.encode(), timeout=10) as remote:
-        assert str(remote.call("net_adm", "ping", [_atom(other.node)])) \
+        assert str(remote.call("net_adm", "ping", [_atom(member.node)])) \
             == "pong"
+    return cookie, entry, member
+
+
+def test_a_cluster_target_labels_every_nodes_series(nodes):
+    cookie, entry, other = connected_pair(nodes)
     with serving("--target", entry.node, env=serve_env(cookie)) as s:
         got = s.probe(entry.node, cluster="1")
         top = s.probe(entry.node, cluster="1", module="top", n="3")
@@ -870,12 +877,7 @@ def test_an_idle_target_is_let_go_without_further_scrapes(nodes):
 
 
 def test_a_cluster_scrape_with_a_stopped_member_answers_in_time(nodes):
-    cookie = f"c{os.getpid()}x{time.monotonic_ns()}"
-    entry = nodes.start("25", cookie=cookie)
-    member = nodes.start("25", cookie=cookie)
-    with attach(entry.node, cookie.encode(), timeout=10) as remote:
-        assert str(remote.call("net_adm", "ping", [_atom(member.node)])) \
-            == "pong"
+    cookie, entry, member = connected_pair(nodes)
     with serving("--target", entry.node, env=serve_env(cookie)) as s:
         assert s.probe(entry.node, cluster="1")[
             f'beam_probe_up{{node="{member.node}"}}'] == 1

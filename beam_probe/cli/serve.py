@@ -6,7 +6,7 @@ others' start-up as it was)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,6 +14,9 @@ from beam_probe.cli import options as opt
 from beam_probe.cli.environment import current
 from beam_probe.cli.tty import error_line
 from beam_probe.errors import Terminated, UsageError
+
+if TYPE_CHECKING:
+    from beam_probe.exporter.config import Settings
 
 DEFAULT_LISTEN = "127.0.0.1:9149"
 
@@ -138,7 +141,7 @@ def serve(listen: str | None, patterns: tuple[str, ...],
 def _settings(listen: str | None, patterns: tuple[str, ...],
               config_path: str | None, compat: bool | None,
               timeout: float | None, timeout_offset: float | None,
-              given: dict[str, Any]) -> tuple[Any, bytes | None]:
+              given: dict[str, Any]) -> tuple[Settings, bytes | None]:
     """The settings from the file, the options over them, and the default
     cookie where some target needs it."""
     from beam_probe.exporter.config import (Rule, Settings, check_pattern,

@@ -79,7 +79,6 @@ class Outcome:
     top: list[TopProcesses | NodeFailure] = field(default_factory=list)
     idle: dict[str, tuple[int, int] | None] = field(default_factory=dict)
     cluster: bool = False
-    shared: bool = False
 
 
 @dataclass
@@ -171,7 +170,6 @@ class Pool:
         key = (module, cluster, n if module == "top" else 0)
         with self._lock:
             flight = target.flights.get(key)
-            shared = flight is not None
             if flight is None:
                 flight = _Flight(started)
                 try:
@@ -183,7 +181,7 @@ class Pool:
                 target.flights[key] = flight
         if flight.done.wait(max(0.0, deadline - time.monotonic())) \
                 and flight.outcome is not None:
-            return replace(flight.outcome, shared=shared,
+            return replace(flight.outcome,
                            seconds=time.monotonic() - started)
         return self._down(started, f"no answer within the scrape's "
                           f"{deadline - started:.1f} s", cluster)
@@ -232,9 +230,9 @@ class Pool:
                 self._sweeper.start()
             let_go: list[Target] = []
             target = self._targets.get(key)
-            if target is None or target.rule is not rule:
-                if target is not None:
-                    let_go.append(self._targets.pop(key))
+            # The key settles the rule (the allow-list matches the same
+            # name, its host case aside), so a target's never changes.
+            if target is None:
                 cookie = rule.cookie if rule.cookie is not None \
                     else self._default_cookie()
                 target = self._targets[key] = Target(node, rule, cookie)
@@ -289,7 +287,7 @@ class Pool:
         if target.gone:
             target.close()
             return "the exporter let this target go (idle, or too many)"
-        if target.remote is not None and not target.remote.conn.alive:
+        if target.remote is not None and not target.alive():
             # The node went (a restart): dial now, no backoff.
             target.close()
         if target.remote is not None:

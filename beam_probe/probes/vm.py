@@ -17,7 +17,7 @@ from typing import Any, Sequence, TYPE_CHECKING
 
 from beam_probe.erldist.terms import Atom, Pid
 from beam_probe.node.forms import LIB, Local
-from beam_probe.node.replies import BadReply, Reply, shown
+from beam_probe.node.replies import BadReply, Reply, count, shown
 from beam_probe.node.remote import Remote
 from beam_probe.probes import cluster
 from beam_probe.probes.alloc import allocator_types, rss_bytes, verdict
@@ -99,7 +99,7 @@ def _known(system: dict[str, Any], key: str) -> int | None:
     value = system.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
         return None
-    return Reply("beam_probe_metrics:vm's system", {key: value}).count(key)
+    return count(f"beam_probe_metrics:vm's {key}", value)
 
 
 def _pair(item: Any, where: str) -> tuple[int, int]:
@@ -107,8 +107,7 @@ def _pair(item: Any, where: str) -> tuple[int, int]:
     Current, LastMax, Max} (a block count): current and max."""
     if not isinstance(item, tuple) or len(item) not in (2, 3, 4):
         raise BadReply(f"{where}: {shown(item)} is not a counter")
-    numbers = Reply(where, {"current": item[1], "max": item[-1]})
-    return numbers.count("current"), numbers.count("max")
+    return count(where, item[1]), count(where, item[-1])
 
 
 def _counters(trimmed: Any, where: str) -> list[int]:
@@ -195,11 +194,10 @@ def read_vm(node: str, reply: Reply) -> VmFigures:
         value = counts[key]
         if value is not None:
             counts[key] = max(0, value - reply.count(ours))
-    stats = reply.pairs("statistics")
-    statistics = {key: Reply("beam_probe_metrics:vm's statistics",
-                             stats).count(key) for key in STATISTICS_KEYS}
-    queues = Reply("beam_probe_metrics:vm's statistics",
-                   stats).counts("run_queue_lengths")
+    stats = Reply("beam_probe_metrics:vm's statistics",
+                  reply.pairs("statistics"))
+    statistics = {key: stats.count(key) for key in STATISTICS_KEYS}
+    queues = stats.counts("run_queue_lengths")
     normal = counts["schedulers"] or 0
     instances = _instances(reply.map("allocators"))
     types = allocator_types(_types(instances))
@@ -277,10 +275,9 @@ def read_top(node: str, reply: Reply) -> TopProcesses:
         held, pid, reductions = entry
         # A holder that exited since the scan: not idle, not counted.
         if isinstance(reductions, tuple) and len(reductions) == 2:
-            counted = Reply("beam_probe_metrics:top's holders",
-                            {"bytes": held, "reductions": reductions[1]})
-            holders.append((str(pid), counted.count("bytes"),
-                            counted.count("reductions")))
+            where = "beam_probe_metrics:top's holders"
+            holders.append((str(pid), count(where, held),
+                            count(where, reductions[1])))
     return {"node": node, "scanned": reply.count("scanned"),
             "memory": rows(reply["memory"], "value", order=True),
             "binary_memory": rows(reply["binary_memory"], "value",
