@@ -961,3 +961,16 @@ def test_spellings_of_one_host_share_one_connection(nodes):
         own = s.own()
     assert own["beam_probe_exporter_dials_total{result=\"ok\"}"] == 1
     assert own["beam_probe_exporter_targets"] == 1
+
+
+def test_kill_9_of_serve_leaves_nothing_on_the_node(nodes):
+    node = nodes.start("25")
+    with serving("--target", node.node, env=serve_env(node.cookie)) as s:
+        assert s.probe(node.node, module="top", n="3")["beam_probe_up"] == 1
+        assert len(hidden_peers(node, node.cookie)) == 1
+        s.proc.kill()
+        s.proc.wait(10)
+    deadline = time.monotonic() + 2
+    while hidden_peers(node, node.cookie):
+        assert time.monotonic() < deadline, "our connection outlived serve"
+        time.sleep(0.1)
