@@ -329,3 +329,21 @@ def test_serve_scrapes_an_elixir_node(elixir_node):
     # Names as Erlang writes them, as JSON does: Elixir's modules are
     # atoms named Elixir.*.
     assert "Elixir." in " ".join(k for k in top if "process=" in k)
+
+
+def test_top_names_processes_as_elixir_does(elixir_node):
+    """top's frame: a filter in Elixir's words finds the process, and
+    the text shows it as Elixir writes it; JSON keeps Erlang's forms."""
+    node = elixir_node
+    text = run_here("top", node.node, "--once", "--interval", "0.5",
+                    "--filter", "MyApp.Cache", node=node)
+    assert text.returncode == 0, text.stderr
+    row = text.stdout.splitlines()[-1]
+    assert row.startswith("#PID<0.") and " MyApp.Cache " in row, row
+    assert "MyApp.Cache.loop/1" in row and "Elixir." not in text.stdout
+    as_json = json.loads(run_here("top", node.node, "--once", "--interval",
+                                  "0.5", "--filter", "MyApp.Cache",
+                                  "--format", "json", node=node).stdout)
+    (process,) = as_json["frames"][0]["processes"]
+    assert process["name"] == "Elixir.MyApp.Cache"
+    assert process["current_function"] == "'Elixir.MyApp.Cache':loop/1"

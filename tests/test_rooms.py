@@ -27,6 +27,7 @@ MAY_IMPORT = {
     "checks": {"erldist", "node", "probes", "history", "text"},
     "crashdump": {"erldist", "probes", "snapshots"},
     "exporter": {"erldist", "node", "probes"},
+    "live": {"erldist", "node", "probes", "text"},
 }
 
 TOP_LEVEL = {"__init__.py", "__main__.py", "errors.py", "files.py"}

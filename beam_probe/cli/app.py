@@ -108,6 +108,7 @@ def main(ctx: click.Context) -> None:
       inspect      inside it: which part of its state, or of a table,
                    holds the bytes (pinned binaries named)
       alloc        leak, or fragmentation? ets: the largest tables
+      top          the processes, live, a key to rank or open one
       check        the same figures for cron, Nagios, Prometheus
       crashdump    a dead node's erl_crash.dump: why it died, what held
                    its memory (give the dump where a node goes too)

@@ -765,6 +765,78 @@ def _alloc_dump(dump: Any, request: SimpleNamespace) -> Any:
     return answers.alloc(dump)
 
 
+def _top_check(request: SimpleNamespace) -> None:
+    from beam_probe.probes.top import check_request
+
+    check_request(request.sort, request.rows, request.filter or "",
+                  request.interval, request.jobs)
+
+
+@command("top", "[NODE]", kind="screen", jobs=True, render="top.frame_text",
+         cluster="top.frame_text", check=_top_check, options=(
+             click.option("--interval", type=Seconds(0.5), default=2.0,
+                          show_default=True, metavar="SECONDS",
+                          help="Time between refreshes (at least 0.5); "
+                               "stretched while a pass takes over a "
+                               "quarter of it."),
+             click.option("--sort", type=click.Choice(
+                 ("memory", "reductions", "binary_memory",
+                  "message_queue_len")), default="memory",
+                 show_default=True, help="The column ranked at the start "
+                                         "(keys m, r, b, l change it)."),
+             click.option("--filter", metavar="TEXT",
+                          help="Only processes whose name (registered, "
+                               "label, initial call) holds TEXT; case "
+                               "matters."),
+             click.option("--rows", "-N", type=int, default=40,
+                          show_default=True, metavar="N",
+                          help="Rows of one frame (--once); the view "
+                               "fits its height."),
+             click.option("--once", is_flag=True,
+                          help="One frame as text and exit, as top -b -n "
+                               "1 (also when the output is not a "
+                               "terminal).")))
+def top(connect: Any, request: SimpleNamespace, progress: Progress) -> Any:
+    """A live view of the node's processes, as top shows a machine's.
+
+    The node's release, uptime, memory by kind, counts against their
+    limits, run queue, reductions and GC per second; below, its processes
+    by memory, binary memory, reductions in the last interval or mailbox:
+    pid, name (or what started it), the four figures and the current
+    function. Single keys: m r b l sort, Enter opens a process
+    (proc-info and inspect), e the ETS tables, a the allocators, / a
+    filter, p pause, ? help, q quit.
+
+    Each refresh is one pass on the node, made by a process of ours that
+    keeps the last pass's reductions there, so only the rows shown cross;
+    it ends when top does (q, Ctrl-C, kill -9, a closed terminal). A pass
+    that takes over a quarter of --interval (a million processes)
+    stretches it, and the header says so. A node that goes away keeps
+    its last rows, marked down, until it is back.
+
+    Not on a terminal, or with --once: one frame, after two passes
+    --interval apart (so reductions are an interval's), as text or
+    --format json. --cluster: every node through NODE, with a NODE column
+    and a picker (n).
+
+    \b
+    Examples:
+      beam-probe top app@db1
+      beam-probe top app@db1 --sort binary_memory --interval 5
+      beam-probe top app@db1 --once -N 20 > top.txt
+      beam-probe top app@db1 --cluster
+    """
+    from beam_probe.cli.environment import current
+    from beam_probe.probes.top import TopFeed
+
+    return TopFeed(connect, interval=request.interval, sort=request.sort,
+                   n=request.rows, filter_text=request.filter or "",
+                   jobs=request.jobs, cluster_view=request.cluster,
+                   nodes=request.cluster_nodes,
+                   include_hidden=request.include_hidden,
+                   clock=current().clock)
+
+
 @command("alloc", "[NODE]", render="node.alloc_text",
          cluster="cluster.alloc_text", check=_alloc_check, dump=_alloc_dump,
          options=(

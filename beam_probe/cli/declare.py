@@ -260,7 +260,7 @@ class Declaration:
                 opt.cluster_request(request)
             if self.check is not None:
                 self.check(request)
-            {"call": run, "live": run_live,
+            {"call": run, "live": run_live, "screen": run_screen,
              "offline": run_offline}[self.kind](self, node, request, given)
 
         params = list(self.options) + ([opt.JOBS_OPTION] if self.jobs
@@ -271,7 +271,8 @@ class Declaration:
             params.append(opt.format_option())
         else:
             params += opt.node_options(default_timeout=self.timeout,
-                                       live=self.kind == "live")
+                                       live=self.kind == "live",
+                                       screen=self.kind == "screen")
         callback = opt.apply(params, click.argument(
             "args", nargs=-1, metavar=self.metavar,
             shell_complete=self.complete)(callback))
@@ -306,7 +307,9 @@ def command(name: str, args: str, *, render: Render,
     --cluster, --nodes and --include-hidden (the probe reads
     request.cluster and request.cluster_nodes). ``dump`` answers the
     command from a crash dump named where NODE goes: (dump, request) ->
-    the probe's result type."""
+    the probe's result type. A ``screen`` command's probe (top) takes a
+    connect function and returns a feed: a full-screen view on a terminal
+    (beam_probe/live/), one frame drawn by ``render`` otherwise."""
     def declare(probe: Probe) -> Probe:
         DECLARED.append(Declaration(name, args, probe, render, timeout,
                                     jobs, options, example, metavar, check,
@@ -511,6 +514,54 @@ def run_live(declared: Declaration, node: str | None,
         raise click.exceptions.Exit(code)
 
 
+def run_screen(declared: Declaration, node: str | None,
+               request: SimpleNamespace, given: dict[str, Any]) -> None:
+    """top: on a terminal (stdin and stdout), the full-screen view until
+    q; with --once, --format json or output that is not a terminal, one
+    frame as text (top -b -n 1) or JSON: two passes --interval apart, so
+    that its reductions are those of an interval."""
+    from beam_probe.cli.environment import current
+    from beam_probe.probes.basic import runs_elixir
+    from beam_probe.text.syntax import ERLANG, choose
+    from beam_probe.text.tables import printable, to_json
+
+    refuse_dump(declared.name, node if node is not None
+                else _node_option(given))
+    environment = current()
+    feed = declared.probe(lambda: opt.attach(node, given), request,
+                          Progress())
+    once = request.once or given["fmt"] == "json" or not (
+        environment.cursor_wanted("stdout") and environment.isatty("stdin"))
+    try:
+        with Progress() as progress:
+            progress("connecting")
+            feed.open()
+            syntax = ERLANG if given["fmt"] == "json" else choose(
+                given["syntax"], lambda: feed.using(runs_elixir))
+            if once:
+                progress("a pass, and another after the interval")
+                feed.refresh()
+                environment.sleep(feed.next_wait())
+                view = feed.refresh()
+        if once:
+            write_out(to_json(view) if given["fmt"] == "json" else
+                      printable(renderer(declared.render)(view, syntax)))
+            return
+        try:
+            from beam_probe.live.app import run_app
+        except ImportError as exc:
+            if "textual" not in str(exc):
+                raise
+            raise UsageError("top's view needs textual: pip install "
+                             "'beam-probe[top]' (--once needs "
+                             "nothing more)") from None
+        run_app(feed, syntax,
+                lambda member: opt.attach(member, {**given, "dist_port": None}),
+                environment.colour_wanted())
+    finally:
+        feed.close()
+
+
 def _write_rows(rows: Rows, fmt: str, progress: Progress,
                 syntax: Any) -> None:
     """Each chunk as it arrives; JSON is the same object a whole result
@@ -552,4 +603,4 @@ def _write_rows(rows: Rows, fmt: str, progress: Progress,
 
 
 __all__ = ["ARGUMENTS", "DECLARED", "Declaration", "Live", "Rows", "command",
-           "run", "run_live", "run_offline"]
+           "run", "run_live", "run_offline", "run_screen"]

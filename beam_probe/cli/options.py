@@ -83,7 +83,7 @@ TLS_FILE_OPTIONS = (
 
 def node_options(default_timeout: float = DEFAULT_TIMEOUT,
                  formats: tuple[str, ...] = ("table", "json"),
-                 live: bool = False) -> list[Any]:
+                 live: bool = False, screen: bool = False) -> list[Any]:
     """The click options every command that attaches to a node shares; the
     first of ``formats`` is the default (for a ``live`` command: table on
     a terminal, json piped)."""
@@ -125,12 +125,18 @@ def node_options(default_timeout: float = DEFAULT_TIMEOUT,
                           "handshake, every read included). [default: "
                           f"{DEFAULT_CONNECT_TIMEOUT:g}, or --timeout if "
                           "less]"),
-        format_option(formats, live),
+        format_option(formats, live, screen),
     ]
 
 
 def format_option(formats: tuple[str, ...] = ("table", "json"),
-                  live: bool = False) -> Any:
+                  live: bool = False, screen: bool = False) -> Any:
+    if screen:
+        return click.option("--format", "fmt", type=click.Choice(formats),
+                            default=None,
+                            help="Output format. [default: the view on a "
+                                 "terminal; table, one frame, otherwise; "
+                                 "json: one frame]")
     if live:
         # Not given: a view on a terminal, JSON lines piped; `--format
         # table` piped writes a line of text per sample instead.

@@ -928,6 +928,89 @@ class TopProcesses(TypedDict):
     node_ms: float
 
 
+class TopRow(TypedDict):
+    """One process of a top refresh: what it is, and its columns (the
+    sorted one as the pass read it, the others read again for the rows
+    shown). reductions: done since the last refresh (None on the first).
+    node: with --cluster."""
+
+    pid: str
+    name: Optional[str]
+    label: Optional[str]
+    current_function: Optional[str]
+    initial_call: Optional[str]
+    exited: bool
+    memory: int
+    binary_memory: int
+    reductions: Optional[int]
+    message_queue_len: int
+    node: NotRequired[str]
+
+
+class TopHeader(TypedDict):
+    """A node's figures above its processes; the rates are per second over
+    the window since the last refresh (None on the first)."""
+
+    otp_release: str
+    uptime_s: float
+    memory: Memory
+    process_count: int
+    process_limit: int
+    port_count: int
+    port_limit: int
+    atom_count: int
+    atom_limit: int
+    ets_count: int
+    run_queue: int
+    schedulers_online: int
+    reductions_per_s: Optional[float]
+    gcs_per_s: Optional[float]
+    reclaimed_per_s: Optional[float]
+
+
+class TopFrame(TypedDict):
+    """One node's refresh (probes/top.py): its header and its N processes
+    by ``sort``; matched is the processes the filter let through (all
+    when none); window_s the time since the last pass (None on the
+    first); pass_ms the pass's time on the node."""
+
+    node: str
+    time: float
+    sort: str
+    filter: str
+    scanned: int
+    matched: int
+    window_s: Optional[float]
+    pass_ms: float
+    header: TopHeader
+    processes: List[TopRow]
+    labels_read: bool
+
+
+class TopDown(TypedDict):
+    node: str
+    since: float
+    error: str
+
+
+class TopView(TypedDict):
+    """What top shows: the frames of the nodes asked (one node, a cluster
+    member in focus, or all), and those that did not answer, each with
+    when it stopped answering (its last frame is kept, in ``frames``).
+    stretched: the interval in force when a pass took over a quarter of
+    the one asked for."""
+
+    entry: str
+    interval: float
+    stretched: Optional[float]
+    sort: str
+    filter: str
+    focus: Optional[str]
+    nodes: List[str]
+    frames: List[TopFrame]
+    down: List[TopDown]
+
+
 __all__ = ["AllocInstance", "AllocReport", "AllocType", "BinLeak", "Carriers", "CategoryStats",
            "CrashDumpOverview", "DumpProcess",
            "Change", "CheckNode", "CheckReport", "CheckValues",
@@ -938,5 +1021,6 @@ __all__ = ["AllocInstance", "AllocReport", "AllocType", "BinLeak", "Carriers", "
            "MemoryResult", "MsegCache", "NodeHealth", "Ping", "PlotData",
            "ProcCount", "ProcCountAllSummary", "ProcInfo", "ProcWindow",
            "ProcessRow", "RiseJson", "Sample", "SnapshotSummary",
-           "SnapshotTaken", "Suspects", "TopProcesses", "TraceHeader", "TraceSummary",
+           "SnapshotTaken", "Suspects", "TopDown", "TopFrame", "TopHeader", "TopProcesses",
+           "TopRow", "TopView", "TraceHeader", "TraceSummary",
            "ValueRow", "Verdict", "VmFigures", "WatchSummary"]

@@ -1,0 +1,220 @@
+"""top's words: the header above the processes, their table, and one
+frame as plain text (--once, or output that is not a terminal). The live
+view (beam_probe/live/) draws the same cells, so a row reads the same in
+both."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from beam_probe.text.syntax import Syntax
+from beam_probe.text.tables import human_bytes, printable, table
+
+if TYPE_CHECKING:
+    from beam_probe.probes.results import TopFrame, TopRow, TopView
+
+# Column titles by sort key.
+TITLES = {"memory": "MEMORY", "binary_memory": "BINARY",
+          "reductions": "REDS", "message_queue_len": "MSGQ"}
+# The kinds of erlang:memory() drawn as bars, each a share of the total.
+BAR_KINDS = ("processes", "binary", "ets", "code", "atom")
+BAR_WIDTH = 10
+
+
+def duration(seconds: float) -> str:
+    """3 d 4 h, 2 h 5 m, 4 m 10 s, 12 s."""
+    s = int(seconds)
+    for unit, size, next_unit, next_size in (("d", 86400, "h", 3600),
+                                             ("h", 3600, "m", 60),
+                                             ("m", 60, "s", 1)):
+        if s >= size:
+            return f"{s // size} {unit} {s % size // next_size} {next_unit}"
+    return f"{s} s"
+
+
+def count(n: int | float | None) -> str:
+    """1,234,567 -> 1.2 M; 12,345 -> 12.3 k; None -> -."""
+    if n is None:
+        return "-"
+    for size, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:g}" if isinstance(n, float) else str(n)
+
+
+def bar(part: int, whole: int, width: int = BAR_WIDTH) -> str:
+    filled = round(width * part / whole) if whole else 0
+    return "█" * filled + "·" * (width - filled)
+
+
+def node_line(frame: TopFrame) -> str:
+    h = frame["header"]
+    return (f"{frame['node']}  OTP {h['otp_release']}  up "
+            f"{duration(h['uptime_s'])}  schedulers {h['schedulers_online']}")
+
+
+def memory_lines(frame: TopFrame) -> list[str]:
+    """The total, then each kind as a bar of its share of it."""
+    memory = frame["header"]["memory"]
+    total = memory.get("total", 0)
+    shown = [f"{kind} {bar(memory[kind], total)} "
+             f"{human_bytes(memory[kind])}"
+             for kind in BAR_KINDS if kind in memory]
+    return [f"memory {human_bytes(total)}   " + "   ".join(shown[:2]),
+            "   ".join(shown[2:])]
+
+
+def counts_lines(frame: TopFrame) -> list[str]:
+    h = frame["header"]
+
+    def of(name: str, used: int, limit: int) -> str:
+        return f"{name} {used:,}/{limit:,}"
+
+    return ["   ".join((
+                of("processes", h["process_count"], h["process_limit"]),
+                of("ports", h["port_count"], h["port_limit"]),
+                of("atoms", h["atom_count"], h["atom_limit"]),
+                f"ets {h['ets_count']:,}")),
+            "   ".join((
+                f"run queue {h['run_queue']}",
+                f"reductions/s {count(h['reductions_per_s'])}",
+                f"GC/s {count(h['gcs_per_s'])}",
+                "reclaimed/s " + (human_bytes(h["reclaimed_per_s"])
+                                  if h["reclaimed_per_s"] is not None
+                                  else "-")))]
+
+
+def refresh_line(view: TopView, paused: bool = False) -> str:
+    """The interval (and why it stretched), the sort, the filter."""
+    parts = [f"sorted by {view['sort']}"]
+    stretched = view["stretched"]
+    if paused:
+        parts.append("PAUSED (p resumes)")
+    elif stretched:
+        parts.append(f"refresh every {stretched:g} s, stretched from "
+                     f"{view['interval']:g} s: a pass takes over a quarter "
+                     "of it")
+    else:
+        parts.append(f"refresh every {view['interval']:g} s")
+    if view["filter"]:
+        matched = sum(f["matched"] for f in view["frames"])
+        parts.append(f"filter {view['filter']!r}: {matched:,} processes")
+    if view["frames"] and view["sort"] == "reductions" and all(
+            f["window_s"] is None for f in view["frames"]):
+        parts.append("reductions: from the next refresh")
+    return "  ".join(parts)
+
+
+def down_lines(view: TopView) -> list[str]:
+    return [f"DOWN since {time.strftime('%H:%M:%S', time.localtime(d['since']))}"
+            f": {d['node']}: {d['error']} (last data kept; reconnecting)"
+            for d in view["down"]]
+
+
+def header_lines(view: TopView, paused: bool = False) -> list[str]:
+    """The lines above the table: a node's figures (a line a node when
+    a cluster shows all), who is down, the refresh."""
+    frames = view["frames"]
+    lines: list[str] = []
+    if len(frames) == 1:
+        frame = frames[0]
+        lines += [node_line(frame), *memory_lines(frame),
+                  *counts_lines(frame)]
+    else:
+        for frame in frames:
+            h = frame["header"]
+            lines.append(
+                f"{frame['node']}  OTP {h['otp_release']}  up "
+                f"{duration(h['uptime_s'])}  memory "
+                f"{human_bytes(h['memory'].get('total', 0))}  processes "
+                f"{h['process_count']:,}  run queue {h['run_queue']}  "
+                f"reductions/s {count(h['reductions_per_s'])}")
+    lines += down_lines(view)
+    lines.append(refresh_line(view, paused))
+    return [printable(line) for line in lines]
+
+
+def name_cell(row: TopRow, syntax: Syntax) -> str:
+    """Its registered name, its label, else what made it."""
+    if row["exited"]:
+        return "(exited)"
+    if row["name"]:
+        return syntax.name(row["name"]) or row["name"]
+    if row["label"]:
+        return syntax.code(row["label"])
+    return syntax.code(row["initial_call"] or "")
+
+
+def columns(view: TopView) -> list[str]:
+    shown = ["PID"] + (["NODE"] if _many(view) else []) + ["NAME"]
+    for key, title in TITLES.items():
+        shown.append(title + ("▼" if key == view["sort"] else ""))
+    return shown + ["CURRENT FUNCTION"]
+
+
+def _many(view: TopView) -> bool:
+    return len(view["nodes"]) > 1 and view["focus"] is None
+
+
+def cells(view: TopView, row: TopRow, syntax: Syntax) -> list[str]:
+    """One row's cells, as the table and the live view show them."""
+    out = [syntax.code(row["pid"])]
+    if _many(view):
+        out.append(row.get("node", ""))
+    out.append(name_cell(row, syntax))
+    out += [human_bytes(row["memory"]), human_bytes(row["binary_memory"]),
+            count(row["reductions"]), f"{row['message_queue_len']:,}",
+            syntax.code(row["current_function"] or "")]
+    return [printable(cell) for cell in out]
+
+
+def rows(view: TopView) -> list[TopRow]:
+    """The rows to show: one node's, or every node's ranked together."""
+    from beam_probe.probes.top import merged
+
+    frames = view["frames"]
+    if len(frames) == 1:
+        return list(frames[0]["processes"])
+    n = max((len(f["processes"]) for f in frames), default=0)
+    return merged(frames, view["sort"], n)
+
+
+def frame_text(view: TopView, syntax: Syntax) -> str:
+    """One frame as text (top -b -n 1): the header, then the table."""
+    lines = header_lines(view)
+    shown = rows(view)
+    if not view["frames"]:
+        return "\n".join(lines + ["no node answered"])
+    body = table(columns(view), [cells(view, row, syntax) for row in shown],
+                 align(view))
+    return "\n".join(lines + ["", body])
+
+
+def align(view: TopView) -> str:
+    """l or r for each column: the figures to the right."""
+    return "l" + ("l" if _many(view) else "") + "lrrrrl"
+
+
+def help_text() -> str:
+    return "\n".join((
+        "Keys",
+        "  m  sort by memory            b  sort by binary memory",
+        "  r  sort by reductions in the last interval",
+        "  l  sort by message queue length",
+        "  ↑ ↓ and Enter  open a process (proc-info, inspect)",
+        "  e  the largest ETS tables    a  allocators",
+        "  /  filter by name (Enter applies, Escape clears)",
+        "  n  choose a node (--cluster)  p  pause / resume",
+        "  ?  this help                 q  quit",
+        "",
+        "Each refresh is one pass over the node's processes, made on the",
+        "node by a process of ours that ends when top does; only the rows",
+        "shown cross. Reductions are those done since the last refresh;",
+        "answering top's reads costs a process about one each (a row shown",
+        "is read three times a refresh), so an idle one shows a few."))
+
+
+
+__all__ = ["TITLES", "align", "cells", "columns", "frame_text",
+           "header_lines", "help_text", "name_cell", "rows"]

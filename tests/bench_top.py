@@ -1,0 +1,148 @@
+"""top: what a refresh costs the node, and what the view costs us.
+
+1. On an idle node of SIZE processes (default 100,000 and 1,000,000): a
+   top refresh (one pass by the keeper, sent by message) against one
+   proc-count pass by memory (by rpc, the same N), taken alternately.
+   Medians of the round trips, and of the pass's own time on the node.
+   Target: the refresh within 1.5x of the proc-count pass. Beside it the
+   interval top would use at the default 2 s (stretched to four passes
+   when a pass takes over a quarter of it: the refresh must fit in it),
+   and the memory the keeper holds between refreshes, and paused (it
+   hibernates once the refreshes stop for a quarter of its idle time).
+2. `beam-probe top` itself in a real terminal (tmux, 120x40) against an
+   idle node at the default interval for SECONDS (default 60): its CPU
+   time over that span as a share of one core. Target: below 5%.
+
+Run:
+    python tests/bench_top.py [--sizes 100000,1000000] [--runs 7]
+        [--seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from benchlib import loaded_node
+
+from beam_probe.erldist.terms import Atom
+from beam_probe.probes.processes import proc_count
+from beam_probe.probes.top import TopFeed
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def refresh_cost(size: int, runs: int) -> float:
+    with loaded_node(size) as (node, remote, count):
+        feed = TopFeed(lambda: remote, interval=2.0, n=40)
+        feed.open()
+        feed.refresh()
+        proc_count(remote, "memory", 40)
+        top_rt, top_pass, count_rt = [], [], []
+        for _ in range(runs):
+            started = time.perf_counter()
+            view = feed.refresh()
+            top_rt.append(time.perf_counter() - started)
+            assert not view["down"], view["down"]
+            top_pass.append(view["frames"][0]["pass_ms"] / 1000)
+            started = time.perf_counter()
+            proc_count(remote, "memory", 40)
+            count_rt.append(time.perf_counter() - started)
+        keeper = feed._keepers[feed.node]
+        held = remote.call("erlang", "process_info", [keeper,
+                                                      Atom("memory")])
+        # Paused: a keeper whose idle time is 4 s hibernates after 1 s.
+        paused_feed = TopFeed(lambda: remote, interval=2.0, n=40)
+        paused_feed.idle = 4.0
+        paused_feed.open()
+        paused_feed.refresh()
+        time.sleep(1.5)
+        paused = remote.call("erlang", "process_info", [
+            paused_feed._keepers[feed.node], Atom("memory")])
+        gone = killed_mid_pass(node, remote, top_pass)
+        t, p, c = (statistics.median(x) for x in (top_rt, top_pass,
+                                                  count_rt))
+        ratio = t / c
+        stretched = feed.stretched() or feed.interval
+        print(f"{count:>9} processes: refresh {t * 1000:.0f} ms (pass on "
+              f"the node {p * 1000:.0f} ms), proc-count {c * 1000:.0f} ms: "
+              f"{ratio:.2f}x (target 1.5x); interval in force "
+              f"{stretched:g} s, the refresh "
+              f"{'fits' if t < stretched else 'does NOT fit'}; the keeper "
+              f"holds {held[1] / 2**20:.1f} MiB between refreshes, "
+              f"{paused[1] / 2**20:.1f} MiB paused; our connection cut a "
+              f"third into a pass: the keeper gone {gone * 1000:.0f} ms "
+              f"later")
+        return ratio
+
+
+def killed_mid_pass(node, remote, passes: list[float]) -> float:
+    """A feed's connection cut a third into a pass (as kill -9 cuts it):
+    how long until its keeper is gone from the node."""
+    import threading
+
+    from beam_probe.node.remote import attach
+
+    feed = TopFeed(lambda: attach(node.node, node.cookie.encode(),
+                                  timeout=60), interval=2.0, n=40)
+    feed.open()
+    feed.refresh()
+    keeper = feed._keepers[feed.node]
+    threading.Thread(target=feed.refresh, daemon=True).start()
+    time.sleep(statistics.median(passes) / 3)
+    cut = time.monotonic()
+    feed.close()
+    while remote.call("erlang", "is_process_alive", [keeper]):
+        time.sleep(0.01)
+    return time.monotonic() - cut
+
+
+def view_cpu(seconds: float) -> float:
+    """The share of one core `beam-probe top` uses at the default
+    interval on an idle node, in a real terminal."""
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    from test_top import Tmux
+
+    with loaded_node(0) as (node, _remote, _count):
+        tmux = Tmux([sys.executable, "-m", "beam_probe", "top", node.node],
+                    {"HOME": node.home, "PYTHONPATH": REPO,
+                     "TERM": "xterm-256color", "PATH": os.environ["PATH"]},
+                    size=(120, 40))
+        try:
+            tmux.wait_for("sorted by memory")
+            time.sleep(5)  # past start-up: the steady view
+
+            def cpu() -> float:
+                with open(f"/proc/{tmux.pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                return (int(fields[11]) + int(fields[12])) / \
+                    os.sysconf("SC_CLK_TCK")
+
+            before, started = cpu(), time.monotonic()
+            time.sleep(seconds)
+            share = (cpu() - before) / (time.monotonic() - started)
+        finally:
+            tmux.close()
+    print(f"the view at the default interval (2 s), idle node, {seconds:g} "
+          f"s: {100 * share:.1f}% of one core (target below 5%)")
+    return share
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="100000,1000000")
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--seconds", type=float, default=60)
+    args = parser.parse_args()
+    print(f"{os.cpu_count()} cores")
+    for size in (int(s) for s in args.sizes.split(",") if s):
+        refresh_cost(size, args.runs)
+    view_cpu(args.seconds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,565 @@
+"""top against real nodes: one frame (--once, JSON) on every release; the
+view under Textual's Pilot (keys, sorting, opening a process, a filter, a
+node that dies under it and returns, a terminal too small, a cluster);
+the view in a real terminal (tmux); and nothing of ours left on the node
+after q or kill -9."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any, Callable
+
+import pytest
+
+from beam_probe.erldist.terms import Atom
+from beam_probe.node.local import LocalNode
+from beam_probe.node.remote import attach
+from conftest import REPO, one_line, run_here, unique_name
+from shapes import conforms_to
+
+# The workload's figures (tests/erl/beam_probe_workload.erl): keeper J
+# holds (J + 1) * 100,000 + 1,000 * J bytes of binaries and 3 * J unread
+# messages; the leakers have the largest heaps.
+LEAKERS, KEEPERS, IDLE = 5, 5, 1000
+
+
+def _start_workload(node: LocalNode) -> None:
+    with attach(node.node, node.cookie.encode()) as remote:
+        remote.call("beam_probe_workload", "start", [LEAKERS, KEEPERS, IDLE])
+
+
+@pytest.fixture(scope="module")
+def busy(session_nodes) -> LocalNode:
+    node = session_nodes.start("25", prefix="bptop")
+    _start_workload(node)
+    return node
+
+
+def _connect(node: LocalNode) -> Callable[[], Any]:
+    return lambda: attach(node.node, node.cookie.encode(), timeout=20)
+
+
+
+def _ours(node: LocalNode) -> tuple[list[str], list[Any]]:
+    """The hidden nodes connected to ``node`` but the asker, and the
+    processes of ours there: running erl_eval's code (the keeper, its
+    sentinel, their workers; the node runs none of its own), or holding
+    the list of our processes that the keeper keeps (hibernating)."""
+    from beam_probe.erldist.terms import ExportFun
+
+    with attach(node.node, node.cookie.encode(), timeout=10) as remote:
+        peers = remote.call("erlang", "nodes", [Atom("hidden")])
+        pids = remote.call("erlang", "processes", [])
+        infos = remote.call("lists", "zipwith", [
+            ExportFun("erlang", "process_info", 2), pids,
+            [[Atom("current_function"), Atom("dictionary")]] * len(pids)])
+        ours = []
+        for pid, info in zip(pids, infos):
+            if not isinstance(info, list):
+                continue  # exited meanwhile
+            fields = dict(info)
+            module = fields[Atom("current_function")][0]
+            keys = [k for k, _ in fields[Atom("dictionary")]]
+            if module in (Atom("erl_eval"), Atom("prim_eval")) or \
+                    Atom("$beam_probe_ours") in keys:
+                ours.append((str(pid), fields[Atom("current_function")]))
+        return ([str(p) for p in peers if str(p) != remote.conn.our_node],
+                ours)
+
+
+def _left_nothing(node: LocalNode, within: float = 2.0) -> None:
+    """Within ``within`` seconds: no connection of ours, and no process
+    of ours (the keeper, its sentinel, their workers)."""
+    deadline = time.monotonic() + within
+    while True:
+        peers, ours = _ours(node)
+        if not peers and not ours:
+            return
+        assert time.monotonic() < deadline, (peers, ours)
+        time.sleep(0.1)
+
+
+def _json(*args: str, node: LocalNode) -> dict:
+    result = run_here(*args, "--format", "json", node=node)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+# -- one frame ---------------------------------------------------------------
+
+
+def test_one_frame_by_release(nodes, otp):
+    """--once: two passes an interval apart; the JSON is the view's shape,
+    ranked as the node ranks, counted as proc-count counts; the text has
+    the header and the sorted column marked; nothing of ours stays."""
+    from beam_probe.probes.results import TopView
+
+    node = nodes.start(otp)
+    _start_workload(node)
+    view = _json("top", node.node, "--once", "--interval", "0.5", "-N", "12",
+                 node=node)
+    conforms_to(view, TopView)
+    (frame,) = view["frames"]
+    assert frame["header"]["otp_release"] == otp
+    assert view["down"] == [] and frame["window_s"] > 0.4
+    memory = [p["memory"] for p in frame["processes"]]
+    assert len(memory) == 12 and memory == sorted(memory, reverse=True)
+    assert {p["current_function"] for p in frame["processes"][:LEAKERS]} \
+        == {"beam_probe_workload:leaker/0"}
+    assert all(isinstance(p["reductions"], int) for p in frame["processes"])
+    # Our keeper, sentinel and workers are not the node's.
+    assert not any((p["initial_call"] or "").startswith("erl_eval")
+                   for p in frame["processes"])
+    counted = _json("proc-count", node.node, "memory", "1", node=node)
+    assert abs(frame["scanned"] - counted["scanned"]) <= 2
+    assert frame["header"]["process_count"] == frame["scanned"]
+
+    text = run_here("top", node.node, "--once", "--interval", "0.5", "-N",
+                    "5", "--sort", "message_queue_len", node=node)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0].startswith(f"{node.node}  OTP {otp}  up ")
+    assert any(line.startswith("memory ") for line in lines)
+    assert "sorted by message_queue_len" in text.stdout
+    assert "MSGQ▼" in text.stdout
+    # The keeper with the most unread messages (3 * 4) first.
+    heading = next(i for i, line in enumerate(lines) if "MSGQ" in line)
+    assert lines[heading + 2].split()[-2] == str(3 * (KEEPERS - 1))
+    _left_nothing(node)
+
+
+def test_a_filter_matches_names_and_initial_calls(busy):
+    view = _json("top", busy.node, "--once", "--interval", "0.5",
+                 "--filter", "code_serv", node=busy)
+    (frame,) = view["frames"]
+    assert [p["name"] for p in frame["processes"]] == ["code_server"]
+    assert frame["matched"] == 1 and frame["scanned"] > IDLE
+    # An initial call matches too: the workload's processes are spawned
+    # from funs (erlang:apply/2).
+    view = _json("top", busy.node, "--once", "--interval", "0.5", "-N",
+                 "5", "--filter", "apply", node=busy)
+    assert view["frames"][0]["matched"] >= LEAKERS + KEEPERS + IDLE
+    assert {p["initial_call"] for p in view["frames"][0]["processes"]} == {
+        "erlang:apply/2"}
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--interval", "0.1"), ("--interval",)),
+    (("-N", "0"), ("-N", "500")),
+    (("-N", "501"), ("-N",)),
+    (("--filter", "x" * 65), ("filter", "64")),
+    (("--sort", "heap"), ("--sort",)),
+    (("--jobs", "-1"), ("--jobs",)),
+])
+def test_bad_options_are_one_line(busy, args, words):
+    result = run_here("top", busy.node, "--once", *args, node=busy)
+    one_line(result, 2, *words)
+
+
+def test_textual_is_imported_by_the_view_alone(busy):
+    """A frame (--once) and every other command start without Textual
+    or rich: the view alone pays for them (bench_startup)."""
+    code = ("import sys; from beam_probe.cli import invoke; "
+            f"invoke(['top', '{busy.node}', '--once', '--interval', '0.5']);"
+            f" invoke(['memory', '{busy.node}']); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'textual', 'rich'}))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO,
+                            env=dict(os.environ, HOME=busy.home),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "sorted by memory" in result.stdout
+    assert result.stdout.splitlines()[-1] == "[]"
+
+
+def test_a_crash_dump_is_refused(tmp_path):
+    dump = tmp_path / "erl_crash.dump"
+    dump.write_text("=erl_crash_dump:0.5\nWed Nov 25 00:00:00 2026\n")
+    one_line(run_here("top", str(dump), "--once"), 2, "live node")
+
+
+def test_an_idle_keeper_ends_and_the_next_refresh_starts_another(busy):
+    """top paused (or gone quiet with its connection open): the keeper
+    ends after its idle time; the next refresh starts a new one, which
+    has no window yet."""
+    from beam_probe.probes.top import TopFeed
+
+    feed = TopFeed(_connect(busy), interval=0.5, n=5)
+    feed.idle = 1.0
+    feed.open()
+    try:
+        feed.refresh()
+        first = feed._keepers[busy.node]
+        assert feed.refresh()["frames"][0]["window_s"] is not None
+        assert _ours(busy)[1], "no keeper of ours seen"
+        time.sleep(1.5)
+        peers, ours = _ours(busy)
+        assert ours == [] and len(peers) == 1  # the feed's connection
+        view = feed.refresh()
+        assert view["down"] == [] and view["frames"][0]["window_s"] is None
+        assert feed._keepers[busy.node] != first
+    finally:
+        feed.close()
+
+
+def test_a_frozen_node_is_down_in_seconds_and_back_after(nodes):
+    """SIGSTOP: the refresh waits a few passes' worth, a short call
+    finds the node silent, and the node is down, its rows kept; SIGCONT,
+    and the next refresh dials again."""
+    from beam_probe.probes.top import TopFeed
+
+    node = nodes.start("25")
+    _start_workload(node)
+    feed = TopFeed(_connect(node), interval=0.5, n=5)
+    feed.open()
+    try:
+        feed.refresh()
+        feed.refresh()
+        os.kill(node.proc.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            view = feed.refresh()
+            took = time.monotonic() - started
+        finally:
+            os.kill(node.proc.pid, signal.SIGCONT)
+        assert [d["node"] for d in view["down"]] == [node.node]
+        assert "2 s" in view["down"][0]["error"] and took < 8, (took, view)
+        assert len(view["frames"][0]["processes"]) == 5  # kept
+        view = feed.refresh()
+        assert view["down"] == [] and view["frames"][0]["window_s"] is None
+    finally:
+        feed.close()
+
+
+# -- the view, under Textual's Pilot ---------------------------------------
+
+
+async def _until(pilot: Any, condition: Callable[[], bool],
+                 timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the view never got there"
+        await pilot.pause(0.05)
+
+
+def _text(app: Any, selector: str) -> str:
+    from textual.widgets import Static
+
+    return str(app.query_one(selector, Static).content)
+
+
+def _screen_text(app: Any) -> str:
+    return str(app.screen.query_one("#body").content)
+
+
+def _app(node: LocalNode, size=(130, 40), **kw: Any):
+    from beam_probe.live.app import TopApp
+    from beam_probe.probes.top import TopFeed
+    from beam_probe.text.syntax import ERLANG
+
+    feed = TopFeed(_connect(node), interval=kw.pop("interval", 0.5), **kw)
+    feed.open()
+    return feed, TopApp(feed, ERLANG, lambda name: attach(
+        name, node.cookie.encode(), timeout=20))
+
+
+def test_keys_sort_open_filter_pause(busy):
+    from textual.widgets import DataTable
+
+    from beam_probe.text import top as words
+
+    feed, app = _app(busy)
+
+    def ranked(key: str) -> list[int]:
+        return [row[key] for row in words.rows(app.view)]
+
+    async def script() -> None:
+        async with app.run_test(size=(130, 40)) as pilot:
+            await _until(pilot, lambda: app.drawn >= 1)
+            assert busy.node in _text(app, "#header")
+            table = app.query_one("#processes", DataTable)
+            assert table.row_count >= 20 and feed.n == 40 - 9
+            assert ranked("memory") == sorted(ranked("memory"), reverse=True)
+            for key, column in (("b", "binary_memory"), ("l",
+                                "message_queue_len"), ("r", "reductions"),
+                                ("m", "memory")):
+                await pilot.press(key)
+                await _until(pilot, lambda: app.view["sort"] == column
+                             and app.view["frames"][0]["sort"] == column)
+                values = [v or 0 for v in ranked(column)]
+                assert values == sorted(values, reverse=True), column
+                heading = [str(c.label) for c in table.columns.values()]
+                assert words.TITLES[column] + "▼" in heading
+            assert ranked("message_queue_len")[:0] == []
+            # Open the first process: its proc-info and what it holds.
+            first = words.rows(app.view)[0]["pid"]
+            table.focus()
+            table.move_cursor(row=0)
+            await pilot.press("enter")
+            await _until(pilot, lambda: app.screen is not app.screen_stack[0]
+                         and "loading" not in _screen_text(app))
+            opened = _screen_text(app)
+            assert first in opened and "current_function" in opened
+            assert "what it holds: " in opened  # inspect's
+            await pilot.press("escape")
+            await _until(pilot, lambda: len(app.screen_stack) == 1)
+            # A filter, then Escape clears it.
+            await pilot.press("slash", *"code_serv", "enter")
+            await _until(pilot, lambda: app.view["filter"] == "code_serv")
+            assert [r["name"] for r in words.rows(app.view)] == [
+                "code_server"]
+            await pilot.press("escape")
+            await _until(pilot, lambda: app.view["filter"] == "" and
+                         len(words.rows(app.view)) > 1)
+            # Paused: the header says so, and nothing more is asked.
+            await pilot.press("p")
+            await _until(pilot, lambda: "PAUSED" in _text(app, "#header"))
+            await pilot.pause(0.3)
+            frozen = app.drawn
+            await pilot.pause(1.2)
+            assert app.drawn == frozen
+            await pilot.press("p")
+            await _until(pilot, lambda: app.drawn > frozen)
+            for key, word in (("question_mark", "sort by memory"),
+                              ("e", "ac_tab"), ("a", "binary_alloc")):
+                await pilot.press(key)
+                await _until(pilot, lambda: len(app.screen_stack) == 2 and
+                             "loading" not in _screen_text(app))
+                assert word in _screen_text(app), key
+                await pilot.press("escape")
+                await _until(pilot, lambda: len(app.screen_stack) == 1)
+            await pilot.press("q")
+
+    try:
+        asyncio.run(script())
+    finally:
+        feed.close()
+    _left_nothing(busy)
+
+
+def test_a_terminal_too_small_says_so(busy):
+    feed, app = _app(busy)
+
+    async def script() -> None:
+        async with app.run_test(size=(50, 10)) as pilot:
+            await pilot.pause(0.2)
+            assert "terminal too small (50x10)" in _text(app, "#small")
+            assert not app.query_one("#processes").display
+            await pilot.resize_terminal(120, 30)
+            await _until(pilot, lambda: app.query_one("#processes").display
+                         and app.drawn >= 1)
+            assert not app.query_one("#small").display
+            await pilot.press("q")
+
+    try:
+        asyncio.run(script())
+    finally:
+        feed.close()
+
+
+def test_a_node_that_dies_keeps_its_rows_and_returns(beam_dir):
+    """Killed under the view: the header says since when, the rows stay;
+    the same node started again is found on a new connection."""
+    name, cookie = unique_name("bptopdie"), f"c{uuid.uuid4().hex[:8]}"
+    started = [LocalNode(name, cookie=cookie, code_paths=(beam_dir,)).start()]
+    node = started[0]
+    _start_workload(node)
+    feed, app = _app(node)
+    try:
+        async def script() -> None:
+            async with app.run_test(size=(130, 40)) as pilot:
+                await _until(pilot, lambda: app.drawn >= 1)
+                rows = app.query_one("#processes").row_count
+                node.proc.kill()
+                node.proc.wait(10)
+                await _until(pilot, lambda: bool(app.view["down"]))
+                assert "DOWN since" in _text(app, "#down")
+                assert app.query_one("#processes").row_count == rows
+                again = LocalNode(name, cookie=cookie,
+                                  code_paths=(beam_dir,)).start()
+                started.append(again)
+                await _until(pilot, lambda: not app.view["down"],
+                             timeout=30)
+                assert _text(app, "#down") == ""
+                assert app.view["frames"][0]["header"]["uptime_s"] < 30
+                await pilot.press("q")
+
+        asyncio.run(script())
+    finally:
+        feed.close()
+        for each in started:
+            each.stop()
+
+
+# -- a cluster -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trio(session_nodes):
+    from test_cluster import _three
+
+    entry, before, after = _three(session_nodes, "t")
+    _start_workload(after)
+    return entry, before, after
+
+
+def test_a_cluster_has_a_node_column_and_a_picker(trio):
+    from beam_probe.text import top as words
+
+    entry, before, after = trio
+    view = _json("top", entry.node, "--cluster", "--once", "--interval",
+                 "0.5", node=entry)
+    assert [f["node"] for f in view["frames"]] == [entry.node, before.node,
+                                                   after.node]
+    text = run_here("top", entry.node, "--cluster", "--once", "--interval",
+                    "0.5", "-N", "8", node=entry).stdout
+    assert "NODE" in text and after.node in text
+    # The largest heaps are the workload's, on the node after.
+    heading = next(i for i, line in enumerate(text.splitlines())
+                   if line.startswith("PID"))
+    assert text.splitlines()[heading + 2].split()[1] == after.node
+
+    feed, app = _app(entry, cluster_view=True)
+
+    async def script() -> None:
+        async with app.run_test(size=(150, 40)) as pilot:
+            await _until(pilot, lambda: app.drawn >= 1 and
+                         len(app.view["frames"]) == 3)
+            assert "NODE" in words.columns(app.view)
+            await pilot.press("n")
+            await _until(pilot, lambda: len(app.screen_stack) == 2)
+            for _ in range(feed.members.index(after.node) + 1):
+                await pilot.press("down")
+            await pilot.press("enter")
+            await _until(pilot, lambda: app.view["focus"] == after.node
+                         and [f["node"] for f in app.view["frames"]]
+                         == [after.node])
+            assert "NODE" not in words.columns(app.view)
+            assert after.node in _text(app, "#header")
+            # A member's process opens over a connection to it.
+            await pilot.press("enter")
+            await _until(pilot, lambda: len(app.screen_stack) == 2 and
+                         "loading" not in _screen_text(app))
+            assert "leaker" in _screen_text(app)
+            await pilot.press("escape", "q")
+
+    try:
+        asyncio.run(script())
+    finally:
+        feed.close()
+
+
+# -- a real terminal --------------------------------------------------------
+
+
+class Tmux:
+    """A tmux server of our own (its own socket), running one command in
+    a window of a fixed size; stopped with kill-server."""
+
+    def __init__(self, command: list[str], env: dict[str, str],
+                 size: tuple[int, int] = (110, 32)) -> None:
+        self.socket = f"bpt-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.run("new-session", "-d", "-s", "top", "-x", str(size[0]),
+                 "-y", str(size[1]), "env", *(f"{k}={v}" for k, v in
+                                               env.items()), *command)
+        self.pid = int(self.run("display-message", "-p", "-t", "top",
+                                "#{pane_pid}").strip())
+
+    def run(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args],
+                              capture_output=True, text=True, check=True,
+                              timeout=10).stdout
+
+    def screen(self, escapes: bool = False) -> str:
+        return self.run("capture-pane", "-p", *(["-e"] if escapes else []),
+                        "-t", "top")
+
+    def wait_for(self, text: str, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            shown = self.screen()
+            if text in shown:
+                return shown
+            assert time.monotonic() < deadline, shown
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"],
+                       capture_output=True, timeout=10)
+
+
+def _colours(screen: str) -> set[int]:
+    """The colour parameters of the SGR sequences on a screen: 30-37,
+    38 (256 or true colour), 40-47, 48, 90-97, 100-107."""
+    import re
+
+    found = set()
+    for params in re.findall(r"\x1b\[([0-9;]*)m", screen):
+        for word in params.split(";"):
+            if word.isdigit() and (30 <= int(word) <= 38 or
+                                   40 <= int(word) <= 48 or
+                                   90 <= int(word) <= 97 or
+                                   100 <= int(word) <= 107):
+                found.add(int(word))
+                break
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _top_in_tmux(node: LocalNode) -> Tmux:
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is not installed (.ci/setup installs it)")
+    env = {"HOME": node.home, "PYTHONPATH": REPO, "NO_COLOR": "1",
+           "TERM": "xterm-256color", "PATH": os.environ["PATH"]}
+    return Tmux([sys.executable, "-m", "beam_probe", "top", node.node,
+                 "--interval", "1"], env)
+
+
+def test_in_a_real_terminal(busy, tmp_path):
+    """tmux: the view drawn, a key, a capture, q; NO_COLOR draws no
+    colour; the node is left as it was."""
+    tmux = _top_in_tmux(busy)
+    try:
+        shown = tmux.wait_for("sorted by memory")
+        assert busy.node in shown and "MEMORY▼" in shown
+        tmux.run("send-keys", "-t", "top", "b")
+        shown = tmux.wait_for("sorted by binary_memory")
+        assert "BINARY▼" in shown
+        (tmp_path / "top.txt").write_text(shown)
+        coloured = tmux.screen(escapes=True)
+        # NO_COLOR: no foreground or background colour is ever set (the
+        # defaults, 39 and 49, and bold or reverse may be).
+        assert _colours(coloured) == set(), coloured[:400]
+        tmux.run("send-keys", "-t", "top", "q")
+        deadline = time.monotonic() + 10
+        while _alive(tmux.pid):
+            assert time.monotonic() < deadline, "top did not quit on q"
+            time.sleep(0.1)
+    finally:
+        tmux.close()
+    _left_nothing(busy)
+
+
+def test_kill_9_leaves_nothing_on_the_node(busy):
+    tmux = _top_in_tmux(busy)
+    try:
+        tmux.wait_for("sorted by memory")
+        os.kill(tmux.pid, signal.SIGKILL)
+        _left_nothing(busy)
+    finally:
+        tmux.close()
