@@ -24,13 +24,29 @@
 %%     pass's reductions and, paused, nothing more.
 -module(beam_probe_top).
 
--export([refresh/12, keep/4, pass/8]).
+-export([refresh/14, keep/4, pass/9, slice/5]).
 
 -type watch() :: {node, node()} | {process, pid(), [pid() | port()]}.
 -type sort() :: memory | reductions | binary_memory | message_queue_len.
+%% filter: the patterns a name is matched against (the text in UTF-8,
+%% and in latin1 where it can be: OTP 25 writes latin1 atoms so), or []
+%% for every process; idle: how long the keeper waits for the next.
 -type request() :: #{sort := sort(),
                      n := pos_integer(),
-                     filter := binary()}.
+                     filter := [binary()],
+                     idle := pos_integer()}.
+%% What the keeper keeps from one pass to the next: the pass's
+%% reductions by pid, when it ended, the node's counters then, and what
+%% the keeper itself did since (its collection, its hibernation).
+-type state() :: #{pairs := [{pid(), non_neg_integer()}],
+                   at := integer() | none,
+                   counters := #{reductions := non_neg_integer(),
+                                 gcs := non_neg_integer(),
+                                 words := non_neg_integer(),
+                                 own := non_neg_integer(),
+                                 time := integer()} | none,
+                   ours := #{gcs := non_neg_integer(),
+                             words := non_neg_integer()}}.
 -type header() :: #{memory := [{atom(), non_neg_integer()}],
                     process_count := non_neg_integer(),
                     process_limit := pos_integer(),
@@ -40,11 +56,10 @@
                     atom_limit := pos_integer(),
                     ets_count := non_neg_integer(),
                     run_queue := non_neg_integer(),
-                    gc_count := non_neg_integer(),
-                    gc_words_reclaimed := non_neg_integer(),
-                    reductions := non_neg_integer(),
-                    keeper_reductions := non_neg_integer(),
-                    workers_reductions := non_neg_integer(),
+                    gap := #{us := non_neg_integer(),
+                             reductions := integer(),
+                             gcs := integer(),
+                             words := integer()} | none,
                     uptime_ms := non_neg_integer(),
                     otp_release := string(),
                     schedulers_online := pos_integer(),
@@ -55,6 +70,7 @@
                    matched := non_neg_integer(),
                    rows := beam_probe_lib:rows(),
                    window_us := non_neg_integer() | none,
+                   filtered := boolean(),
                    pass_us := non_neg_integer(),
                    header := header()}.
 
@@ -62,12 +78,12 @@
 %% the pass Request asks for (a new keeper when there is none, or it
 %% ended), and its frame is the answer. Watch is what guard/3 watches
 %% (the keeper watches the same connection).
-%% Keep and Pass are keep/4 and pass/8 as funs.
+%% Keep, Pass and Slice are keep/4, pass/9 and slice/5 as funs.
 -spec refresh(watch(), [pid()], reference(), request(), timeout(),
-              non_neg_integer(), fun(), fun(), fun(), fun(), fun(), fun()) ->
-          frame().
+              non_neg_integer(), fun(), fun(), fun(), fun(), fun(), fun(),
+              fun(), fun()) -> frame().
 refresh(Watch, Keepers, Secret, Request, IdleMs, Jobs, Keep, Pass, Pmap, Top,
-        Describe, Others) ->
+        Describe, Others, Settled, Slice) ->
     Ours = case erlang:get('$beam_probe_ours') of
                undefined -> [erlang:self()];
                List -> List
@@ -115,9 +131,9 @@ refresh(Watch, Keepers, Secret, Request, IdleMs, Jobs, Keep, Pass, Pmap, Top,
                  [Found | _] ->
                      Found;
                  [] ->
-                     Work = fun(Asked, Previous, At) ->
-                                    Pass(Asked, Previous, At, Jobs, Pmap,
-                                         Top, Describe, Others)
+                     Work = fun(Asked, Kept) ->
+                                    Pass(Asked, Kept, Jobs, Pmap, Top,
+                                         Describe, Others, Settled, Slice)
                             end,
                      erlang:spawn(fun() ->
                                           Keep(Links, Secret, IdleMs, Work)
@@ -134,15 +150,16 @@ refresh(Watch, Keepers, Secret, Request, IdleMs, Jobs, Keep, Pass, Pmap, Top,
     end.
 
 %% The keeper's life: a refresh at a time, each answered with Work's
-%% frame, the last pass's reductions kept between them. Links are our
-%% connection's processes and port: a sentinel watches the processes,
-%% and this one. A refresh comes from a call (refresh/12, the first) or
-%% straight from beam-probe, its own pid in From: no rpc, so rex does no
-%% work of ours that the pass would count as the node's (a refresh by
-%% rpc was ~1,300 of rex's reductions, measured on OTP 25).
+%% frame, what a pass keeps for the next held between them. Links are
+%% our connection's processes and port: a sentinel watches the
+%% processes, and this one. A refresh comes from a call (refresh/14, the
+%% first) or straight from beam-probe, its own pid in From: no rpc, so
+%% rex does no work of ours that the pass would count as the node's (a
+%% refresh by rpc was ~1,300 of rex's reductions, measured on OTP 25).
+%% Of the refreshes waiting, only the newest is made: the others' askers
+%% have given up on them.
 -spec keep([pid() | port()], reference(), timeout(),
-           fun((request(), list(), integer() | none) ->
-                      {frame(), list(), integer()})) -> ok.
+           fun((request(), state()) -> {frame(), state()})) -> ok.
 keep(Links, Secret, IdleMs, Work) ->
     Keeping = erlang:self(),
     Connection = lists:filter(fun erlang:is_pid/1, Links),
@@ -162,7 +179,15 @@ keep(Links, Secret, IdleMs, Work) ->
     %% The idle deadline is a timer's message (only the latest timer's
     %% counts), so that the keeper can hibernate meanwhile: a hibernating
     %% process waits for any message, with no timeout of its own.
-    Idle = fun() -> erlang:start_timer(IdleMs, Keeping, {Secret, idle}) end,
+    Idle = fun(Ms) -> erlang:start_timer(Ms, Keeping, {Secret, idle}) end,
+    Newest = fun Newest(Asked) ->
+                     receive
+                         {Secret, refresh, _, _, _, _} = Later ->
+                             Newest(Later)
+                     after 0 ->
+                         Asked
+                     end
+             end,
     %% Past this many processes the keeper hibernates after every pass:
     %% the room a collected heap keeps is 2.5 times what it holds (141 MB
     %% at a million processes, against 38 MB hibernated; measured), and a
@@ -170,29 +195,42 @@ keep(Links, Secret, IdleMs, Work) ->
     %% passes are short and come often, and that cost was a fifth of one
     %% (1.35x a proc-count pass at 100,000 processes, against 1.14x).
     Roomy = 200000,
-    Loop = fun Loop(Previous, At, Timer) ->
+    Loop = fun Loop(Kept, Timer, Hibernated) ->
                    %% Collected here, where the last pass's reductions
                    %% are all it holds (after a pass, the pass before's
-                   %% were still bound: twice the memory, measured).
+                   %% were still bound: twice the memory, measured). The
+                   %% collection is the keeper's, not the node's: counted,
+                   %% with a hibernation's, for the pass to leave out.
+                   {GcsBefore, WordsBefore, _} =
+                       erlang:statistics(garbage_collection),
                    erlang:garbage_collect(),
+                   {GcsAfter, WordsAfter, _} =
+                       erlang:statistics(garbage_collection),
+                   #{ours := Ours0} = Kept,
+                   Ours = #{gcs => maps:get(gcs, Ours0) + Hibernated
+                                + GcsAfter - GcsBefore,
+                            words => maps:get(words, Ours0)
+                                + WordsAfter - WordsBefore},
                    receive
-                       {Secret, refresh, From, Ref, Request, CallerOurs} ->
+                       {Secret, refresh, _, _, _, _} = First ->
+                           {Secret, refresh, From, Ref, Request, CallerOurs} =
+                               Newest(First),
                            erlang:cancel_timer(Timer),
                            %% The call waiting on us, and our connection,
                            %% are ours too: not the node's to rank.
-                           Ours = [Keeping, Sentinel | Links ++ CallerOurs],
-                           erlang:put('$beam_probe_ours', Ours),
-                           {Frame, Current, Now} = Work(Request, Previous, At),
+                           erlang:put('$beam_probe_ours',
+                                      [Keeping, Sentinel | Links ++ CallerOurs]),
+                           {Frame, Next} = Work(Request, Kept#{ours => Ours}),
                            %% noconnect: were beam-probe gone, a plain
                            %% send would make the node connect back to it.
                            erlang:send(From, {Ref, Frame}, [noconnect]),
+                           Again = Idle(maps:get(idle, Request, IdleMs)),
                            case maps:get(scanned, Frame) > Roomy of
                                true ->
                                    erlang:hibernate(
-                                     erlang, apply,
-                                     [Loop, [Current, Now, Idle()]]);
+                                     erlang, apply, [Loop, [Next, Again, 1]]);
                                false ->
-                                   Loop(Current, Now, Idle())
+                                   Loop(Next, Again, 0)
                            end;
                        {timeout, Timer, {Secret, idle}} ->
                            ok;
@@ -202,132 +240,100 @@ keep(Links, Secret, IdleMs, Work) ->
                        %% Refreshes stopped (top paused): the heap shrinks
                        %% to what it holds.
                        erlang:hibernate(erlang, apply,
-                                        [Loop, [Previous, At, Timer]])
+                                        [Loop, [Kept#{ours => Ours}, Timer, 1]])
                    end
            end,
-    Loop([], none, Idle()).
+    Loop(#{pairs => [], at => none, counters => none,
+           ours => #{gcs => 0, words => 0}},
+         Idle(IdleMs), 0).
 
 %% One pass over every process (but ours): each one's reductions and the
 %% item Request sorts by, read together by one process_info/2 call (in
 %% pmap's slices, each ranking its own); the N first by that item, or by
-%% the reductions done since the last pass (Previous, taken At); those N
-%% described and read again for the columns top shows. Returns the frame,
-%% this pass's reductions by pid and when it was taken.
--spec pass(request(), [{pid(), non_neg_integer()}], integer() | none,
-           non_neg_integer(), fun(), fun(), fun(), fun()) ->
-          {frame(), [{pid(), non_neg_integer()}], integer()}.
-pass(#{sort := Sort, n := N, filter := Filter}, Previous, At, Jobs, Pmap,
-     Top, Describe, Others) ->
+%% the reductions done since the last pass, among those the filter lets
+%% through; those N described and read again for the columns top shows.
+%% The reductions of every process are kept, filtered or not, so that a
+%% filter changed or cleared still has its window. Returns the frame and
+%% what the next pass needs.
+-spec pass(request(), state(), non_neg_integer(), fun(), fun(), fun(),
+           fun(), fun(), fun()) -> {frame(), state()}.
+pass(#{sort := Sort, n := N, filter := Filter}, Kept, Jobs, Pmap, Top,
+     Describe, Others, Settled, Slice) ->
+    #{pairs := Previous, at := At, counters := Before, ours := Ours} = Kept,
     Started = erlang:monotonic_time(microsecond),
+    Counters = fun() ->
+                       {Gcs, Words, _} = erlang:statistics(garbage_collection),
+                       {reductions, Own} =
+                           erlang:process_info(erlang:self(), reductions),
+                       #{reductions => erlang:element(
+                                         1, erlang:statistics(reductions)),
+                         gcs => Gcs, words => Words, own => Own,
+                         time => erlang:monotonic_time(microsecond)}
+               end,
+    %% The node's own figures between the last pass and this one: the
+    %% counters then and now, less the keeper's work between (its
+    %% reductions, its collections). Our pass itself is never in it.
+    Now = Counters(),
+    Gap = case Before of
+              none ->
+                  none;
+              _ ->
+                  #{us => maps:get(time, Now) - maps:get(time, Before),
+                    reductions => maps:get(reductions, Now)
+                        - maps:get(reductions, Before)
+                        - (maps:get(own, Now) - maps:get(own, Before)),
+                    gcs => maps:get(gcs, Now) - maps:get(gcs, Before)
+                        - maps:get(gcs, Ours),
+                    words => maps:get(words, Now) - maps:get(words, Before)
+                        - maps:get(words, Ours)}
+          end,
     All = Others(),
     %% Whether this node reads one dictionary key at a time (OTP 26.2+),
     %% as describe/1 finds out.
     Labels = maps:get(labels, Describe([])),
-    %% What a filter is matched against: the names a process goes by,
-    %% written in the external term format, where an atom's or a string's
-    %% characters stand as they are; one compiled binary:match/2 a process.
-    Named = [registered_name, initial_call]
-        ++ [{dictionary, Key} || Labels,
-                                 Key <- ['$process_label', '$initial_call',
-                                         process_name]],
-    Matching = ets:match_spec_compile([{{'$1', '$2'},
-                                        [{'=/=', '$1', nomatch}],
-                                        ['$2']}]),
-    Chosen = case Filter of
-                 <<>> ->
-                     fun(Slice) -> Slice end;
-                 _ ->
-                     fun(Slice) ->
-                             Count = erlang:length(Slice),
-                             Names = lists:zipwith(fun erlang:process_info/2,
-                                                   Slice,
-                                                   lists:duplicate(Count,
-                                                                   Named)),
-                             Found = lists:zipwith(
-                                       fun binary:match/2,
-                                       lists:map(fun erlang:term_to_binary/1,
-                                                 Names),
-                                       lists:duplicate(Count, Filter)),
-                             ets:match_spec_run(lists:zip(Found, Slice),
-                                                Matching)
-                     end
-             end,
-    Item = case Sort of
-               reductions -> memory;
-               binary_memory -> binary;
-               _ -> Sort
-           end,
-    Spec = fun(Guard, Body) ->
-                   ets:match_spec_compile(
-                     [{{[{reductions, '$1'}, {'_', '$2'}], '$3'}, Guard,
-                       [Body]}])
-           end,
-    Reductions = Spec([], {{'$3', '$1'}}),
-    Values = case Sort of
-                 binary_memory -> Spec([{'=/=', '$2', []}], {{'$2', '$3'}});
-                 _ -> Spec([], {{'$2', '$3'}})
-             end,
-    Slices = Pmap(fun(Slice0) ->
-                          Slice = Chosen(Slice0),
-                          Infos = lists:zipwith(
-                                    fun erlang:process_info/2, Slice,
-                                    lists:duplicate(erlang:length(Slice),
-                                                    [reductions, Item])),
-                          Joined = lists:zip(Infos, Slice),
-                          Pairs = ets:match_spec_run(Joined, Values),
-                          Ranked =
-                              case Sort of
-                                  reductions ->
-                                      [];
-                                  binary_memory ->
-                                      %% Each binary is {Id, Size, Refs}:
-                                      %% recon's figure, a size a
-                                      %% reference.
-                                      {Lists, Holders} = lists:unzip(Pairs),
-                                      Sizes = lists:zipwith(
-                                                fun erlang:element/2,
-                                                lists:duplicate(
-                                                  erlang:length(Lists), 2),
-                                                lists:map(fun lists:unzip3/1,
-                                                          Lists)),
-                                      Top(lists:zip(lists:map(fun lists:sum/1,
-                                                              Sizes),
-                                                    Holders),
-                                          N);
-                                  _ ->
-                                      Top(Pairs, N)
-                              end,
-                          Kept = ets:match_spec_run(Joined, Reductions),
-                          %% The worker's reductions so far: its last
-                          %% slice's are its work for the pass.
-                          {reductions, Spent} =
-                              erlang:process_info(erlang:self(), reductions),
-                          {Kept, Ranked,
-                           {erlang:length(Slice), {erlang:self(), Spent}}}
-                  end,
-                  All,
-                  Jobs),
+    %% The slice's work is made by slice/5, where nothing of this pass is
+    %% bound: a fun made here would carry every binding of this function
+    %% into each worker, the last pass's reductions among them (erl_eval
+    %% keeps them all: 3 million words a worker at 100,000 processes, and
+    %% twice the pass's time, measured).
+    Slices = Pmap(Slice(Sort, N, Filter, Labels, Top), All, Jobs),
     {PerSlice, Tops, Tally} = lists:unzip3(Slices),
-    {Counts, WorkersSpent} = lists:unzip(Tally),
-    Workers = maps:values(maps:from_list(WorkersSpent)),
+    {Counts, Lets} = lists:unzip(Tally),
     %% Kept as a list for the next pass: a map of it cost 25 ms a pass at
     %% 100,000 processes (measured), and only a ranking by reductions
     %% needs one; the rows shown look theirs up in one compiled pass.
     Current = lists:append(PerSlice),
+    Matched = case Filter of
+                  [] -> lists:sum(Counts);
+                  _ -> lists:sum(lists:map(fun maps:size/1, Lets))
+              end,
     Shown = case Sort of
                 reductions ->
-                    {Pids, Reds} = lists:unzip(Current),
+                    Among = case Filter of
+                                [] ->
+                                    Current;
+                                _ ->
+                                    Let = lists:foldl(fun maps:merge/2, #{},
+                                                      Lets),
+                                    ets:match_spec_run(
+                                      Current,
+                                      ets:match_spec_compile(
+                                        [{{'$1', '_'},
+                                          [{is_map_key, '$1', {const, Let}}],
+                                          ['$_']}]))
+                            end,
+                    {Pids, Reds} = lists:unzip(Among),
                     Many = erlang:length(Pids),
-                    Before = lists:zipwith3(fun maps:get/3, Pids,
-                                            lists:duplicate(
-                                              Many,
-                                              maps:from_list(Previous)),
-                                            lists:duplicate(Many, none)),
+                    Earlier = lists:zipwith3(fun maps:get/3, Pids,
+                                             lists:duplicate(
+                                               Many,
+                                               maps:from_list(Previous)),
+                                             lists:duplicate(Many, none)),
                     %% A process born since the last pass did all its
                     %% reductions in the window; so did one whose pid
                     %% was reused (fewer than before).
                     Top(ets:match_spec_run(
-                          lists:zip3(Reds, Before, Pids),
+                          lists:zip3(Reds, Earlier, Pids),
                           ets:match_spec_compile(
                             [{{'$1', '$2', '$3'},
                               [{is_integer, '$2'}, {'>=', '$1', '$2'}],
@@ -360,51 +366,49 @@ pass(#{sort := Sort, n := N, filter := Filter}, Previous, At, Jobs, Pmap,
     Memories = [M || {M, _, _, _} <- Columns],
     Queues = [Q || {_, Q, _, _} <- Columns],
     BinaryMemories = [B || {_, _, B, _} <- Columns],
-    Now = maps:from_list(lists:zip(RowPids, [R || {_, _, _, R} <- Columns])),
+    RowsNow = maps:from_list(lists:zip(RowPids,
+                                       [R || {_, _, _, R} <- Columns])),
     RowSet = maps:from_list([{Pid, true} || Pid <- RowPids]),
-    Then = maps:from_list(
-             ets:match_spec_run(
-               Previous,
-               ets:match_spec_compile(
-                 [{{'$1', '_'}, [{is_map_key, '$1', {const, RowSet}}],
-                   ['$_']}]))),
+    RowsThen = maps:from_list(
+                 ets:match_spec_run(
+                   Previous,
+                   ets:match_spec_compile(
+                     [{{'$1', '_'}, [{is_map_key, '$1', {const, RowSet}}],
+                       ['$_']}]))),
     Done = fun(Pid) ->
-                   case {maps:get(Pid, Now, none),
-                         maps:get(Pid, Then, none)} of
-                       {Later, Earlier} when erlang:is_integer(Later),
-                                             erlang:is_integer(Earlier),
-                                             Later >= Earlier ->
-                           Later - Earlier;
-                       {Later, _} when erlang:is_integer(Later),
-                                       At =/= none ->
-                           Later;
+                   case {maps:get(Pid, RowsNow, none),
+                         maps:get(Pid, RowsThen, none)} of
+                       {To, From} when erlang:is_integer(To),
+                                       erlang:is_integer(From),
+                                       To >= From ->
+                           To - From;
+                       {To, _} when erlang:is_integer(To), At =/= none ->
+                           To;
                        _ ->
                            none
                    end
            end,
-    Ours = erlang:get('$beam_probe_ours'),
-    {Gcs, Words, _} = erlang:statistics(garbage_collection),
-    Total = erlang:element(1, erlang:statistics(reductions)),
-    {reductions, OwnNow} = erlang:process_info(erlang:self(), reductions),
-    Ended = erlang:monotonic_time(microsecond),
-    Header = #{memory => erlang:memory(),
+    %% Our connection's port (twice in the list: the call's and the
+    %% keeper's own) is not the node's; a port of the entry node, under
+    %% a fan-out, is not this node's.
+    OurPorts = lists:usort([P || P <- erlang:get('$beam_probe_ours'),
+                                 erlang:is_port(P),
+                                 erlang:node(P) =:= erlang:node()]),
+    %% Without the keeper's own heap, and once the workers' are freed.
+    Memory = Settled(false),
+    After = Counters(),
+    Ended = maps:get(time, After),
+    Header = #{memory => Memory,
                process_count => erlang:length(All),
                process_limit => erlang:system_info(process_limit),
                port_count => erlang:system_info(port_count)
-                   - erlang:length(lists:filter(fun erlang:is_port/1, Ours)),
+                   - erlang:length(OurPorts),
                port_limit => erlang:system_info(port_limit),
                atom_count => erlang:system_info(atom_count),
                atom_limit => erlang:system_info(atom_limit),
                ets_count => erlang:length(ets:all()),
                run_queue => erlang:statistics(run_queue),
-               gc_count => Gcs,
-               gc_words_reclaimed => Words,
-               reductions => Total,
-               %% Our own work, which the node's total counts: the
-               %% keeper's so far (its collections included), and this
-               %% pass's workers'.
-               keeper_reductions => OwnNow,
-               workers_reductions => lists:sum(Workers),
+               gap => Gap,
                uptime_ms => erlang:element(1,
                                            erlang:statistics(wall_clock)),
                otp_release => erlang:system_info(otp_release),
@@ -413,7 +417,8 @@ pass(#{sort := Sort, n := N, filter := Filter}, Previous, At, Jobs, Pmap,
     Frame = #{keeper => erlang:self(),
               sort => Sort,
               scanned => erlang:length(All),
-              matched => lists:sum(Counts),
+              matched => Matched,
+              filtered => Filter =/= [],
               rows => Rows#{memory => Memories,
                             message_queue_len => Queues,
                             binary_memory => BinaryMemories,
@@ -424,4 +429,130 @@ pass(#{sort := Sort, n := N, filter := Filter}, Previous, At, Jobs, Pmap,
                            end,
               pass_us => Ended - Started,
               header => Header},
-    {Frame, Current, Started}.
+    {Frame, #{pairs => Current, at => Started,
+              counters => After,
+              ours => #{gcs => 0, words => 0}}}.
+
+%% The work of one slice of a pass, as a fun for pmap/3: each process's
+%% reductions and the item Sort ranks by, read by one process_info/2 call
+%% each; the slice's N first by that item among those Filter lets
+%% through, the reductions of every process, and how many it read.
+-spec slice(sort(), pos_integer(), [binary()], boolean(), fun()) ->
+          fun(([pid()]) -> {[{pid(), non_neg_integer()}], list(),
+                            {non_neg_integer(), all | map()}}).
+slice(Sort, N, Filter, Labels, Top) ->
+    %% What a filter is matched against: the names a process goes by (its
+    %% registered name, initial call, label, proc_lib's initial call,
+    %% process_name), those it has, in the external term format, where
+    %% an atom's, a string's or a binary's characters stand as they are:
+    %% compiled calls a process (term_to_binary/1, binary:match/2).
+    Named = [registered_name, initial_call]
+        ++ [{dictionary, Key} || Labels,
+                                 Key <- ['$process_label', '$initial_call',
+                                         process_name]],
+    Values = ets:match_spec_compile(
+               [{{[{'_', Var} || Var <- ['$1', '$2', '$3', '$4', '$5'],
+                                 Labels orelse Var < '$3'],
+                  '$9'},
+                 [],
+                 [{{[Var || Var <- ['$1', '$2', '$3', '$4', '$5'],
+                            Labels orelse Var < '$3'],
+                    '$9'}}]}]),
+    Matching = ets:match_spec_compile([{{'$1', '$2'},
+                                        [{'=/=', '$1', nomatch}],
+                                        ['$2']}]),
+    Chosen = fun(Slice) ->
+                     {Names, Alive} =
+                         lists:unzip(
+                           ets:match_spec_run(
+                             lists:zip(lists:zipwith(
+                                         fun erlang:process_info/2, Slice,
+                                         lists:duplicate(
+                                           erlang:length(Slice), Named)),
+                                       Slice),
+                             Values)),
+                     Count = erlang:length(Names),
+                     %% What a process does not have is no name of it.
+                     Had = lists:zipwith(fun lists:subtract/2, Names,
+                                         lists:duplicate(
+                                           Count,
+                                           [[], undefined, undefined,
+                                            undefined, undefined])),
+                     Found = lists:zipwith(
+                               fun binary:match/2,
+                               lists:map(fun erlang:term_to_binary/1, Had),
+                               lists:duplicate(Count, Filter)),
+                     ets:match_spec_run(lists:zip(Found, Alive), Matching)
+             end,
+    Item = case Sort of
+               reductions -> memory;
+               binary_memory -> binary;
+               _ -> Sort
+           end,
+    Spec = fun(Guard, Body) ->
+                   ets:match_spec_compile(
+                     [{{[{reductions, '$1'}, {'_', '$2'}], '$3'}, Guard,
+                       [Body]}])
+           end,
+    Reductions = Spec([], {{'$3', '$1'}}),
+    Ranking = case Sort of
+                  binary_memory -> Spec([{'=/=', '$2', []}], {{'$2', '$3'}});
+                  _ -> Spec([], {{'$2', '$3'}})
+              end,
+    fun(Slice) ->
+                          Infos = lists:zipwith(
+                                    fun erlang:process_info/2, Slice,
+                                    lists:duplicate(erlang:length(Slice),
+                                                    [reductions, Item])),
+                          Joined = lists:zip(Infos, Slice),
+                          %% The filter narrows the ranking, never the
+                          %% reductions kept.
+                          Let = case Filter of
+                                    [] ->
+                                        all;
+                                    _ ->
+                                        Picked = Chosen(Slice),
+                                        maps:from_list(
+                                          lists:zip(Picked,
+                                                    lists:duplicate(
+                                                      erlang:length(Picked),
+                                                      true)))
+                                end,
+                          Pairs0 = ets:match_spec_run(Joined, Ranking),
+                          Pairs = case Let of
+                                      all ->
+                                          Pairs0;
+                                      _ ->
+                                          ets:match_spec_run(
+                                            Pairs0,
+                                            ets:match_spec_compile(
+                                              [{{'_', '$1'},
+                                                [{is_map_key, '$1',
+                                                  {const, Let}}],
+                                                ['$_']}]))
+                                  end,
+                          Ranked =
+                              case Sort of
+                                  reductions ->
+                                      [];
+                                  binary_memory ->
+                                      %% Each binary is {Id, Size, Refs}:
+                                      %% recon's figure, a size a
+                                      %% reference.
+                                      {Lists, Holders} = lists:unzip(Pairs),
+                                      Sizes = lists:zipwith(
+                                                fun erlang:element/2,
+                                                lists:duplicate(
+                                                  erlang:length(Lists), 2),
+                                                lists:map(fun lists:unzip3/1,
+                                                          Lists)),
+                                      Top(lists:zip(lists:map(fun lists:sum/1,
+                                                              Sizes),
+                                                    Holders),
+                                          N);
+                                  _ ->
+                                      Top(Pairs, N)
+                              end,
+                          {ets:match_spec_run(Joined, Reductions), Ranked,
+                           {erlang:length(Slice), Let}}
+    end.

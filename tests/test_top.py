@@ -120,7 +120,19 @@ def test_one_frame_by_release(nodes, otp):
                    for p in frame["processes"])
     counted = _json("proc-count", node.node, "memory", "1", node=node)
     assert abs(frame["scanned"] - counted["scanned"]) <= 2
-    assert frame["header"]["process_count"] == frame["scanned"]
+    # The ports are the node's: what a plain call of ours counts, less
+    # that call's own connection.
+    with attach(node.node, node.cookie.encode()) as remote:
+        ports = remote.call("erlang", "system_info", [Atom("port_count")])
+    assert frame["header"]["port_count"] == ports - 1
+    # The node ranks: the largest binary holder is proc-count's too.
+    ranked = _json("top", node.node, "--once", "--interval", "0.5", "-N",
+                   "3", "--sort", "binary_memory", node=node)
+    holder = _json("proc-count", node.node, "binary_memory", "1",
+                   node=node)["processes"][0]
+    first = ranked["frames"][0]["processes"][0]
+    assert (first["pid"], first["binary_memory"]) == (holder["pid"],
+                                                      holder["value"])
 
     text = run_here("top", node.node, "--once", "--interval", "0.5", "-N",
                     "5", "--sort", "message_queue_len", node=node)
@@ -149,6 +161,12 @@ def test_a_filter_matches_names_and_initial_calls(busy):
     assert view["frames"][0]["matched"] >= LEAKERS + KEEPERS + IDLE
     assert {p["initial_call"] for p in view["frames"][0]["processes"]} == {
         "erlang:apply/2"}
+    # What frames a name in the term format, or names a process lacks,
+    # matches nothing.
+    for text in ("undefined", "registered_name", "dictionary"):
+        view = _json("top", busy.node, "--once", "--interval", "0.5",
+                     "--filter", text, node=busy)
+        assert view["frames"][0]["matched"] == 0, text
 
 
 @pytest.mark.parametrize("args, words", [
@@ -156,12 +174,27 @@ def test_a_filter_matches_names_and_initial_calls(busy):
     (("-N", "0"), ("-N", "500")),
     (("-N", "501"), ("-N",)),
     (("--filter", "x" * 65), ("filter", "64")),
+    (("--filter", "x"), ("filter", "2")),
+    (("--filter", "caf\udce9"), ("filter", "UTF-8")),
     (("--sort", "heap"), ("--sort",)),
     (("--jobs", "-1"), ("--jobs",)),
 ])
 def test_bad_options_are_one_line(busy, args, words):
     result = run_here("top", busy.node, "--once", *args, node=busy)
     one_line(result, 2, *words)
+
+
+def test_once_a_node_gone_between_passes_is_its_error(nodes):
+    """--once against a node that dies between its two passes: its error
+    and exit code, no frame of stale rows and success."""
+    import threading
+
+    node = nodes.start("25")
+    threading.Timer(1.0, node.proc.kill).start()
+    result = run_here("top", node.node, "--once", "--interval", "3",
+                      node=node)
+    line = one_line(result)
+    assert result.returncode not in (0, 1) and result.stdout == "", line
 
 
 def test_textual_is_imported_by_the_view_alone(busy):
@@ -200,7 +233,7 @@ def test_an_idle_keeper_ends_and_the_next_refresh_starts_another(busy):
         first = feed._keepers[busy.node]
         assert feed.refresh()["frames"][0]["window_s"] is not None
         assert _ours(busy)[1], "no keeper of ours seen"
-        time.sleep(1.5)
+        time.sleep(feed.idle_time() + 0.5)
         peers, ours = _ours(busy)
         assert ours == [] and len(peers) == 1  # the feed's connection
         view = feed.refresh()
@@ -208,6 +241,56 @@ def test_an_idle_keeper_ends_and_the_next_refresh_starts_another(busy):
         assert feed._keepers[busy.node] != first
     finally:
         feed.close()
+
+
+def test_an_idle_nodes_rates_leave_our_passes_out(busy):
+    """Reductions a second on an idle node: its own (~160 a second), not
+    our passes' (~500,000 a second at this interval, left in)."""
+    from beam_probe.probes.top import TopFeed
+
+    feed = TopFeed(_connect(busy), interval=0.5, n=5)
+    feed.open()
+    try:
+        rates = []
+        for _ in range(4):
+            rates.append(feed.refresh()["frames"][0]["header"][
+                "reductions_per_s"])
+            time.sleep(0.5)
+    finally:
+        feed.close()
+    assert rates[0] is None and all(r is not None and r < 2000
+                                    for r in rates[2:]), rates
+
+
+def test_reductions_are_the_intervals(busy):
+    """A busy process ranks first by the reductions of the interval; an
+    idle one shows the few our reads cost it; a filter changed leaves
+    every window as it was (not a process's whole life)."""
+    from beam_probe.probes.top import TopFeed
+
+    feed = TopFeed(_connect(busy), interval=0.5, n=500, sort="reductions")
+    feed.open()
+    with attach(busy.node, busy.cookie.encode()) as remote:
+        churn = remote.call("beam_probe_workload", "churn", [100])
+        try:
+            feed.filter = "code_serv"
+            feed.refresh()
+            time.sleep(0.5)
+            feed.filter = ""
+            view = feed.refresh()
+        finally:
+            remote.conn.send(churn, Atom("stop"))
+            feed.close()
+    rows = view["frames"][0]["processes"]
+    assert rows[0]["name"] == "bp_churn" and rows[0]["reductions"] > 50_000
+    by_name = {r["name"]: r for r in rows if r["name"]}
+    # code_server has done tens of thousands since it started.
+    assert by_name["code_server"]["reductions"] < 1000, by_name["code_server"]
+    idle = [r["reductions"] for r in rows
+            if r["current_function"] == "beam_probe_workload:idle/0"]
+    assert idle and max(idle) <= 10, idle
+    done = [r["reductions"] for r in rows]
+    assert done == sorted(done, reverse=True)
 
 
 def test_a_frozen_node_is_down_in_seconds_and_back_after(nodes):
@@ -271,11 +354,13 @@ def _app(node: LocalNode, size=(130, 40), **kw: Any):
         name, node.cookie.encode(), timeout=20))
 
 
-def test_keys_sort_open_filter_pause(busy):
+def test_keys_sort_open_filter_pause(nodes, otp):
     from textual.widgets import DataTable
 
     from beam_probe.text import top as words
 
+    busy = nodes.start(otp)
+    _start_workload(busy)
     feed, app = _app(busy)
 
     def ranked(key: str) -> list[int]:
@@ -298,7 +383,6 @@ def test_keys_sort_open_filter_pause(busy):
                 assert values == sorted(values, reverse=True), column
                 heading = [str(c.label) for c in table.columns.values()]
                 assert words.TITLES[column] + "▼" in heading
-            assert ranked("message_queue_len")[:0] == []
             # Open the first process: its proc-info and what it holds.
             first = words.rows(app.view)[0]["pid"]
             table.focus()
@@ -455,6 +539,8 @@ def test_a_cluster_has_a_node_column_and_a_picker(trio):
         asyncio.run(script())
     finally:
         feed.close()
+    for node in trio:  # every member's keeper ended with the connection
+        _left_nothing(node)
 
 
 # -- a real terminal --------------------------------------------------------
@@ -553,6 +639,43 @@ def test_in_a_real_terminal(busy, tmp_path):
     finally:
         tmux.close()
     _left_nothing(busy)
+
+
+def test_closing_the_terminal_leaves_nothing_on_the_node(busy):
+    """The terminal goes (its window closed: SIGHUP): top ends, and
+    nothing of ours stays."""
+    tmux = _top_in_tmux(busy)
+    try:
+        tmux.wait_for("sorted by memory")
+        pid = tmux.pid
+        tmux.close()  # the server and its window go: SIGHUP
+        deadline = time.monotonic() + 10
+        while _alive(pid):
+            assert time.monotonic() < deadline, "top outlived its terminal"
+            time.sleep(0.1)
+        _left_nothing(busy)
+    finally:
+        tmux.close()
+
+
+def test_the_header_says_when_the_interval_stretches(busy):
+    """A pass over a quarter of the interval: four passes, said."""
+    from beam_probe.probes.top import TopFeed
+    from beam_probe.text import top as words
+
+    feed = TopFeed(_connect(busy), interval=2.0, n=5)
+    feed.open()
+    try:
+        view = feed.refresh()
+        assert view["stretched"] is None and feed.next_wait() == 2.0
+        # As a million processes on two cores would take it.
+        feed.frames[busy.node]["pass_ms"] = 1800.0
+        view = feed.view()
+        assert view["stretched"] == 7.2 and feed.next_wait() == 7.2
+        assert "refresh every 7.2 s, stretched from 2 s" in \
+            words.header_lines(view)[-1]
+    finally:
+        feed.close()
 
 
 def test_kill_9_leaves_nothing_on_the_node(busy):

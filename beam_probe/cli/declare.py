@@ -523,7 +523,6 @@ def run_screen(declared: Declaration, node: str | None,
     from beam_probe.cli.environment import current
     from beam_probe.probes.basic import runs_elixir
     from beam_probe.text.syntax import ERLANG, choose
-    from beam_probe.text.tables import printable, to_json
 
     refuse_dump(declared.name, node if node is not None
                 else _node_option(given))
@@ -544,8 +543,7 @@ def run_screen(declared: Declaration, node: str | None,
                 environment.sleep(feed.next_wait())
                 view = feed.refresh()
         if once:
-            write_out(to_json(view) if given["fmt"] == "json" else
-                      printable(renderer(declared.render)(view, syntax)))
+            _write_frame(declared, feed, view, given["fmt"], syntax)
             return
         try:
             from beam_probe.live.app import run_app
@@ -560,6 +558,26 @@ def run_screen(declared: Declaration, node: str | None,
                 environment.colour_wanted())
     finally:
         feed.close()
+
+
+def _write_frame(declared: Declaration, feed: Any, view: Any, fmt: str,
+                 syntax: Any) -> None:
+    """top's one frame; a node that did not answer ends the run with its
+    error (a cluster's others written first, then exit 15), never a frame
+    of stale rows and success."""
+    from beam_probe.errors import ClusterIncomplete, ConnectionLost
+    from beam_probe.text.tables import printable, to_json
+
+    down = view["down"]
+    if down and not feed.cluster:
+        raise feed.errors.get(down[0]["node"]) or \
+            ConnectionLost(down[0]["error"])
+    write_out(to_json(view) if fmt == "json" else
+              printable(renderer(declared.render)(view, syntax)))
+    if down:
+        raise ClusterIncomplete(
+            f"{len(down)} of {len(view['nodes'])} nodes did not answer: "
+            + "; ".join(f"{d['node']}: {d['error']}" for d in down))
 
 
 def _write_rows(rows: Rows, fmt: str, progress: Progress,

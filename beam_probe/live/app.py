@@ -49,9 +49,13 @@ class TextScreen(ModalScreen[None]):
                                   background: $surface; padding: 0 1; }
     """
 
-    def __init__(self, title: str, load: Callable[[], str]) -> None:
+    def __init__(self, title: str,
+                 load: Callable[[Callable[[], bool]], str | None]) -> None:
         super().__init__()
         self.title_text, self.load = title, load
+        # Closed before its text came: the work is not started if it has
+        # not been yet (it waits for the connection behind a refresh).
+        self.closed = threading.Event()
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -68,9 +72,11 @@ class TextScreen(ModalScreen[None]):
 
     def _loading(self) -> None:
         try:
-            text = self.load()
+            text = self.load(lambda: not self.closed.is_set())
         except ProbeError as exc:
             text = f"{exc.label}: {exc}"
+        if text is None:
+            return
         try:
             self.app.call_from_thread(self._loaded, text)
         except RuntimeError:  # the app ended meanwhile
@@ -80,6 +86,7 @@ class TextScreen(ModalScreen[None]):
         self.query_one("#body", Static).update(Text(text))
 
     async def action_dismiss(self, result: Any = None) -> None:
+        self.closed.set()
         self.dismiss(None)
 
 
@@ -183,24 +190,27 @@ class TopApp(App[None]):
     # The refreshes, in their own thread.
 
     def _refreshing(self) -> None:
-        try:
-            while not self._stop.is_set():
-                if not self.paused:
+        while not self._stop.is_set():
+            if not self.paused:
+                try:
                     view = self.feed.refresh()
-                    if self._stop.is_set():
-                        return
-                    self.call_from_thread(self._show, view)
-                self._wake.wait(self.feed.next_wait())
-                self._wake.clear()
-        except RuntimeError:
-            return  # the app ended while a refresh was under way
-        except Exception as exc:  # noqa: BLE001 - said, then the view ends
-            # A node that answers what no node can (BadReply), or a bug
-            # of ours: no later refresh means more.
-            try:
-                self.call_from_thread(self._fatal, exc)
-            except RuntimeError:
-                pass
+                except Exception as exc:  # noqa: BLE001 - said, then ends
+                    # A node that answers what no node can (BadReply),
+                    # or a bug of ours: no later refresh means more.
+                    self._hand(self._fatal, exc)
+                    return
+                if self._stop.is_set() or not self._hand(self._show, view):
+                    return
+            self._wake.wait(self.feed.next_wait())
+            self._wake.clear()
+
+    def _hand(self, draw: Callable[..., None], *args: Any) -> bool:
+        """``draw(*args)`` in the app's loop; False once the app ended."""
+        try:
+            self.call_from_thread(draw, *args)
+        except RuntimeError:  # the app ended while a refresh was made
+            return False
+        return True
 
     def _again(self) -> None:
         """A refresh now (what is asked changed)."""
@@ -304,7 +314,13 @@ class TopApp(App[None]):
         field.focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.feed.filter = event.value[:MAX_FILTER]
+        from beam_probe.probes.top import MIN_FILTER
+
+        text = event.value[:MAX_FILTER]
+        if 0 < len(text) < MIN_FILTER:
+            self.notify(f"a filter is at least {MIN_FILTER} characters")
+            return
+        self.feed.filter = text
         self._close_filter()
         self._again()
 
@@ -321,7 +337,8 @@ class TopApp(App[None]):
         self.query_one("#processes", DataTable).focus()
 
     def action_help(self) -> None:
-        self.push_screen(TextScreen("beam-probe top", words.help_text))
+        self.push_screen(TextScreen("beam-probe top",
+                                    lambda wanted: words.help_text()))
 
     def check_action(self, action: str, parameters: tuple[object, ...]
                      ) -> bool | None:
@@ -341,12 +358,16 @@ class TopApp(App[None]):
 
         self.push_screen(NodePicker(self.feed.members), chosen)
 
-    def _on_node(self, node: str, work: Callable[[Remote], str]) -> str:
-        """``work`` on ``node``: over top's own connection for the node it
-        attached to, else over one of its own to that member."""
+    def _on_node(self, node: str, work: Callable[[Remote], str],
+                 wanted: Callable[[], bool]) -> str | None:
+        """``work`` on ``node`` while still ``wanted``: over top's own
+        connection for the node it attached to, else over one of its own
+        to that member."""
         if node == self.feed.node:
-            result: str = self.feed.using(work)
+            result: str | None = self.feed.using(work, wanted)
             return result
+        if not wanted():
+            return None
         with self.connect_member(node) as remote:
             return work(remote)
 
@@ -359,8 +380,9 @@ class TopApp(App[None]):
 
         node = self._focused_node()
         self.push_screen(TextScreen(
-            f"{node}: the largest ETS tables", lambda: self._on_node(
-                node, lambda r: ets_text(ets.largest(r, 25), self.syntax))))
+            f"{node}: the largest ETS tables", lambda wanted: self._on_node(
+                node, lambda r: ets_text(ets.largest(r, 25), self.syntax),
+                wanted)))
 
     def action_alloc(self) -> None:
         from beam_probe.probes.alloc import alloc
@@ -368,15 +390,16 @@ class TopApp(App[None]):
 
         node = self._focused_node()
         self.push_screen(TextScreen(
-            f"{node}: allocators", lambda: self._on_node(
-                node, lambda r: alloc_text(alloc(r), self.syntax))))
+            f"{node}: allocators", lambda wanted: self._on_node(
+                node, lambda r: alloc_text(alloc(r), self.syntax), wanted)))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected
                                    ) -> None:
         node, _, pid = str(event.row_key.value).rpartition(" ")
         self.push_screen(TextScreen(
             f"{node}: {self.syntax.code(pid)}",
-            lambda: self._on_node(node, lambda r: self._process(r, pid))))
+            lambda wanted: self._on_node(
+                node, lambda r: self._process(r, pid), wanted)))
 
     def _process(self, remote: Remote, pid: str) -> str:
         """proc-info, then inspect: what it is, then what it holds."""

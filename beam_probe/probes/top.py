@@ -1,6 +1,6 @@
 """top: a node's processes, refreshed; one pass on the node a refresh.
 
-A refresh is one call, beam_probe_top:refresh/12. On the node a keeper,
+A refresh is one call, beam_probe_top:refresh/14. On the node a keeper,
 a process of ours that lives between refreshes, makes the pass: every
 process's reductions and the item the view sorts by, in one
 process_info/2 call each (pmap's slices), ranked there; the reductions
@@ -42,8 +42,11 @@ MIN_INTERVAL = 0.5
 # The rows of one refresh: a screen's worth (a 4K terminal in a small
 # font shows ~200 lines); each is described on the node.
 MAX_ROWS = 500
-# A filter is a name or part of one.
+# A filter is a name or part of one; a single character would match the
+# bytes that frame names in the external term format the node matches
+# against (tags, lengths), so nearly every process.
 MAX_FILTER = 64
+MIN_FILTER = 2
 # A keeper nobody asks (top paused, or stopped without closing the
 # connection) ends after this long; the next refresh starts a new one.
 KEEPER_IDLE = 60.0
@@ -51,7 +54,8 @@ KEEPER_IDLE = 60.0
 # processes: seconds), and the interval stretches to this many passes.
 STRETCH = 4.0
 LOCALS = (Local("keep", HELPER), Local("pass", HELPER), Local("pmap", LIB),
-          Local("top", LIB), Local("describe", LIB), Local("others", LIB))
+          Local("top", LIB), Local("describe", LIB), Local("others", LIB),
+          Local("settled", LIB), Local("slice", HELPER))
 # What leaves the connection unusable: it is closed, and the next
 # refresh dials again. A call the node refused (a keeper that died, a
 # process that exited) leaves it as it is.
@@ -70,37 +74,45 @@ def check_request(sort: str, n: int, filter_text: str = "",
         raise UsageError(f"-N must be 1 to {MAX_ROWS}, not {n}")
     if len(filter_text) > MAX_FILTER:
         raise UsageError(f"a filter is at most {MAX_FILTER} characters")
+    if 0 < len(filter_text) < MIN_FILTER:
+        raise UsageError(f"a filter is at least {MIN_FILTER} characters "
+                         f"(part of a name), not {filter_text!r}")
+    try:
+        filter_text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError("a filter must be text (it holds bytes that are "
+                         "not UTF-8)") from None
     if not interval >= MIN_INTERVAL:
         raise UsageError(f"--interval must be at least {MIN_INTERVAL:g} s, "
                          f"not {interval:g}")
     check_jobs(jobs)
 
 
-def _header(raw: Reply, before: Reply | None, window_s: float | None,
-            scanned: int = 0) -> TopHeader:
+def _rate(gap: Reply, key: str, seconds: float, scale: int = 1
+          ) -> float | None:
+    value = gap[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadReply(f"{gap.helper}'s {key} is not a number")
+    # Less than nothing: the counters wrapped, or the node restarted.
+    return round(value * scale / seconds, 1) if value >= 0 else None
+
+
+def _header(raw: Reply) -> TopHeader:
+    """A node's figures; its rates are per second of the gap between the
+    last pass and this one, counted on the node without the keeper's
+    work (so a refresh the view missed does not stretch them)."""
     memory = raw.sizes("memory", raw.pairs("memory"))
     rates: dict[str, float | None] = {"reductions_per_s": None,
                                       "gcs_per_s": None,
                                       "reclaimed_per_s": None}
-    if before is not None and window_s:
-        wordsize = raw.count("wordsize", 1)
-        for key, counter, scale in (
-                ("reductions_per_s", "reductions", 1),
-                ("gcs_per_s", "gc_count", 1),
-                ("reclaimed_per_s", "gc_words_reclaimed", wordsize)):
-            change = raw.count(counter) - before.count(counter)
-            if counter == "reductions":
-                # Our own work is not the node's: the keeper's since its
-                # last pass (its collection included), this pass's
-                # workers', and the read each process answered (about a
-                # reduction each). Left in, an idle node of 1,000
-                # processes did 465 k/s, all but 163 of them ours.
-                change = max(0, change - (
-                    raw.count("keeper_reductions")
-                    - before.count("keeper_reductions")
-                    + raw.count("workers_reductions") + scanned))
-            rates[key] = round(change * scale / window_s, 1) \
-                if change >= 0 else None
+    if raw["gap"] != A_NONE:
+        gap = raw.map("gap")
+        seconds = gap.count("us") / 1e6
+        if seconds > 0:
+            rates = {"reductions_per_s": _rate(gap, "reductions", seconds),
+                     "gcs_per_s": _rate(gap, "gcs", seconds),
+                     "reclaimed_per_s": _rate(gap, "words", seconds,
+                                              raw.count("wordsize", 1))}
     release = raw["otp_release"]
     if isinstance(release, list) and all(
             isinstance(c, int) and 0 < c < 128 for c in release):
@@ -123,12 +135,9 @@ def _header(raw: Reply, before: Reply | None, window_s: float | None,
         "reclaimed_per_s": rates["reclaimed_per_s"]}
 
 
-def read_frame(node: str, reply: Reply, before: Reply | None,
-               filter_text: str = "", now: float | None = None
-               ) -> tuple[TopFrame, Reply]:
-    """One node's frame from the helper's reply, with the rates against
-    the header of the keeper's last pass (``before``); and this header,
-    for the next."""
+def read_frame(node: str, reply: Reply, filter_text: str = "",
+               now: float | None = None) -> TopFrame:
+    """One node's frame from the helper's reply."""
     raw_rows = reply["rows"]
     columns = Reply(f"{reply.helper}'s rows", raw_rows)
     described = rows(raw_rows, "value")
@@ -173,17 +182,16 @@ def read_frame(node: str, reply: Reply, before: Reply | None,
             top_row[sort] = max(0, row["value"])  # type: ignore[literal-required]
         out.append((row["value"], top_row))
     out.sort(key=lambda pair: -pair[0])
-    header = Reply(f"{reply.helper}'s header", reply["header"])
     frame: TopFrame = {
         "node": node, "time": round(time.time() if now is None else now, 3),
         "sort": sort, "filter": filter_text,
         "scanned": reply.count("scanned"), "matched": reply.count("matched"),
         "window_s": window_s,
         "pass_ms": round(reply.count("pass_us") / 1000, 3),
-        "header": _header(header, before, window_s, reply.count("matched")),
+        "header": _header(reply.map("header")),
         "processes": [row for _, row in out],
         "labels_read": labels_read(raw_rows)}
-    return frame, header
+    return frame
 
 
 def merged(frames: Sequence[TopFrame], sort: str, n: int) -> list[TopRow]:
@@ -222,11 +230,13 @@ class TopFeed:
         self.connected: set[str] = set()
         self.frames: dict[str, TopFrame] = {}
         self.down: dict[str, tuple[float, str]] = {}
+        # Why each node down is down, for --once's exit code.
+        self.errors: dict[str, ProbeError | None] = {}
         self._keepers: dict[str, Pid] = {}
-        self._headers: dict[str, Reply] = {}
         self._secret: Any = None
         self._asked = 0.0  # when a keeper was last asked
-        self.idle = max(KEEPER_IDLE, 3 * interval)
+        self.idle = KEEPER_IDLE
+        self._closed = False
         self._lock = threading.RLock()
 
     def open(self) -> None:
@@ -243,17 +253,28 @@ class TopFeed:
                 self.members = [self.node]
 
     def _attach(self) -> Remote:
+        if self._closed:
+            raise ConnectionLost("top was closed")
         if self.remote is None:
-            self.remote = self.connect()
+            remote = self.connect()
+            if self._closed:  # closed while we dialled: never kept
+                remote.close()
+                raise ConnectionLost("top was closed")
+            self.remote = remote
             # Keepers of an earlier connection ended with it.
             self._keepers.clear()
-            self._headers.clear()
-            self._secret = self.remote.conn.new_ref()
+            self._secret = remote.conn.new_ref()
         return self.remote
 
     def close(self) -> None:
-        # Not under the lock: a refresh waiting on the node must not hold
-        # up the close (it fails at once when the connection goes).
+        """The end: the connection closed, and never dialled again. Not
+        under the lock: a refresh waiting on the node must not hold up
+        the close (it fails at once when the connection goes)."""
+        self._closed = True
+        self._drop()
+
+    def _drop(self) -> None:
+        """A broken connection let go: the next refresh dials again."""
         remote, self.remote = self.remote, None
         if remote is not None:
             remote.close()
@@ -263,8 +284,28 @@ class TopFeed:
                       self.jobs)
 
     def _request(self) -> dict[Atom, Any]:
+        """The request's map: the filter as the patterns binary:match/2
+        takes (UTF-8, and latin1 too where the text has one: OTP 25
+        writes latin1 atoms in latin1), [] for none; the idle time the
+        keeper waits for the next refresh, longer than any wait between
+        two of them (a stretched interval, a pass of seconds)."""
+        patterns = []
+        if self.filter:
+            patterns.append(self.filter.encode("utf-8"))
+            try:
+                latin1 = self.filter.encode("latin-1")
+            except UnicodeEncodeError:
+                latin1 = patterns[0]
+            if latin1 != patterns[0]:
+                patterns.append(latin1)
         return {Atom("sort"): Atom(self.sort), Atom("n"): self.n,
-                Atom("filter"): self.filter.encode("utf-8")}
+                Atom("filter"): patterns,
+                Atom("idle"): int(self.idle_time() * 1000)}
+
+    def idle_time(self) -> float:
+        passes = [f["pass_ms"] / 1000 for f in self.frames.values()]
+        return max(self.idle, 3 * self.next_wait() + 2 * max(passes,
+                                                            default=0.0))
 
     def asked(self) -> list[str]:
         """The nodes a refresh asks: the focus alone, or every member."""
@@ -278,52 +319,64 @@ class TopFeed:
             now = self.clock()
             try:
                 remote = self._attach()
+                if self.cluster and not self.chosen and not self.focus:
+                    self._join(remote)
+                    asked = self.asked()
                 answers = self._ask(remote, asked)
             except BadReply:
-                self.close()
+                self._drop()
                 raise
             except ProbeError as exc:
                 if isinstance(exc, _BROKEN):
-                    self.close()
-                self._keepers.clear()
+                    self._drop()
                 for node in asked:
-                    self._failed(node, now, f"{exc.label}: {exc}")
+                    self._failed(node, now, f"{exc.label}: {exc}", exc)
                 return self.view()
             self._asked = self.clock()
             for node, answer in zip(asked, answers):
                 if isinstance(answer, tuple):
-                    frame, header, keeper = answer
+                    frame, keeper = answer
                     self.frames[node] = frame
-                    self._headers[node] = header
                     self._keepers[node] = keeper
                     self.down.pop(node, None)
+                    self.errors.pop(node, None)
                 else:
-                    self._failed(node, now, answer["error"])
+                    self._failed(node, now, answer["error"], None)
             return self.view()
 
-    def _failed(self, node: str, now: float, error: str) -> None:
-        self._keepers.pop(node, None)
-        self._headers.pop(node, None)
+    def _join(self, remote: Remote) -> None:
+        """Members that joined the cluster since: asked from now on (those
+        that left stay, down, as not connected)."""
+        found, self.connected = cluster.members(remote, None,
+                                                self.include_hidden)
+        for node in found:
+            if node not in self.members:
+                self.members.append(node)
+
+    def _failed(self, node: str, now: float, error: str,
+                exc: ProbeError | None) -> None:
+        # Its keeper is kept: if it is alive and ours, the next refresh
+        # finds it (refresh/14 checks); dropped, a slow member's keeper
+        # went on beside a new one.
         since = self.down.get(node, (now, ""))[0]
         self.down[node] = (since, error)
+        self.errors[node] = exc
 
     def _ask(self, remote: Remote, asked: list[str]) -> list[Any]:
         keepers = list(self._keepers.values())
-        idle = int(self.idle * 1000)
+        idle = int(self.idle_time() * 1000)
         timeout = remote.timeout
 
         def read(node: str, reply: Reply) -> Any:
             keeper = reply["keeper"]
             if not isinstance(keeper, Pid):
                 raise BadReply(f"{reply.helper}'s keeper is not a pid")
-            frame, header = read_frame(node, reply, self._headers.get(node),
-                                       self.filter, self.clock())
-            return frame, header, keeper
+            return read_frame(node, reply, self.filter, self.clock()), keeper
 
         if not self.cluster:
             keeper = self._keepers.get(self.node)
             if keeper is not None and \
-                    self.clock() - self._asked < self.idle / 2:
+                    self.clock() - self._asked < self.idle_time() / 2:
                 try:
                     return [read(self.node, self._direct(remote, keeper))]
                 except TimedOut:
@@ -378,28 +431,36 @@ class TopFeed:
         return self.stretched() or self.interval
 
     def view(self) -> TopView:
+        """What the frames show: their sort and filter (a key pressed
+        since changes them at the next refresh)."""
         asked = self.asked()
+        frames = [self.frames[n] for n in asked if n in self.frames]
         return {"entry": self.node, "interval": self.interval,
-                "stretched": self.stretched(), "sort": self.sort,
-                "filter": self.filter, "focus": self.focus,
+                "stretched": self.stretched(),
+                "sort": frames[0]["sort"] if frames else self.sort,
+                "filter": frames[0]["filter"] if frames else self.filter,
+                "focus": self.focus,
                 "nodes": list(self.members),
-                "frames": [self.frames[n] for n in asked
-                           if n in self.frames],
+                "frames": frames,
                 "down": [{"node": n, "since": round(self.down[n][0], 3),
                           "error": self.down[n][1]}
                          for n in asked if n in self.down]}
 
-    def using(self, work: Callable[[Remote], Any]) -> Any:
+    def using(self, work: Callable[[Remote], Any],
+              wanted: Callable[[], bool] = lambda: True) -> Any:
         """``work(remote)`` on the connection, between refreshes (opening
-        a process, the ETS tables): connecting again if it went."""
+        a process, the ETS tables): connecting again if it went. Not done
+        (None) when no longer ``wanted`` once the connection is free."""
         with self._lock:
+            if not wanted():
+                return None
             remote = self._attach()
             try:
                 return work(remote)
             except _BROKEN:
-                self.close()
+                self._drop()
                 raise
 
 
-__all__ = ["KEEPER_IDLE", "MAX_FILTER", "MAX_ROWS", "SORTS", "STRETCH",
+__all__ = ["KEEPER_IDLE", "MAX_FILTER", "MIN_FILTER", "MAX_ROWS", "SORTS", "STRETCH",
            "TopFeed", "check_request", "merged", "read_frame"]
