@@ -75,9 +75,15 @@ def refresh_cost(size: int, runs: int) -> float:
         paused_feed.idle = 4.0
         paused_feed.open()
         paused_feed.refresh()
-        time.sleep(paused_feed.idle_time() / 4 + 1)
-        paused = remote.call("erlang", "process_info", [
-            paused_feed._keepers[feed.node], Atom("memory")])
+        paused_keeper = paused_feed._keepers[feed.node]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            paused = remote.call("erlang", "process_info", [
+                paused_keeper, [Atom("current_function"), Atom("memory")]])
+            if paused[0][1] == (Atom("erlang"), Atom("hibernate"), 3):
+                break
+            time.sleep(0.2)
+        paused = paused[1]
         gone = killed_mid_pass(node, remote, top_pass)
         t, p, c, cn = (statistics.median(x) for x in (
             top_rt, top_pass, count_rt, count_node))
