@@ -30,11 +30,13 @@
 -type sort() :: memory | reductions | binary_memory | message_queue_len.
 %% filter: the patterns a name is matched against (the text in UTF-8,
 %% and in latin1 where it can be: OTP 25 writes latin1 atoms so), or []
-%% for every process; idle: how long the keeper waits for the next.
+%% for every process; idle: how long the keeper waits for the next;
+%% caller: the reductions of the call that asks, when one does.
 -type request() :: #{sort := sort(),
                      n := pos_integer(),
                      filter := [binary()],
-                     idle := pos_integer()}.
+                     idle := pos_integer(),
+                     caller => non_neg_integer()}.
 %% What the keeper keeps from one pass to the next: the pass's
 %% reductions by pid, when it ended, the node's counters then, and what
 %% the keeper itself did since (its collection, its hibernation).
@@ -139,8 +141,21 @@ refresh(Watch, Keepers, Secret, Request, IdleMs, Jobs, Keep, Pass, Pmap, Top,
                                           Keep(Links, Secret, IdleMs, Work)
                                   end)
              end,
+    %% This call's own work so far (erl_eval made its funs in the guard's
+    %% watcher, then this worker; under a fan-out, the entry's call
+    %% too): done between two passes, and not the node's.
+    Calls = lists:sublist(Ours, 2)
+        ++ case Watch of
+               {process, _, Fanned} -> lists:sublist(Fanned, 2);
+               _ -> []
+           end,
+    Spent = lists:sum([R || P <- Calls, erlang:is_pid(P),
+                            erlang:node(P) =:= erlang:node(),
+                            {reductions, R} <- [erlang:process_info(
+                                                  P, reductions)]]),
     Ref = erlang:monitor(process, Keeper),
-    Keeper ! {Secret, refresh, erlang:self(), Ref, Request, Ours},
+    Keeper ! {Secret, refresh, erlang:self(), Ref, Request#{caller => Spent},
+              Ours},
     receive
         {Ref, Frame} ->
             erlang:demonitor(Ref, [flush]),
@@ -207,7 +222,7 @@ keep(Links, Secret, IdleMs, Work) ->
                    {GcsAfter, WordsAfter, _} =
                        erlang:statistics(garbage_collection),
                    #{ours := Ours0} = Kept,
-                   Ours = #{gcs => maps:get(gcs, Ours0) + Hibernated
+                   Ours = #{gcs => maps:get(gcs, Ours0)
                                 + GcsAfter - GcsBefore,
                             words => maps:get(words, Ours0)
                                 + WordsAfter - WordsBefore},
@@ -234,6 +249,11 @@ keep(Links, Secret, IdleMs, Work) ->
                            end;
                        {timeout, Timer, {Secret, idle}} ->
                            ok;
+                       {timeout, _, {Secret, idle}} ->
+                           %% An earlier timer's, fired as a refresh came:
+                           %% left in the mailbox, it would wake the
+                           %% keeper from every hibernation.
+                           Loop(Kept#{ours => Ours}, Timer, Hibernated);
                        {'DOWN', _, process, _, _} ->
                            ok
                    after IdleMs div 4 ->
@@ -257,8 +277,8 @@ keep(Links, Secret, IdleMs, Work) ->
 %% what the next pass needs.
 -spec pass(request(), state(), non_neg_integer(), fun(), fun(), fun(),
            fun(), fun(), fun()) -> {frame(), state()}.
-pass(#{sort := Sort, n := N, filter := Filter}, Kept, Jobs, Pmap, Top,
-     Describe, Others, Settled, Slice) ->
+pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
+     Top, Describe, Others, Settled, Slice) ->
     #{pairs := Previous, at := At, counters := Before, ours := Ours} = Kept,
     Started = erlang:monotonic_time(microsecond),
     Counters = fun() ->
@@ -281,7 +301,8 @@ pass(#{sort := Sort, n := N, filter := Filter}, Kept, Jobs, Pmap, Top,
                   #{us => maps:get(time, Now) - maps:get(time, Before),
                     reductions => maps:get(reductions, Now)
                         - maps:get(reductions, Before)
-                        - (maps:get(own, Now) - maps:get(own, Before)),
+                        - (maps:get(own, Now) - maps:get(own, Before))
+                        - maps:get(caller, Request, 0),
                     gcs => maps:get(gcs, Now) - maps:get(gcs, Before)
                         - maps:get(gcs, Ours),
                     words => maps:get(words, Now) - maps:get(words, Before)
@@ -441,11 +462,16 @@ pass(#{sort := Sort, n := N, filter := Filter}, Kept, Jobs, Pmap, Top,
           fun(([pid()]) -> {[{pid(), non_neg_integer()}], list(),
                             {non_neg_integer(), all | map()}}).
 slice(Sort, N, Filter, Labels, Top) ->
-    %% What a filter is matched against: the names a process goes by (its
-    %% registered name, initial call, label, proc_lib's initial call,
-    %% process_name), those it has, in the external term format, where
-    %% an atom's, a string's or a binary's characters stand as they are:
-    %% compiled calls a process (term_to_binary/1, binary:match/2).
+    %% What a filter is matched against: each name a process goes by
+    %% (registered name; initial call and proc_lib's, as module and
+    %% function; label; process_name), encoded alone in the external term
+    %% format, where an atom's, a string's or a binary's characters stand
+    %% as they are and an atom's end the encoding: no tag byte after a
+    %% name to be matched with it (encoded together, `pa` matched every
+    %% proc_lib process: init_p, then the tag of its arity). What a
+    %% process does not have (undefined, []), and proc_lib's own
+    %% init_p, which every behaviour's process starts in, are no names.
+    %% Compiled calls only: a few per process.
     Named = [registered_name, initial_call]
         ++ [{dictionary, Key} || Labels,
                                  Key <- ['$process_label', '$initial_call',
@@ -458,11 +484,24 @@ slice(Sort, N, Filter, Labels, Top) ->
                  [{{[Var || Var <- ['$1', '$2', '$3', '$4', '$5'],
                             Labels orelse Var < '$3'],
                     '$9'}}]}]),
+    Names = ets:match_spec_compile(
+              [{{{proc_lib, init_p, '_'}, '_'}, [], [[]]},
+               {{'$1', '_'}, [{'orelse', {'=:=', '$1', []},
+                               {'=:=', '$1', undefined}}], [[]]},
+               {{{'$1', '$2', '$3'}, '$4'},
+                [{is_atom, '$1'}, {is_atom, '$2'}, {is_integer, '$3'}],
+                [[{{'$1', '$4'}}, {{'$2', '$4'}}]]},
+               {'_', [], [['$_']]}]),
     Matching = ets:match_spec_compile([{{'$1', '$2'},
                                         [{'=/=', '$1', nomatch}],
                                         ['$2']}]),
+    %% Compiled once a pass, for every process's names.
+    Pattern = case Filter of
+                  [] -> none;
+                  _ -> binary:compile_pattern(Filter)
+              end,
     Chosen = fun(Slice) ->
-                     {Names, Alive} =
+                     {Each, Alive} =
                          lists:unzip(
                            ets:match_spec_run(
                              lists:zip(lists:zipwith(
@@ -471,18 +510,26 @@ slice(Sort, N, Filter, Labels, Top) ->
                                            erlang:length(Slice), Named)),
                                        Slice),
                              Values)),
-                     Count = erlang:length(Names),
-                     %% What a process does not have is no name of it.
-                     Had = lists:zipwith(fun lists:subtract/2, Names,
-                                         lists:duplicate(
-                                           Count,
-                                           [[], undefined, undefined,
-                                            undefined, undefined])),
-                     Found = lists:zipwith(
-                               fun binary:match/2,
-                               lists:map(fun erlang:term_to_binary/1, Had),
-                               lists:duplicate(Count, Filter)),
-                     ets:match_spec_run(lists:zip(Found, Alive), Matching)
+                     %% [{Name, Pid}], a pair a name.
+                     Pids = lists:zipwith(fun lists:duplicate/2,
+                                          lists:map(fun erlang:length/1,
+                                                    Each),
+                                          Alive),
+                     Pairs = lists:append(
+                               ets:match_spec_run(
+                                 lists:append(lists:zipwith(fun lists:zip/2,
+                                                            Each, Pids)),
+                                 Names)),
+                     {Found, Owners} = lists:unzip(Pairs),
+                     Matches = lists:zipwith(
+                                 fun binary:match/2,
+                                 lists:map(fun erlang:term_to_binary/1,
+                                           Found),
+                                 lists:duplicate(erlang:length(Found),
+                                                 Pattern)),
+                     lists:usort(ets:match_spec_run(lists:zip(Matches,
+                                                              Owners),
+                                                    Matching))
              end,
     Item = case Sort of
                reductions -> memory;

@@ -163,10 +163,15 @@ def test_a_filter_matches_names_and_initial_calls(busy):
         "erlang:apply/2"}
     # What frames a name in the term format, or names a process lacks,
     # matches nothing.
-    for text in ("undefined", "registered_name", "dictionary"):
+    for text in ("undefined", "registered_name", "dictionary", "init_p"):
         view = _json("top", busy.node, "--once", "--interval", "0.5",
                      "--filter", text, node=busy)
         assert view["frames"][0]["matched"] == 0, text
+    # Nor the bytes between two names: init_p, then the tag of its arity
+    # (a), once matched every proc_lib process.
+    view = _json("top", busy.node, "--once", "--interval", "0.5",
+                 "--filter", "pa", node=busy)
+    assert view["frames"][0]["matched"] < 5, view["frames"][0]
 
 
 @pytest.mark.parametrize("args, words", [
@@ -252,14 +257,18 @@ def test_an_idle_nodes_rates_leave_our_passes_out(busy):
     feed.open()
     try:
         rates = []
-        for _ in range(4):
+        for _ in range(6):
             rates.append(feed.refresh()["frames"][0]["header"][
                 "reductions_per_s"])
             time.sleep(0.5)
     finally:
         feed.close()
-    assert rates[0] is None and all(r is not None and r < 2000
-                                    for r in rates[2:]), rates
+    # Left in, our passes were ~500,000 a second here; the machine's
+    # other work may wake the node now and then, hence the median.
+    import statistics
+
+    assert rates[0] is None and None not in rates[1:], rates
+    assert statistics.median(rates[2:]) < 20_000, rates
 
 
 def test_reductions_are_the_intervals(busy):

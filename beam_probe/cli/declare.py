@@ -569,9 +569,14 @@ def _write_frame(declared: Declaration, feed: Any, view: Any, fmt: str,
     from beam_probe.text.tables import printable, to_json
 
     down = view["down"]
-    if down and not feed.cluster:
-        raise feed.errors.get(down[0]["node"]) or \
-            ConnectionLost(down[0]["error"])
+    if down and (not feed.cluster or len(down) == len(view["nodes"])):
+        # Nothing but stale rows: the entry's error is the answer.
+        gone = next((d for d in down if d["node"] == view["entry"]),
+                    down[0])
+        raise feed.errors.get(gone["node"]) or ConnectionLost(gone["error"])
+    gone_nodes = {d["node"] for d in down}
+    view = {**view, "frames": [f for f in view["frames"]
+                               if f["node"] not in gone_nodes]}
     write_out(to_json(view) if fmt == "json" else
               printable(renderer(declared.render)(view, syntax)))
     if down:

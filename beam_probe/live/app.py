@@ -79,10 +79,12 @@ class TextScreen(ModalScreen[None]):
             return
         try:
             self.app.call_from_thread(self._loaded, text)
-        except RuntimeError:  # the app ended meanwhile
+        except Exception:  # noqa: BLE001 - the app or the screen ended
             pass
 
     def _loaded(self, text: str) -> None:
+        if self.closed.is_set() or not self.is_attached:
+            return  # closed while its text was made
         self.query_one("#body", Static).update(Text(text))
 
     async def action_dismiss(self, result: Any = None) -> None:
@@ -208,7 +210,7 @@ class TopApp(App[None]):
         """``draw(*args)`` in the app's loop; False once the app ended."""
         try:
             self.call_from_thread(draw, *args)
-        except RuntimeError:  # the app ended while a refresh was made
+        except Exception:  # noqa: BLE001 - the app ended meanwhile
             return False
         return True
 
@@ -227,6 +229,9 @@ class TopApp(App[None]):
     # Drawing.
 
     def _show(self, view: TopView) -> None:
+        if self.view is not None and \
+                len(view["nodes"]) != len(self.view["nodes"]):
+            self.refresh_bindings()  # n, now that there is a choice
         self.view = view
         self._draw_header()
         table = self.query_one("#processes", DataTable)
