@@ -88,13 +88,15 @@ def check_request(sort: str, n: int, filter_text: str = "",
     check_jobs(jobs)
 
 
-def _rate(gap: Reply, key: str, seconds: float, scale: int = 1
-          ) -> float | None:
+def _rate(gap: Reply, key: str, seconds: float, scale: int = 1) -> float:
     value = gap[key]
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadReply(f"{gap.helper}'s {key} is not a number")
-    # Less than nothing: the counters wrapped, or the node restarted.
-    return round(value * scale / seconds, 1) if value >= 0 else None
+    # A keeper is new on a node that restarted, so a gap never spans
+    # two lives; a little under nothing is the node's totals catching
+    # up with the keeper's own count (a running process adds its
+    # reductions to them when it is scheduled out).
+    return round(max(0, value) * scale / seconds, 1)
 
 
 def _header(raw: Reply) -> TopHeader:
