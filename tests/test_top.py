@@ -556,12 +556,16 @@ def test_a_cluster_has_a_node_column_and_a_picker(trio):
 
 
 class Tmux:
-    """A tmux server of our own (its own socket), running one command in
-    a window of a fixed size; stopped with kill-server."""
+    """A tmux server of our own (its own socket, in a folder of its own),
+    running one command in a window of a fixed size; stopped with
+    kill-server, and its folder removed."""
 
     def __init__(self, command: list[str], env: dict[str, str],
                  size: tuple[int, int] = (110, 32)) -> None:
-        self.socket = f"bpt-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        import tempfile
+
+        self.folder = tempfile.mkdtemp(prefix="bpt-tmux-")
+        self.socket = os.path.join(self.folder, "socket")
         self.run("new-session", "-d", "-s", "top", "-x", str(size[0]),
                  "-y", str(size[1]), "env", *(f"{k}={v}" for k, v in
                                                env.items()), *command)
@@ -569,7 +573,7 @@ class Tmux:
                                 "#{pane_pid}").strip())
 
     def run(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args],
+        return subprocess.run(["tmux", "-S", self.socket, *args],
                               capture_output=True, text=True, check=True,
                               timeout=10).stdout
 
@@ -587,8 +591,9 @@ class Tmux:
             time.sleep(0.1)
 
     def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"],
+        subprocess.run(["tmux", "-S", self.socket, "kill-server"],
                        capture_output=True, timeout=10)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _colours(screen: str) -> set[int]:
