@@ -72,7 +72,6 @@
                    matched := non_neg_integer(),
                    rows := beam_probe_lib:rows(),
                    window_us := non_neg_integer() | none,
-                   filtered := boolean(),
                    pass_us := non_neg_integer(),
                    header := header()}.
 
@@ -90,23 +89,14 @@ refresh(Watch, Keepers, Secret, Request, IdleMs, Jobs, Keep, Pass, Pmap, Top,
                undefined -> [erlang:self()];
                List -> List
            end,
-    %% Our connection's processes (and its port over TCP): those of the
-    %% attached node (its owner and controller), or under a fan-out those
-    %% the entry node's guard found there, after its own watcher and
-    %% worker.
-    Links = case Watch of
-                {node, Prober} ->
-                    Owner = case net_kernel:node_info(Prober) of
-                                {ok, Info} -> proplists:get_all_values(owner,
-                                                                       Info);
-                                _ -> []
-                            end,
-                    Owner ++ proplists:get_all_values(
-                               Prober, erlang:system_info(dist_ctrl));
-                {process, _, Fanning} ->
-                    lists:nthtail(erlang:min(2, erlang:length(Fanning)),
-                                  Fanning)
-            end,
+    %% Our connection's processes (and its port over TCP), as guard/3
+    %% found them: after its watcher and worker in the list it keeps,
+    %% this call's, or under a fan-out the entry node's call's.
+    Guarded = case Watch of
+                  {node, _} -> Ours;
+                  {process, _, Fanning} -> Fanning
+              end,
+    Links = lists:nthtail(erlang:min(2, erlang:length(Guarded)), Guarded),
     Connection = lists:filter(fun erlang:is_pid/1, Links),
     Watched = case Connection of
                   [] ->
@@ -144,11 +134,8 @@ refresh(Watch, Keepers, Secret, Request, IdleMs, Jobs, Keep, Pass, Pmap, Top,
     %% This call's own work so far (erl_eval made its funs in the guard's
     %% watcher, then this worker; under a fan-out, the entry's call
     %% too): done between two passes, and not the node's.
-    Calls = lists:sublist(Ours, 2)
-        ++ case Watch of
-               {process, _, Fanned} -> lists:sublist(Fanned, 2);
-               _ -> []
-           end,
+    Calls = lists:usort(lists:sublist(Ours, 2)
+                        ++ lists:sublist(Guarded, 2)),
     Spent = lists:sum([R || P <- Calls, erlang:is_pid(P),
                             erlang:node(P) =:= erlang:node(),
                             {reductions, R} <- [erlang:process_info(
@@ -210,12 +197,13 @@ keep(Links, Secret, IdleMs, Work) ->
     %% passes are short and come often, and that cost was a fifth of one
     %% (1.35x a proc-count pass at 100,000 processes, against 1.14x).
     Roomy = 200000,
-    Loop = fun Loop(Kept, Timer, Hibernated) ->
+    Loop = fun Loop(Kept, Timer) ->
                    %% Collected here, where the last pass's reductions
                    %% are all it holds (after a pass, the pass before's
                    %% were still bound: twice the memory, measured). The
                    %% collection is the keeper's, not the node's: counted,
-                   %% with a hibernation's, for the pass to leave out.
+                   %% for the pass to leave out (a hibernation's is not
+                   %% counted by the node, measured on OTP 25).
                    {GcsBefore, WordsBefore, _} =
                        erlang:statistics(garbage_collection),
                    erlang:garbage_collect(),
@@ -243,9 +231,9 @@ keep(Links, Secret, IdleMs, Work) ->
                            case maps:get(scanned, Frame) > Roomy of
                                true ->
                                    erlang:hibernate(
-                                     erlang, apply, [Loop, [Next, Again, 1]]);
+                                     erlang, apply, [Loop, [Next, Again]]);
                                false ->
-                                   Loop(Next, Again, 0)
+                                   Loop(Next, Again)
                            end;
                        {timeout, Timer, {Secret, idle}} ->
                            ok;
@@ -253,19 +241,19 @@ keep(Links, Secret, IdleMs, Work) ->
                            %% An earlier timer's, fired as a refresh came:
                            %% left in the mailbox, it would wake the
                            %% keeper from every hibernation.
-                           Loop(Kept#{ours => Ours}, Timer, Hibernated);
+                           Loop(Kept#{ours => Ours}, Timer);
                        {'DOWN', _, process, _, _} ->
                            ok
                    after IdleMs div 4 ->
                        %% Refreshes stopped (top paused): the heap shrinks
                        %% to what it holds.
                        erlang:hibernate(erlang, apply,
-                                        [Loop, [Kept#{ours => Ours}, Timer, 1]])
+                                        [Loop, [Kept#{ours => Ours}, Timer]])
                    end
            end,
     Loop(#{pairs => [], at => none, counters => none,
            ours => #{gcs => 0, words => 0}},
-         Idle(IdleMs), 0).
+         Idle(IdleMs)).
 
 %% One pass over every process (but ours): each one's reductions and the
 %% item Request sorts by, read together by one process_info/2 call (in
@@ -309,6 +297,7 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
                         - maps:get(words, Ours)}
           end,
     All = Others(),
+    Scanned = erlang:length(All),
     %% Whether this node reads one dictionary key at a time (OTP 26.2+),
     %% as describe/1 finds out.
     Labels = maps:get(labels, Describe([])),
@@ -420,7 +409,7 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
     After = Counters(),
     Ended = maps:get(time, After),
     Header = #{memory => Memory,
-               process_count => erlang:length(All),
+               process_count => Scanned,
                process_limit => erlang:system_info(process_limit),
                port_count => erlang:system_info(port_count)
                    - erlang:length(OurPorts),
@@ -437,9 +426,8 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
                wordsize => erlang:system_info(wordsize)},
     Frame = #{keeper => erlang:self(),
               sort => Sort,
-              scanned => erlang:length(All),
+              scanned => Scanned,
               matched => Matched,
-              filtered => Filter =/= [],
               rows => Rows#{memory => Memories,
                             message_queue_len => Queues,
                             binary_memory => BinaryMemories,

@@ -41,7 +41,7 @@ def proc_count_on_node(remote) -> float:
     """One proc-count pass (memory, 40), timed on the node."""
     form, bindings = remote.guarded(
         SCAN, "proc_count", (Atom("memory"), 40, 0, *COUNT_LOCALS),
-        remote._watch(), 300)
+        remote.watch(), 300)
     micros, _value = remote.call("timer", "tc", [
         Atom("erl_eval"), Atom("expr"), _expr_args(form, bindings)],
         timeout=300)

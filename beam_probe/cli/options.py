@@ -131,23 +131,21 @@ def node_options(default_timeout: float = DEFAULT_TIMEOUT,
 
 def format_option(formats: tuple[str, ...] = ("table", "json"),
                   live: bool = False, screen: bool = False) -> Any:
-    if screen:
+    """--format. A live command (watch) and a screen (top) have no
+    default: what they write depends on whether stdout is a terminal."""
+    if not (live or screen):
         return click.option("--format", "fmt", type=click.Choice(formats),
-                            default=None,
-                            help="Output format. [default: the view on a "
-                                 "terminal; table, one frame, otherwise; "
-                                 "json: one frame]")
-    if live:
-        # Not given: a view on a terminal, JSON lines piped; `--format
-        # table` piped writes a line of text per sample instead.
-        return click.option("--format", "fmt", type=click.Choice(formats),
-                            default=None,
-                            help="Output format. [default: table on a "
-                                 "terminal (redrawn in place), json piped; "
-                                 "table piped: a line per sample]")
+                            default=formats[0], show_default=True,
+                            help="Output format.")
+    # Live, not given: a view on a terminal, JSON lines piped; `--format
+    # table` piped writes a line of text per sample instead.
+    default = ("the view on a terminal; table, one frame, otherwise; json: "
+               "one frame" if screen else
+               "table on a terminal (redrawn in place), json piped; table "
+               "piped: a line per sample")
     return click.option("--format", "fmt", type=click.Choice(formats),
-                        default=formats[0], show_default=True,
-                        help="Output format.")
+                        default=None,
+                        help=f"Output format. [default: {default}]")
 
 
 SYNTAX_OPTION = click.option(

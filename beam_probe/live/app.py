@@ -352,10 +352,6 @@ class TopApp(App[None]):
         return not (action == "nodes" and len(self.feed.members) < 2)
 
     def action_nodes(self) -> None:
-        if len(self.feed.members) < 2:
-            self.notify("one node: --cluster shows the others")
-            return
-
         def chosen(node: str | None) -> None:
             if node != self.feed.focus:
                 self.feed.focus = node

@@ -158,7 +158,7 @@ class Remote:
         under the guard, and return its value."""
         timeout = self.timeout if timeout is None else timeout
         form, bindings = self.guarded(module, function, args,
-                                      self._watch(), timeout + GUARD_MARGIN)
+                                      self.watch(), timeout + GUARD_MARGIN)
         try:
             return self.call("erl_eval", "expr", _expr_args(form, bindings),
                              timeout)
@@ -187,7 +187,7 @@ class Remote:
         try:
             form, bindings = self.guarded(
                 module, function, (self.conn.pid, tag, *args),
-                self._watch(), None)
+                self.watch(), None)
             what = f"{module}:{function}"
             self.conn.call_async("erl_eval", "expr",
                                  _expr_args(form, bindings), box)
@@ -304,7 +304,9 @@ class Remote:
         return ("ok", decoded)
 
 
-    def _watch(self) -> tuple[Any, ...]:
+    def watch(self) -> tuple[Any, ...]:
+        """What guard/3 watches for a call on the attached node: our
+        connection to it."""
         return (A_NODE, Atom(self.conn.our_node))
 
     def close(self) -> None:

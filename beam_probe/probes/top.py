@@ -60,7 +60,6 @@ LOCALS = (Local("keep", HELPER), Local("pass", HELPER), Local("pmap", LIB),
 # refresh dials again. A call the node refused (a keeper that died, a
 # process that exited) leaves it as it is.
 _BROKEN = (ConnectionLost, TimedOut, ProtocolError)
-A_NODE = Atom("node")
 A_REFRESH = Atom("refresh")
 A_NONE = Atom("none")
 
@@ -115,12 +114,9 @@ def _header(raw: Reply) -> TopHeader:
                      "gcs_per_s": _rate(gap, "gcs", seconds),
                      "reclaimed_per_s": _rate(gap, "words", seconds,
                                               raw.count("wordsize", 1))}
-    release = raw["otp_release"]
-    if isinstance(release, list) and all(
-            isinstance(c, int) and 0 < c < 128 for c in release):
-        release = "".join(map(chr, release))
     return {
-        "otp_release": str(release)[:20],
+        # A string arrives as one (STRING_EXT); whatever else, cut short.
+        "otp_release": str(raw["otp_release"])[:20],
         "uptime_s": raw.count("uptime_ms") / 1000,
         "memory": memory,
         "process_count": raw.count("process_count"),
@@ -391,7 +387,7 @@ class TopFeed:
                                 timeout=min(remote.timeout, 2.0))
                     self._keepers.pop(self.node, None)
             reply = remote.ask(HELPER, "refresh",
-                               (A_NODE, Atom(remote.conn.our_node)), keepers,
+                               remote.watch(), keepers,
                                self._secret, self._request(), idle,
                                self.jobs, *LOCALS, timeout=timeout)
             return [read(self.node, reply)]

@@ -44,6 +44,18 @@ def human_bytes(n: int | float) -> str:
     raise AssertionError("unreachable")
 
 
+def human_duration(seconds: float) -> str:
+    """125 -> '2 m 5 s'; 7500 -> '2 h 5 m'."""
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes} m"
+    if minutes:
+        return f"{minutes} m {secs} s"
+    return f"{secs} s"
+
+
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
           align: str = "", syntax: Syntax = ERLANG) -> str:
     """Columns separated by two spaces under a dashed rule, each cell in
@@ -111,5 +123,5 @@ def to_json(value: Any) -> str:
     return json.dumps(value, indent=2, default=str)
 
 
-__all__ = ["cell_text", "human_bytes", "printable", "stream_table", "table",
+__all__ = ["cell_text", "human_bytes", "human_duration", "printable", "stream_table", "table",
            "to_json"]

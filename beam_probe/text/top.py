@@ -9,7 +9,8 @@ import time
 from typing import TYPE_CHECKING
 
 from beam_probe.text.syntax import Syntax
-from beam_probe.text.tables import human_bytes, printable, table
+from beam_probe.text.tables import (human_bytes, human_duration, printable,
+                                    table)
 
 if TYPE_CHECKING:
     from beam_probe.probes.results import TopFrame, TopRow, TopView
@@ -22,15 +23,10 @@ BAR_KINDS = ("processes", "binary", "ets", "code", "atom")
 BAR_WIDTH = 10
 
 
-def duration(seconds: float) -> str:
-    """3 d 4 h, 2 h 5 m, 4 m 10 s, 12 s."""
-    s = int(seconds)
-    for unit, size, next_unit, next_size in (("d", 86400, "h", 3600),
-                                             ("h", 3600, "m", 60),
-                                             ("m", 60, "s", 1)):
-        if s >= size:
-            return f"{s // size} {unit} {s % size // next_size} {next_unit}"
-    return f"{s} s"
+def uptime(seconds: float) -> str:
+    """3 d 4 h past a day; else as every duration is written."""
+    days, rest = divmod(int(seconds), 86400)
+    return f"{days} d {rest // 3600} h" if days else human_duration(seconds)
 
 
 def count(n: int | float | None) -> str:
@@ -51,7 +47,7 @@ def bar(part: int, whole: int, width: int = BAR_WIDTH) -> str:
 def node_line(frame: TopFrame) -> str:
     h = frame["header"]
     return (f"{frame['node']}  OTP {h['otp_release']}  up "
-            f"{duration(h['uptime_s'])}  schedulers {h['schedulers_online']}")
+            f"{uptime(h['uptime_s'])}  schedulers {h['schedulers_online']}")
 
 
 def memory_lines(frame: TopFrame) -> list[str]:
@@ -126,7 +122,7 @@ def header_lines(view: TopView, paused: bool = False) -> list[str]:
             h = frame["header"]
             lines.append(
                 f"{frame['node']}  OTP {h['otp_release']}  up "
-                f"{duration(h['uptime_s'])}  memory "
+                f"{uptime(h['uptime_s'])}  memory "
                 f"{human_bytes(h['memory'].get('total', 0))}  processes "
                 f"{h['process_count']:,}  run queue {h['run_queue']}  "
                 f"reductions/s {count(h['reductions_per_s'])}")

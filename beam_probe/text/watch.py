@@ -12,23 +12,12 @@ from typing import Any, Mapping, Sequence
 from beam_probe.text.chart import clock, line_chart
 from beam_probe.text.syntax import ERLANG, Syntax
 from beam_probe.text.tables import human_bytes, table
+from beam_probe.text.tables import human_duration as duration
 from beam_probe.probes.trend import BYTE_CATEGORIES, TREND_WINDOW
 
 LABELS = {"total": "total", "processes": "processes", "binary": "binary",
           "ets": "ets", "atom_count": "atoms", "process_count":
           "process count", "port_count": "port count"}
-
-
-def duration(seconds: float) -> str:
-    """125 -> '2 m 5 s'."""
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours} h {minutes} m"
-    if minutes:
-        return f"{minutes} m {secs} s"
-    return f"{secs} s"
 
 
 def amount(category: str, value: float | None, signed: bool = False) -> str:
