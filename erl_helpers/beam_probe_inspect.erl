@@ -852,10 +852,11 @@ walker(Options) ->
           %% levels down (a slice stored in a table keeps its whole binary
           %% alive). Acc is {#{Family => {Count, Words, Binary,
           %% PinCount, PinBytes, PinReferenced}}, the Width largest as
-          %% {Held, ShortKey, Family, Words, Binary}}.
+          %% {Held, ShortKey, Family, Words, Binary}, the most words of
+          %% one object so far} (the walk sizes its next batch by it).
           objects =>
               fun(Inspect, Cfg, {objects, Pairs, Keypos,
-                                 {Families0, Top0}}) ->
+                                 {Families0, Top0, Most0}}) ->
                       {Keys, Objs} = lists:unzip(Pairs),
                       Js = lists:seq(1, erlang:length(Objs)),
                       Words = lists:map(fun erts_debug:flat_size/1,
@@ -884,7 +885,8 @@ walker(Options) ->
                              || {H, J} <- Best],
                       {Inspect({pin_tally, Pins, FamsT, Families}),
                        lists:sublist(lists:reverse(lists:sort(Top0 ++ Top)),
-                                     erlang:element(2, Cfg))}
+                                     erlang:element(2, Cfg)),
+                       lists:max([Most0 | Words])}
               end,
           %% The binaries among [{J, P, Value}] as [{{J, P}, Size,
           %% Referenced}].
@@ -1390,16 +1392,17 @@ process(Target, Resolve, Walker, Options) ->
 %% One table: its objects grouped by key family (a tuple key's first
 %% element, a record's tag, else the key's type), with count, words,
 %% refc binary bytes and pinned binaries, and its largest objects by
-%% their (short) keys. Read with ets:select/3 in chunks, each a short
-%% operation (the table stays usable throughout), the table fixed only
-%% for the walk (and by our worker alone: if we go, the fix goes with
-%% it). At most Budget objects are read, and not past the deadline;
-%% beyond, the answer is a sample, and says what fraction it saw.
+%% their (short) keys. Its keys are read with ets:select/3 in chunks
+%% and their objects with ets:lookup/2 in batches, each a short
+%% operation (the table stays usable throughout), the table never fixed.
+%% At most Budget objects are read, and not past the deadline; beyond,
+%% the answer is a sample, and says what fraction it saw, and whether
+%% the table's size moved while it was read.
 %%
-%% An object's words are erts_debug:flat_size/1 of our copy of it (a
-%% table stores objects flat, so the copy is no larger, and flat_size is
-%% linear in it); its binaries and pins come from a walk of at most 64
-%% terms.
+%% An object's words are erts_debug:flat_size/1 of our copy of it (what
+%% it costs once read: a table stores it flat, or packed when
+%% compressed; flat_size is linear in it); its binaries and pins come
+%% from a walk of at most 64 terms.
 -spec table({names, [string()]} | {id, string()},
             fun((options()) -> inspector()), options()) ->
           #{table := term(), info := [{atom(), term()}],
@@ -1410,7 +1413,7 @@ process(Target, Resolve, Walker, Options) ->
             largest := [{term(), term(), non_neg_integer(),
                          non_neg_integer()}],
             seen := non_neg_integer(), late := boolean(),
-            wordsize := pos_integer()} |
+            changed := boolean(), wordsize := pos_integer()} |
           {error, no_such_table | private}.
 table(Spec, Walker, Options) ->
     Inspect = Walker(Options),
@@ -1455,70 +1458,144 @@ table(Spec, Walker, Options) ->
                     {error, private};
                 false ->
                     Deadline = erlang:monotonic_time(millisecond) + WalkMs,
-                    Fixed = Type =/= ordered_set andalso
-                        ets:safe_fixtable(Found, true),
-                    %% A chunk is at most 500 objects and about 1M words
-                    %% (8 MB) of them by the table's average: every
-                    %% object is copied to us (200 objects of 200,000
-                    %% words each took a node 2.6 GB higher in chunks of
-                    %% 500).
-                    {size, Objects} = lists:keyfind(size, 1, Info),
-                    {memory, Stored} = lists:keyfind(memory, 1, Info),
-                    Chunk = erlang:max(1, erlang:min(
-                                            erlang:min(500, Budget),
-                                            1048576 div erlang:max(
-                                                          1, Stored div
-                                                              erlang:max(
-                                                                1,
-                                                                Objects)))),
-                    Read =
-                        fun Read(Step, Seen, Acc) ->
+                    {size, Before} = lists:keyfind(size, 1, Info),
+                    %% No fixation: safe_fixtable for the whole walk kept
+                    %% every object deleted meanwhile (a table written
+                    %% during the walk went from 64.5 to 123 MB), and
+                    %% releasing it blocked the table and both schedulers
+                    %% 194 ms to 1.7 s. An unfixed walk of a set or a bag
+                    %% may miss a key or meet one twice if the table is
+                    %% resized meanwhile (ets's "Table traversal"); an
+                    %% ordered_set's walk is safe. The answer says when the
+                    %% table changed while it was read.
+                    %%
+                    %% Keys first, a chunk of at most 500 by ets:select/3
+                    %% (each a short operation): a pattern that names the
+                    %% key alone, one clause an arity, leaves a compressed
+                    %% table's objects packed (1,000 objects of 60 KB
+                    %% packed: 58 ms, against 2.2 s for element(Keypos,
+                    %% '$_'), which unpacks each; an arity past Keypos + 15
+                    %% is read so).
+                    KeySpec = [{erlang:list_to_tuple(
+                                  [case Position of
+                                       Keypos -> '$1';
+                                       _ -> '_'
+                                   end || Position <- lists:seq(1, Arity)]),
+                                [], ['$1']}
+                               || Arity <- lists:seq(Keypos, Keypos + 15)]
+                        ++ [{'_', [], [{element, Keypos, '$_'}]}],
+                    %% A bag's key comes once an object: each read once
+                    %% (a key's objects lie together, so a key repeated
+                    %% across two chunks is the last of the one before).
+                    Bag = Type =:= bag orelse Type =:= duplicate_bag,
+                    NextKeys =
+                        fun(Result, Prev) ->
+                                case Result of
+                                    '$end_of_table' ->
+                                        {[], '$end_of_table', Prev};
+                                    {Raw, Cont} when Bag ->
+                                        {lists:delete(Prev, lists:usort(Raw)),
+                                         Cont, lists:last(Raw)};
+                                    {Raw, Cont} ->
+                                        {Raw, Cont, Prev}
+                                end
+                        end,
+                    %% Then their objects, a batch at a time, each object
+                    %% copied to us as it is once read (ets:lookup/2 in a
+                    %% compiled pass): the batch is sized by the most
+                    %% words one object took once read, so that a batch
+                    %% is about 256K words (2 MB: our heap holds a few
+                    %% times its batch while it reads one; measured, the
+                    %% node rose 49 MB at 8 MB a batch). The first batch
+                    %% is one object. Chunks sized by the stored words (a
+                    %% compressed table stores 16 times less than it
+                    %% reads) took a node from 497 MB to 2,868 MB.
+                    Walk =
+                        fun Walk(Keys, Cont, Prev, Batch, Seen, Acc) ->
                                 Late = erlang:monotonic_time(millisecond)
                                     > Deadline,
-                                case Step of
+                                case Keys of
                                     _ when Late -> {Acc, Seen, true};
                                     _ when Seen >= Budget ->
                                         {Acc, Seen, false};
-                                    '$end_of_table' -> {Acc, Seen, false};
-                                    {Pairs, Continuation} ->
-                                        Take = lists:sublist(Pairs,
-                                                             Budget - Seen),
-                                        Acc2 = Inspect({objects, Take, Keypos,
-                                                        Acc}),
-                                        Next = case Continuation of
-                                                   '$end_of_table' ->
-                                                       '$end_of_table';
-                                                   _ ->
-                                                       ets:select(
-                                                         Continuation)
-                                               end,
-                                        Read(Next, Seen + erlang:length(Take),
+                                    [] when Cont =:= '$end_of_table' ->
+                                        {Acc, Seen, false};
+                                    [] ->
+                                        {Fresh, Cont2, Prev2} =
+                                            NextKeys(ets:select(Cont), Prev),
+                                        Walk(Fresh, Cont2, Prev2, Batch, Seen,
+                                             Acc);
+                                    _ ->
+                                        %% The last batch is garbage now:
+                                        %% a full collection gives it back
+                                        %% (we hold little else). Left to
+                                        %% the young heap's, each batch was
+                                        %% promoted to the old heap, and
+                                        %% the node rose 130 MB for a table
+                                        %% read at 8 MB a batch.
+                                        erlang:garbage_collect(),
+                                        {Take, Rest} =
+                                            lists:split(
+                                              erlang:min(Batch,
+                                                         erlang:length(Keys)),
+                                              Keys),
+                                        Objs = lists:sublist(
+                                                 lists:append(
+                                                   lists:zipwith(
+                                                     fun ets:lookup/2,
+                                                     lists:duplicate(
+                                                       erlang:length(Take),
+                                                       Found),
+                                                     Take)),
+                                                 Budget - Seen),
+                                        Acc2 = Inspect(
+                                                 {objects,
+                                                  lists:zip(
+                                                    lists:zipwith(
+                                                      fun erlang:element/2,
+                                                      lists:duplicate(
+                                                        erlang:length(Objs),
+                                                        Keypos),
+                                                      Objs),
+                                                    Objs),
+                                                  Keypos, Acc}),
+                                        Most = erlang:max(
+                                                 1, erlang:element(3, Acc2)),
+                                        Walk(Rest, Cont, Prev,
+                                             erlang:max(1, erlang:min(
+                                                             500,
+                                                             262144
+                                                             div Most)),
+                                             Seen + erlang:length(Objs),
                                              Acc2)
                                 end
                         end,
-                    %% Each object with its key, taken by the match
-                    %% specification itself.
-                    {{Families, Top}, Seen, Late} =
+                    Walked =
                         try
-                            Read(ets:select(Found,
-                                            [{'_', [],
-                                              [{{{element, Keypos, '$_'},
-                                                 '$_'}}]}],
-                                            Chunk),
-                                 0, {#{}, []})
-                        after
-                            case Fixed of
-                                true -> ets:safe_fixtable(Found, false);
-                                false -> ok
-                            end
+                            {First, Cont0, Prev0} =
+                                NextKeys(ets:select(Found, KeySpec,
+                                                    erlang:min(500, Budget)),
+                                         erlang:make_ref()),
+                            Walk(First, Cont0, Prev0, 1, 0, {#{}, [], 0})
+                        catch
+                            %% Deleted while we read it.
+                            error:badarg -> gone
                         end,
-                    #{table => Found, info => Info,
-                      families => [{F, C, W, B,
-                                    {PC, PU, PR}}
-                                   || {F, {C, W, B, PC, PU, PR}}
-                                          <- maps:to_list(Families)],
-                      largest => [{K, F, W, B} || {_, K, F, W, B} <- Top],
-                      seen => Seen, late => Late,
-                      wordsize => erlang:system_info(wordsize)}
+                    case Walked of
+                        gone ->
+                            {error, no_such_table};
+                        {{Families, Top, _}, Seen, Late} ->
+                            After = ets:info(Found, size),
+                            #{table => Found, info => Info,
+                              families => [{F, C, W, B,
+                                            {PC, PU, PR}}
+                                           || {F, {C, W, B, PC, PU, PR}}
+                                                  <- maps:to_list(Families)],
+                              largest => [{K, F, W, B}
+                                          || {_, K, F, W, B} <- Top],
+                              seen => Seen, late => Late,
+                              changed => After =/= Before,
+                              wordsize => erlang:system_info(wordsize)}
+                    end
             end
     end.

@@ -45,8 +45,9 @@ HELPER = "beam_probe_inspect"
 # walked).
 DEFAULT_BUDGET = 1_000
 MAX_BUDGET = 1_000_000
-# A table is read by our worker (the table stays usable): objects, read
-# in chunks of at most 500 with ets:select/3, three levels of each
+# A table is read by our worker (the table stays usable): keys in chunks
+# of at most 500 with ets:select/3, objects by ets:lookup/2 in batches
+# of about 8 MB as read (at most 500), three levels of each
 # searched for binaries (~70-130 us an object here: 20,000 objects of a
 # 10M-object table took 1.6-2.8 s).
 DEFAULT_TABLE_BUDGET = 20_000
@@ -65,10 +66,22 @@ A_STATE = Atom("state")
 A_HANDLER = Atom("handler")
 A_TOO_LONG = Atom("too_long")
 A_TOO_LARGE = Atom("too_large")
+A_TOO_MANY = Atom("too_many")
+A_OTHER_HANDLERS = Atom("other_handlers")
 
 _WHY = {
-    "not_proc_lib": "it was not started by proc_lib, so it may be a plain "
-                    "receive loop, which would keep a system message forever",
+    "not_proc_lib": "it was not started by proc_lib (proc_lib:spawn or a "
+                    "gen behaviour's start), so it may be a plain receive "
+                    "loop, which would keep a system message forever",
+    "hibernating_loop": "it hibernates (erlang:hibernate/3), and before OTP "
+                        "28 what it wakes into cannot be seen from outside: "
+                        "its gen loop, or a loop of its module's own, which "
+                        "would keep a system message forever; nothing was "
+                        "sent to it: try again when it is awake",
+    "hibernating_own": "it hibernates in erlang:hibernate/3, which OTP 28's "
+                       "gen_server and gen_statem do not use for their own "
+                       "loop: it wakes into a loop of its module's own, "
+                       "which would keep a system message forever",
     "not_in_gen_loop": "it was started by proc_lib but runs no gen_server, "
                        "gen_statem or gen_event loop (a plain loop would "
                        "keep a system message forever)",
@@ -311,6 +324,9 @@ def _pins(walk: Reply, root: tuple[str, str], names: RecordNames
 
 
 def _roots(part: Any) -> tuple[str, str]:
+    if isinstance(part, tuple) and len(part) == 2 and \
+            part[0] == A_OTHER_HANDLERS:
+        return ("Handler(_)", "handler(_)")
     if part in (A_STATE, Atom("statem_state")):
         return ("State", "state")
     if part == Atom("statem_data"):
@@ -559,7 +575,12 @@ def _read_table(node: str, raw: Any) -> TableInspection:
             "families": out, "largest": largest,
             "sampled": seen < size,
             "seen": seen, "fraction": round(seen / size, 4) if size else 1.0,
-            "late": reply["late"] is True}
+            "late": reply["late"] is True,
+            # The table's size moved while it was read: objects written
+            # meanwhile were seen or not, and an unfixed walk of a set or
+            # a bag may miss a key or meet one twice if the table was
+            # resized (ets's "Table traversal").
+            "changed": reply["changed"] is True}
 
 
 class NoSuchTable(NoSuchProcess):

@@ -840,6 +840,7 @@ class TableInspection(TypedDict):
     seen: int
     fraction: float
     late: bool
+    changed: bool
 
 
 class DumpProcess(TypedDict):

@@ -106,6 +106,10 @@ def table_text(result: TableInspection, syntax: Syntax) -> str:
                      + ("; an ordered_set is read from its lowest key, so "
                         "its sample is its first keys'" if result["type"]
                         == "ordered_set" else ""))
+    if result.get("changed"):
+        lines.append("the table changed while it was read: objects written "
+                     "meanwhile are counted or not, and a few may be missed "
+                     "or counted twice (the walk does not fix the table)")
     rows = [(printable(f["family"]), f"{f['count']:,}",
              human_bytes(f["bytes"]), human_bytes(f["binary_bytes"]),
              f"{f['pinned']['count']:,}" if f["pinned"]["count"] else "",
