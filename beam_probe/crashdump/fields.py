@@ -121,7 +121,7 @@ def every_proc(dump: Dump, keys: tuple[str, ...]
     while i < len(numbers):
         j = max(i + 1, bisect_left(starts, starts[i] + WINDOW))
         lo, hi = starts[i], dump.end_of(numbers[j - 1])
-        found = pattern.findall(dump.mm, lo, hi)
+        found = pattern.findall(dump.read(lo, hi))
         dump.release(lo, hi)
         if len(found) != j - i:
             for number in numbers[i:j]:
@@ -204,11 +204,46 @@ def _head_lines(dump: Dump, section: Section) -> Iterator[str]:
         yield line[:4096].decode("utf-8", "replace")
 
 
+# The escapes the node writes in a quoted atom (erts's atom printer;
+# checked on OTP 25's dumps: 'nl\nname', 'q\'x', 'bs\\x', '\001a',
+# '\033b', '\bc\v\f\r', '\000'), and those Erlang reads besides.
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "b": "\b",
+            "v": "\v", "e": "\x1b", "s": " ", "d": "\x7f"}
+_ESCAPE = re.compile(r"\\([0-7]{1,3}|.)", re.S)
+
+
+def _unescape(match: re.Match[str]) -> str:
+    code = match.group(1)
+    if code[0] in "01234567":
+        return chr(int(code, 8))
+    return _ESCAPES.get(code, code)
+
+
 def unquoted(text: str) -> str:
-    """An atom as the dump writes it ('Elixir.MyApp.Cache', 'my name')
-    as its name, as a live node's registered_name reads."""
+    """An atom as the dump writes it ('Elixir.MyApp.Cache', 'my name',
+    'nl\nname') as its name, as a live node's registered_name reads
+    (a newline in it is a newline: the text renderers escape it)."""
     if len(text) >= 2 and text[0] == text[-1] == "'":
-        return re.sub(r"\\(.)", r"\1", text[1:-1])
+        return _ESCAPE.sub(_unescape, text[1:-1])
+    return text
+
+
+# A function's arity is at most 255 (the emulator's MAX_ARG); a larger
+# one is no node's writing.
+MAX_ARITY = 255
+_ARITY = re.compile(r"/(\d+)(?= \+ \d+\)?$|$|\))")
+
+
+def checked_mfa(text: str | None) -> str | None:
+    """An M:F/A text as the dump gives it, or, where an arity is past
+    what Erlang allows, the same with the arity named damaged."""
+    if not text:
+        return text
+    match = _ARITY.search(text)
+    if match is not None and (len(match.group(1)) > 3
+                              or int(match.group(1)) > MAX_ARITY):
+        return (text[:match.start()] + "/? (damaged: arity "
+                f"{match.group(1)[:20]})" + text[match.end():])
     return text
 
 
@@ -218,16 +253,16 @@ def function_of(values: dict[str, str]) -> str | None:
     counter, else where it was last scheduled in."""
     call = values.get("Current call")
     if call:
-        return call.strip()
+        return checked_mfa(call.strip())
     for key in ("Program counter", "Last scheduled in for",
                 "Current Process Program counter"):
         text = values.get(key)
         if text:
             match = _FUNCTION.search(text)
             if match:
-                return match.group(1)
+                return checked_mfa(match.group(1))
             if key == "Last scheduled in for" and "/" in text:
-                return text.strip()
+                return checked_mfa(text.strip())
     return None
 
 
@@ -265,7 +300,7 @@ def proc(dump: Dump, section: Section) -> ProcFields:
     return ProcFields(
         pid=section.id, state=values.get("State", ""),
         name=unquoted(values["Name"]) if values.get("Name") else None,
-        spawned_as=values.get("Spawned as") or None,
+        spawned_as=checked_mfa(values.get("Spawned as")) or None,
         spawned_by=values.get("Spawned by") or None,
         current_function=function_of(values),
         message_queue_len=of("Message queue length", 0),
@@ -350,4 +385,5 @@ __all__ = ["EtsFields", "Preamble", "ProcFields", "Running", "count",
            "counts", "ets_tables", "every_proc", "fields", "figures",
            "function_of",
            "index_limit",
-           "memory", "preamble", "proc", "running", "unquoted"]
+           "memory", "preamble", "proc", "running", "unquoted", "checked_mfa",
+           "MAX_ARITY"]

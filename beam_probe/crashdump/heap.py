@@ -32,6 +32,8 @@ SLICE_WORDS = 6
 # Heap lines this long are read whole to name a container's children (a
 # tuple of ~1M elements); a longer one is counted, never split.
 MAX_CELL_LINE = 16 * 1024 * 1024
+# The largest tuple a node makes (erlang:make_tuple/2's limit).
+MAX_TUPLE = (1 << 24) - 1
 # A heap binary holds at most 64 bytes; no binary is near 2^48 bytes.
 MAX_HEAP_BINARY = 64
 MAX_BINARY = 1 << 48
@@ -108,6 +110,10 @@ def cell(line: bytes) -> Cell:
         if head == b"t":
             colon = line.index(b":")
             arity = int(line[1:colon], 16)
+            if arity > MAX_TUPLE:
+                # A tuple holds at most 2^24 - 1 elements (MAX_ARITY in
+                # erts): a larger arity is damage, not a term.
+                raise HeapError(f"a tuple of arity {arity:,}")
             elements, _ = split_terms(line[colon + 1:])
             tag = elements[0] if elements and elements[0][:1] == b"A" \
                 else None

@@ -260,7 +260,8 @@ class _Walker:
         try:
             c = heap.cell(text)
         except heap.HeapError:
-            c = heap.Cell("term", 0, [], [], None, 0, None)
+            # A line no node writes (a tuple's arity past 2^24 - 1, ...).
+            c = heap.Cell("damaged", 0, [], [], None, 0, None)
         kind = _kind(c)
         children = self._children(c, span) if depth < self.depth else None
         if not children:

@@ -297,13 +297,13 @@ def few(dump: Dump, sections: list[Section]) -> dict[str, DeadProcess]:
     window = dump.heaps_start - 1
     while len(stacks) < len(wanted) and window < dump.size:
         stop = min(dump.size, window + WINDOW)
-        for match in _STACK.finditer(dump.mm, window, min(dump.size,
-                                                          stop + 80)):
-            if match.start() >= stop:
+        for match in _STACK.finditer(dump.read(window, min(dump.size,
+                                                           stop + 80))):
+            if window + match.start() >= stop:
                 break
             pid = match.group(1).decode("latin-1")
             if pid in wanted:
-                stacks[pid] = match.start()
+                stacks[pid] = window + match.start()
                 if len(stacks) == len(wanted):
                     break
         dump.release(window, stop)

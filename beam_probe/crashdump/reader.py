@@ -9,15 +9,18 @@ when its last section is ``=end``, and ``=abort:reason`` ends one cut short
 writes leaves neither.
 
 Memory: the index is 9 bytes a section (an offset, a tag's number), and
-the pages the one pass reads are given back as it goes (MADV_DONTNEED on
-each window), so resident memory stays near WINDOW however large the
-file: measured, a 114 MB dump left 157 MB resident when read through
-without it.
+the file is read a window at a time with os.pread (never mapped), so
+resident memory stays near WINDOW however large the file.
+
+Never mapped: a node that crashed again to the same path truncates the
+file while we read it, and a read of a mapped page past the new end is
+SIGBUS (exit 135, no line: the hostile round's finding). A read that
+comes back short, or a file whose size, time or inode moved since it
+was opened, is instead a DumpError: one line, exit 2.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
 from array import array
@@ -27,8 +30,9 @@ from typing import Any, Iterator, NamedTuple
 from beam_probe.errors import UsageError
 
 FORMAT = b"=erl_crash_dump:0.5\n"
-# The one pass reads this much at a time, then gives the pages back.
-WINDOW = 32 * 1024 * 1024
+# The one pass and every search read this much at a time (held while
+# it is read: 32 MiB took crashdump from 17 to 48 MB of memory).
+WINDOW = 8 * 1024 * 1024
 # A section's header line (=proc:<0.123.0>, =binary:7F00D1E2F3A0,
 # =mod:'Elixir.Long.Module'): an atom is at most 255 characters, 1,020
 # bytes in UTF-8, quoted and escaped.
@@ -37,6 +41,8 @@ MAX_HEADER = 4096
 # writes ~5 a process (proc, stack, heap, dictionary, messages): a node of
 # a million processes and its modules and funs stays under 8 million.
 MAX_SECTIONS = 32 * 1024 * 1024
+# A section's lines are read this much at a time.
+LINE_BLOCK = 1024 * 1024
 # A tag asked for by id this many times is searched for in the file;
 # more, and its ids are indexed (a ranking's rows: a few; a pass over
 # every process's stack: all of them).
@@ -77,6 +83,89 @@ class DumpError(UsageError):
     past reading: one line, exit 2 (a bad argument, as a bad snapshot)."""
 
     label = "crash dump"
+
+
+class DumpChanged(DumpError):
+    """The file changed while it was read (a node that crashed again to
+    the same path rewrites it in place)."""
+
+
+class _File:
+    """A dump's bytes as a mapped file offered them (slices, find, rfind,
+    len), each read with os.pread and checked: see the module's note."""
+
+    # A search starts with this much and doubles up to WINDOW: most look
+    # for the end of a line a few bytes on.
+    FIRST = 4096
+
+    def __init__(self, fd: int, path: str, info: os.stat_result) -> None:
+        self.fd, self.path, self.size = fd, path, info.st_size
+        self._stamp = (info.st_size, info.st_mtime_ns, info.st_ino)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def check(self) -> None:
+        info = os.fstat(self.fd)
+        if (info.st_size, info.st_mtime_ns, info.st_ino) != self._stamp:
+            raise DumpChanged(
+                f"{self.path} changed while it was read (rewritten: a node "
+                "that crashed again to the same path?); copy the dump "
+                "elsewhere and read the copy")
+
+    def read(self, start: int, end: int) -> bytes:
+        start, end = max(0, start), min(end, self.size)
+        if end <= start:
+            return b""
+        try:
+            data = os.pread(self.fd, end - start, start)
+        except OSError as exc:
+            raise DumpError(f"cannot read {self.path}: {exc.strerror}") \
+                from None
+        # Checked after the read: what was read was read unchanged.
+        self.check()
+        if len(data) != end - start:
+            raise DumpChanged(f"{self.path} changed while it was read "
+                              "(it is shorter now): copy the dump "
+                              "elsewhere and read the copy")
+        return data
+
+    def __getitem__(self, where: slice) -> bytes:
+        start = 0 if where.start is None else where.start
+        stop = self.size if where.stop is None else where.stop
+        return self.read(start, stop)
+
+    def find(self, needle: bytes, start: int = 0,
+             end: int | None = None) -> int:
+        end = self.size if end is None else min(end, self.size)
+        at, width = max(0, start), self.FIRST
+        while at < end:
+            stop = min(end, at + width)
+            found = self.read(at, min(end, stop + len(needle) - 1)).find(
+                needle)
+            if found >= 0:
+                return at + found
+            at, width = stop, min(WINDOW, width * 2)
+        return -1
+
+    def rfind(self, needle: bytes, start: int = 0,
+              end: int | None = None) -> int:
+        end = self.size if end is None else min(end, self.size)
+        start = max(0, start)
+        stop, width = end, self.FIRST
+        while stop > start:
+            lo = max(start, stop - width)
+            found = self.read(lo, min(end, stop + len(needle) - 1)).rfind(
+                needle)
+            if found >= 0:
+                return lo + found
+            stop, width = lo, min(WINDOW, width * 2)
+        return -1
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class Section(NamedTuple):
@@ -140,20 +229,17 @@ class Dump:
         except OSError as exc:
             raise DumpError(f"cannot read {path}: {error_text(exc)}") \
                 from None
+        self.size = info.st_size
+        self.mm = _File(fd, path, info)
         try:
-            self.size = info.st_size
             if self.size < len(FORMAT):
-                raise DumpError(self._not_a_dump(os.pread(fd, 64, 0)))
-            self.mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-        except OSError as exc:
-            raise DumpError(f"cannot map {path}: {error_text(exc)}") \
-                from None
-        finally:
-            os.close(fd)
-        head = self.mm[:64]
-        if not head.startswith(FORMAT):
+                raise DumpError(self._not_a_dump(self.mm[:64]))
+            head = self.mm[:64]
+            if not head.startswith(FORMAT):
+                raise DumpError(self._not_a_dump(head))
+        except BaseException:
             self.mm.close()
-            raise DumpError(self._not_a_dump(head))
+            raise
         self._tags: list[str] = []
         self._tag_numbers: dict[bytes, int] = {}
         self._starts = array("q")
@@ -171,9 +257,13 @@ class Dump:
         self._whole = False
         self._left_out = -1  # a section cut by =abort
         self.heaps_start: int | None = None
-        self._add(0)
-        self._scan(head_only=True)
-        self._ending()
+        try:
+            self._add(0)
+            self._scan(head_only=True)
+            self._ending()
+        except BaseException:
+            self.mm.close()
+            raise
 
     def _ending(self) -> None:
         """Whether the dump ends with =end or =abort, read from its tail
@@ -253,11 +343,16 @@ class Dump:
         mm, size = self.mm, self.size
         finditer = _SECTION.finditer
         window = self._scanned
+        # From 1 MiB, doubling to WINDOW: the head alone is often a few
+        # hundred KiB, and a window read is a window held (crashdump
+        # went from 17 to 48 MB reading 32 MiB first).
+        width = 1 << 20
         while window < size:
-            end = min(size, window + WINDOW)
+            end = min(size, window + width)
+            width = min(WINDOW, width * 2)
             # A match may straddle the window's end: look one byte on.
-            for match in finditer(mm, window, min(size, end + 1)):
-                at = match.start()
+            for match in finditer(mm.read(window, min(size, end + 1))):
+                at = window + match.start()
                 if at >= end:
                     break
                 if self._add(at + 1) and head_only:
@@ -450,25 +545,39 @@ class Dump:
     def lines(self, section: Section, max_line: int = 65536
               ) -> Iterator[bytes]:
         """The section's lines, each without its newline; a line longer
-        than ``max_line`` is a DumpError (no real dump's field line is)."""
-        mm, at, end = self.mm, section.start, section.end
-        while at < end:
-            nl = mm.find(b"\n", at, min(end, at + max_line + 1))
+        than ``max_line`` is a DumpError (no real dump's field line is).
+        Read a block at a time (a read a line cost a call and a check
+        each: 326,474 stack slots)."""
+        pos, end = section.start, section.end
+        buf, buf_at = b"", pos
+        while pos < end:
+            nl = buf.find(b"\n", pos - buf_at)
             if nl < 0:
-                if end - at > max_line:
-                    raise DumpError(f"{self.path}: a line of "
-                                    f"={section.tag}:{section.id} is longer "
-                                    f"than {max_line:,} bytes: damaged")
-                nl = end
-            yield mm[at:nl]
-            at = nl + 1
+                rest = buf[pos - buf_at:]
+                have = buf_at + len(buf)
+                if len(rest) > max_line or have >= end:
+                    if len(rest) > max_line:
+                        raise DumpError(
+                            f"{self.path}: a line of ={section.tag}:"
+                            f"{section.id} is longer than {max_line:,} "
+                            "bytes: damaged")
+                    yield rest
+                    return
+                more = self.mm.read(have, min(end, have + max(
+                    LINE_BLOCK, len(rest))))
+                buf, buf_at = rest + more, pos
+                continue
+            if nl - (pos - buf_at) > max_line:
+                raise DumpError(f"{self.path}: a line of ={section.tag}:"
+                                f"{section.id} is longer than {max_line:,} "
+                                "bytes: damaged")
+            yield buf[pos - buf_at:nl]
+            pos = buf_at + nl + 1
 
     def release(self, start: int, end: int) -> None:
-        """Give back the pages of a range read through once."""
-        if hasattr(self.mm, "madvise") and end > start:
-            page = mmap.PAGESIZE
-            first = start - start % page
-            self.mm.madvise(mmap.MADV_DONTNEED, first, end - first)
+        """A range read through once. Nothing to give back: the file is
+        read into windows of bytes, never mapped (callers say where their
+        pass is, as they did for a map's pages)."""
 
     def close(self) -> None:
         self.mm.close()
@@ -480,5 +589,5 @@ class Dump:
         self.close()
 
 
-__all__ = ["Dump", "DumpError", "FORMAT", "MAX_SECTIONS", "Section",
+__all__ = ["Dump", "DumpChanged", "DumpError", "FORMAT", "MAX_SECTIONS", "Section",
            "looks_like_dump", "starts_as_dump"]

@@ -6,16 +6,23 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from beam_probe.text.node import verdict_text
 from beam_probe.text.syntax import Syntax
-from beam_probe.text.tables import human_bytes, table
+from beam_probe.text.tables import human_bytes, printable, table
 
 if TYPE_CHECKING:
     from beam_probe.probes.results import CrashDumpOverview, DumpProcess
 
 
+def _name(name: str | None, syntax: Syntax) -> str:
+    """A registered name as read from the dump ('nl\nname' holds a
+    newline): one line, its control characters escaped, so that no name
+    forges a row."""
+    return printable(syntax.name(name) or "").replace("\n", "\\n")
+
+
 def _processes(rows: Sequence[DumpProcess], syntax: Syntax) -> str:
     return table(("pid", "name", "memory", "messages", "state",
                   "current function", "initial call"),
-                 [(p["pid"], syntax.name(p["name"]) or "",
+                 [(p["pid"], _name(p["name"], syntax),
                    human_bytes(p["memory"]), f"{p['message_queue_len']:,}",
                    p["state"], p["current_function"] or "",
                    p["initial_call"] or "") for p in rows],
@@ -72,7 +79,7 @@ def overview_text(result: CrashDumpOverview, syntax: Syntax) -> str:
         lines.append(f"as it died, {r['scheduler']} was "
                      f"{'collecting' if r['state'] == 'Garbing' else 'running'}"
                      f" {syntax.code(r['pid'])} "
-                     f"{syntax.name(r['name']) or ''} in "
+                     f"{_name(r['name'], syntax)} in "
                      f"{syntax.code(r['current_function'] or '?')}"
                      .replace("  ", " "))
     procs = result["processes"]
@@ -89,7 +96,8 @@ def overview_text(result: CrashDumpOverview, syntax: Syntax) -> str:
                   table(("table", "owner", "owner is", "objects", "memory",
                          "type"),
                         [(t["name"], t["owner"],
-                          syntax.name(t["owner_name"]) or t["owner_group"],
+                          _name(t["owner_name"], syntax)
+                          or t["owner_group"],
                           f"{t['size']:,}", human_bytes(t["memory"]),
                           t["type"]) for t in tables["largest"]],
                         "lllrrl", syntax)]
