@@ -113,9 +113,19 @@ walker(Options) ->
     PinnedRows = Ms([{{'$1', '$2', '$3'},
                       [{'>', '$3', 64}, {'>', '$3', {'*', 2, '$2'}}],
                       ['$_']}]),
+    %% Counts shared by every walk of one request, the target's and our
+    %% worker's (a counters reference names the same counters wherever
+    %% it is copied on the node): 1, words sized by size_shared so far;
+    %% 2, parts not measured in full; 3, when a gen_event's first handler
+    %% was walked (system time, ms); 4, handlers not walked at all.
+    Meter = case Options of
+                #{meter := Given} -> Given;
+                _ -> counters:new(4, [])
+            end,
     Config = {Depth, Width, LeafOnly, Binaries, Third, FirstTwo, OffHeap,
               Pinned, Containers, Bytes, PinnedRows,
-              maps:get(shared_most, Options, 0)},
+              maps:get(shared_most, Options, 0), Meter,
+              maps:get(list_most, Options, 1000000)},
     %% Each operation is a fun (Inspect, Config, Request); no variable
     %% inside one may share a name with one above (erl_eval would take it
     %% as bound), and each is made again below with no bindings at all.
@@ -188,21 +198,13 @@ walker(Options) ->
           %% map's keys and values are two groups whose positions are the
           %% entries'. Spec names their steps ({step, Spec, Position}).
           sample =>
-              fun(Inspect, _, {sample, late, T, N, Own, _, Left, _, _}) ->
+              fun(Inspect, Cfg, {sample, late, T, N, Own, _, Left, _, _}) ->
+                  counters:add(erlang:element(13, Cfg), 2, 1),
                   {{Inspect({kind, T}), N, Own, 0, [], {N, 0, 0}}, #{}, Left,
                    N > 0, true};
-                 (Inspect, Cfg, {sample, 0, T, N, Own, _, Left, _, _}) ->
-                  %% The budget is spent: a process of at most
-                  %% shared_most words has the rest of this part sized by
-                  %% erts_debug:size_shared/1 (C, linear in what the part
-                  %% really holds, shared subterms once; so never more
-                  %% than the heap), else only its own words count (and
-                  %% the answer says "sampled").
-                  {{Inspect({kind, T}), N,
-                    case erlang:element(12, Cfg) > 0 of
-                        true -> erts_debug:size_shared(T);
-                        false -> Own
-                    end, 0, [], {N, 0, 0}}, #{}, Left, N > 0, false};
+                 (Inspect, _, {sample, 0, T, N, Own, _, Left, _, _}) ->
+                  {{Inspect({kind, T}), N, Inspect({rest, T, Own}), 0, [],
+                    {N, 0, 0}}, #{}, Left, N > 0, false};
                  (Inspect, _, {sample, K, T, N, Own, Level, Left, Path,
                                Deadline})
                 when erlang:is_map(T) ->
@@ -222,10 +224,8 @@ walker(Options) ->
                                Deadline})
                 when erlang:is_list(T) ->
                   %% An improper list (Own 0) is read cell by cell.
-                  Stride = Inspect({stride, Own > 0, N, K}),
-                  Values = Inspect({every, Stride, T, K, N}),
-                  Idx = lists:seq(1, 1 + Stride * (erlang:length(Values) - 1),
-                                  Stride),
+                  {Values, Idx} = Inspect({list_sample, Own > 0 andalso N > K,
+                                           T, K, N}),
                   Inspect({groups, T, N, Own, Level, Left, Path, Deadline,
                            [{Values, Idx, list}]});
                  (Inspect, _, {sample, K, T, N, Own, Level, Left, Path,
@@ -235,6 +235,27 @@ walker(Options) ->
                   Inspect({groups, T, N, Own, Level, Left, Path, Deadline,
                            [{Values, lists:seq(1, erlang:length(Values)),
                              env}]})
+              end,
+          %% The budget is spent: the rest of this part is sized by
+          %% erts_debug:size_shared/1 (C, never yields, linear in what
+          %% the part holds, shared subterms once: at most the heap; 78-86
+          %% ms on a heap of 10.7M words, the tester measured), while
+          %% the request's calls of it have sized fewer than shared_most
+          %% words (0 for a heap over it): so at most twice shared_most
+          %% in all. Else the part is not measured in full, only its own
+          %% words count, and the answer says so.
+          rest =>
+              fun(_, Cfg, {rest, T, Own}) ->
+                  Sized = counters:get(erlang:element(13, Cfg), 1),
+                  case Sized < erlang:element(12, Cfg) of
+                      true ->
+                          Words0 = erts_debug:size_shared(T),
+                          counters:add(erlang:element(13, Cfg), 1, Words0),
+                          Words0;
+                      false ->
+                          counters:add(erlang:element(13, Cfg), 2, 1),
+                          Own
+                  end
               end,
           entries =>
               fun(_, _, {entries, true, T, _}) ->
@@ -262,37 +283,48 @@ walker(Options) ->
                  (_, _, {tuple_spec, _, _}) ->
                   elem
               end,
-          stride =>
-              fun(_, _, {stride, true, N, K}) ->
-                  erlang:max(1, N div K);
-                 (_, _, {stride, false, _, _}) ->
-                  1
+          %% A list's sample, {Values, Positions}: all of it, or its first
+          %% K cells when improper; else K elements of its N (N is at most
+          %% list_most) in 16 runs spread evenly, each taken and skipped
+          %% in compiled code (lists:sublist/2, lists:nthtail/2): one
+          %% interpreted step a run. One a sampled element made 2.4M
+          %% words of garbage on the target's heap at the default budget
+          %% (erl_eval leaves ~2,500 words a call), enough to make a
+          %% large young heap collect.
+          list_sample =>
+              fun(Inspect, _, {list_sample, true, T, K, N}) ->
+                  Runs = erlang:min(16, K),
+                  Inspect({runs, T, 0, Runs, K div Runs, N div Runs, [],
+                           []});
+                 (Inspect, _, {list_sample, false, T, K, _}) ->
+                  Values = Inspect({every, 1, T, K, K}),
+                  {Values, lists:seq(1, erlang:length(Values))}
               end,
-          %% The first K cells (compiled when the list is proper), or every
-          %% Stride-th element from the start: lists:nthtail skips in
-          %% compiled code, only where I + Stride =< N says it can.
+          runs =>
+              fun(_, _, {runs, _, _, 0, _, _, Values, Idx}) ->
+                  {lists:append(lists:reverse(Values)),
+                   lists:append(lists:reverse(Idx))};
+                 (Inspect, _, {runs, T, At, Runs, Len, Gap, Values, Idx}) ->
+                  Run = lists:sublist(T, Len),
+                  Inspect({runs, case Runs > 1 of
+                                     true -> lists:nthtail(Gap, T);
+                                     false -> []
+                                 end, At + Gap, Runs - 1, Len, Gap,
+                           [Run | Values],
+                           [lists:seq(At + 1, At + erlang:length(Run))
+                            | Idx]})
+              end,
+          %% The first K cells (compiled when the list is proper).
           every =>
               fun(Inspect, _, {every, 1, T, K, _}) ->
                   try lists:sublist(T, K)
                   catch error:_ -> Inspect({cells_of, T, K, []})
-                  end;
-                 (Inspect, _, {every, Stride, T, K, N}) ->
-                  Inspect({take, T, 1, K, N, Stride, []})
+                  end
               end,
           cells_of =>
               fun(Inspect, _, {cells_of, [H | T], K, Acc}) when K > 0 ->
                   Inspect({cells_of, T, K - 1, [H | Acc]});
                  (_, _, {cells_of, _, _, Acc}) ->
-                  lists:reverse(Acc)
-              end,
-          take =>
-              fun(Inspect, _, {take, [H | _] = T, I, Left, N, Stride, Acc})
-                when Left > 1, I + Stride =< N ->
-                  Inspect({take, lists:nthtail(Stride, T), I + Stride, Left - 1,
-                           N, Stride, [H | Acc]});
-                 (_, _, {take, [H | _], _, _, _, _, Acc}) ->
-                  lists:reverse([H | Acc]);
-                 (_, _, {take, _, _, _, _, _, Acc}) ->
                   lists:reverse(Acc)
               end,
           %% A child's step on show, and in a pin's path (map keys other
@@ -660,12 +692,31 @@ walker(Options) ->
                       true -> {N, 4 + 2 * N};
                       false -> {N, erlang:round(3.75 * N)}
                   end;
-                 (Inspect, _, {shape, Term}) when erlang:is_list(Term) ->
-                  try erlang:length(Term) of
-                      N -> {N, 2 * N}
+                 (Inspect, Cfg, {shape, Term}) when erlang:is_list(Term) ->
+                  %% Never length/1 of a whole list: it is as slow as the
+                  %% list is long whatever the budget (a list of a 320 MB
+                  %% state paused its process 290-580 ms with the
+                  %% sampling's nthtail). Counted to list_most cells in
+                  %% compiled code (lists:nthtail/2 allocates nothing);
+                  %% a longer list is measured over its first list_most
+                  %% cells, and the answer says it was not measured in
+                  %% full.
+                  Most = erlang:element(14, Cfg),
+                  try lists:nthtail(Most, Term) of
+                      [] ->
+                          {Most, 2 * Most};
+                      _ ->
+                          counters:add(erlang:element(13, Cfg), 2, 1),
+                          {Most, 2 * Most}
                   catch
-                      %% An improper list: its cells, counted to a million.
-                      error:badarg -> {Inspect({cells, Term, 0}), 0}
+                      error:_ ->
+                          try erlang:length(Term) of
+                              N -> {N, 2 * N}
+                          catch
+                              %% An improper list: its cells, counted to
+                              %% ten thousand.
+                              error:badarg -> {Inspect({cells, Term, 0}), 0}
+                          end
                   end;
                  (_, _, {shape, Term}) when erlang:is_function(Term) ->
                   {env, Env} = erlang:fun_info(Term, env),
@@ -738,7 +789,8 @@ walker(Options) ->
                                 binary => erlang:round(OB)}}
               end,
           measure =>
-              fun(Inspect, _, {measure, Term, Budget, Deadline}) ->
+              fun(Inspect, Cfg, {measure, Term, Budget, Deadline}) ->
+                  Before = counters:get(erlang:element(13, Cfg), 2),
                   {Tree, Pins, _, Sampled, Late} =
                       Inspect({walk, Term, 0, Budget, [], Deadline}),
                   #{tree => Inspect({plain, Tree}),
@@ -746,7 +798,9 @@ walker(Options) ->
                               erlang:round(U),
                               erlang:round(R)}
                              || {P, {C, U, R}} <- maps:to_list(Pins)],
-                    sampled => Sampled, late => Late}
+                    sampled => Sampled, late => Late,
+                    unmeasured => counters:get(erlang:element(13, Cfg), 2)
+                        - Before}
               end,
           %% The dictionary by key, as a map (its cells' worth of words,
           %% made for the walk) when it has at most 10,000 keys, else as
@@ -760,26 +814,48 @@ walker(Options) ->
                   end
               end,
           inside =>
-              fun(Inspect, _, {inside, ReplyTo, Ref, Budget, Deadline, Kind}) ->
+              fun(Inspect, _, {inside, ReplyTo, Ref, Budget, Deadline, Kind,
+                               Dict, PauseMs}) ->
                   fun(State) ->
                           Here = erlang:is_process_alive(ReplyTo) andalso
-                              erlang:monotonic_time(millisecond) < Deadline,
+                              erlang:monotonic_time(millisecond) < Deadline
+                              andalso Inspect({due, Kind, PauseMs}),
                           case Here of
                               true ->
                                   Inspect({walk_inside, ReplyTo, Ref, Budget,
-                                           Deadline, Kind, State});
+                                           Deadline, Kind, Dict, State});
                               false ->
                                   ok
                           end,
                           erlang:throw(beam_probe_inspected)
                   end
               end,
+          %% A gen_event calls the fun once per handler: the handlers are
+          %% walked for PauseMs of the manager's time from the first,
+          %% the rest counted and left (2,000 handlers at 64 terms each
+          %% held a manager 5.2-5.9 s, and a gen_event:call timed out).
+          due =>
+              fun(_, Cfg, {due, gen_event, PauseMs}) ->
+                  Now = erlang:system_time(millisecond),
+                  First = counters:get(erlang:element(13, Cfg), 3),
+                  if First =:= 0 ->
+                          counters:put(erlang:element(13, Cfg), 3, Now),
+                          true;
+                     Now - First < PauseMs ->
+                          true;
+                     true ->
+                          counters:add(erlang:element(13, Cfg), 4, 1),
+                          false
+                  end;
+                 (_, _, {due, _, _}) ->
+                  true
+              end,
           %% The walk where the state is; a failure of ours is reported
           %% by its class, its reason's first atom and where, never its
           %% terms (they may hold the state's values).
           walk_inside =>
               fun(Inspect, _, {walk_inside, ReplyTo, Ref, Budget, Deadline,
-                               Kind, State}) ->
+                               Kind, Dict, State}) ->
                   Started = erlang:monotonic_time(microsecond),
                   try
                       %% The parts, each its own walk: a gen_event calls
@@ -805,9 +881,14 @@ walker(Options) ->
                        || {Part, Term, Share} <- Parts],
                       %% The dictionary is read where it is: get/0 makes
                       %% the list's cells, not copies of its entries; once
-                      %% (not for each of a gen_event's handlers).
-                      case Kind of
-                          gen_event ->
+                      %% (not for each of a gen_event's handlers), and
+                      %% only when it has few keys (Dict is read): get/0
+                      %% of a million keys stalled a scheduler 61-112 ms
+                      %% and grew the process from 317 to 575 MB.
+                      case {Kind, Dict} of
+                          {gen_event, _} ->
+                              ok;
+                          {_, skip} ->
                               ok;
                           _ ->
                               ReplyTo ! {Ref, erlang:self(), dictionary,
@@ -1037,12 +1118,21 @@ walker(Options) ->
 %%
 %% Only a process that reads system messages is sent one: a plain
 %% receive loop would keep it in its mailbox forever, a leak of ours. What
-%% the process is decides it, never a try: started by proc_lib, with a
-%% frame of a gen module's server loop on its stack, or hibernating with
-%% a gen behaviour as its '$initial_call' module. Any other process has
-%% its dictionary and mailbox read from outside (they are copied into our
-%% worker, so only when the process is at most CopyMost words) and the
-%% reason its loop state cannot be read.
+%% the process runs decides it, never a try: started by proc_lib (a
+%% function, init_p/5, or a fun, init_p/3), waiting in a gen module's
+%% loop; hibernating only where what it wakes into is known (a gen_event
+%% or a supervisor, which run OTP's loop alone; on OTP 28 gen_server and
+%% gen_statem hibernate in a loop function of theirs, so erlang:hibernate/3
+%% there is a loop of the process's own; before 28 it cannot be told).
+%% Any other process has its dictionary and mailbox read from outside
+%% (they are copied into our worker, so only when the process is at most
+%% CopyMost words and the dictionary short) and the reason its loop
+%% state cannot be read.
+%%
+%% Nor is a process sent anything when the request would harm it: one
+%% whose max_heap_size has no room for what the walk adds to its heap
+%% (it would be killed), or one whose young heap is large and would be
+%% collected because of us (see Room below).
 %%
 %% The system message's reply goes to a process that has already exited
 %% (gen_event replies with every handler's state: that copy is dropped
@@ -1056,12 +1146,16 @@ walker(Options) ->
             info := [{atom(), term()}],
             kind := gen_server | gen_statem | gen_event | plain,
             why := atom(),
+            limits := #{atom() => non_neg_integer()},
             parts := [{term(), walk()}],
             mailbox := walk() | {too_long, non_neg_integer()}
                      | {too_large, non_neg_integer()},
-            dictionary := walk() | none | {too_large, non_neg_integer()},
+            dictionary := walk() | none | {too_large, non_neg_integer()}
+                        | {too_many, non_neg_integer()},
             pause_us := non_neg_integer(),
-            timed_out := boolean(),
+            timed_out := boolean() | exited,
+            handlers := #{total := non_neg_integer(),
+                          skipped := non_neg_integer()} | none,
             records := [{atom(), [atom()]}],
             binary_distinct := non_neg_integer() | unknown,
             wordsize := pos_integer()} |
@@ -1069,10 +1163,12 @@ walker(Options) ->
                   {not_alive, pid()} | ours}.
 process(Target, Resolve, Walker, Options) ->
     #{budget := Budget, walk_ms := WalkMs, wait_ms := WaitMs,
-      mailbox_most := MailboxMost, copy_most := CopyMost} = Options,
+      mailbox_most := MailboxMost, copy_most := CopyMost,
+      width := Width} = Options,
     Pid = Resolve(Target),
     Items = [registered_name, initial_call, current_function,
-             current_stacktrace, message_queue_len, memory, total_heap_size],
+             current_stacktrace, message_queue_len, memory, total_heap_size,
+             max_heap_size, garbage_collection_info],
     Ours = case erlang:get('$beam_probe_ours') of
                undefined -> [erlang:self()];
                List -> List
@@ -1099,14 +1195,24 @@ process(Target, Resolve, Walker, Options) ->
             {error, ours};
         _ ->
             {total_heap_size, Heap} = lists:keyfind(total_heap_size, 1, Info),
+            Wordsize = erlang:system_info(wordsize),
+            Meter = counters:new(4, []),
             %% A part past the budget is sized by erts_debug:size_shared/1
-            %% in a process of at most 16M words (128 MB): linear in what
-            %% it holds, never more than its heap (~50 ms at most here).
+            %% while the request's calls of it have sized under 2M words
+            %% (16 MB), in a process of at most that heap: each call is at
+            %% most the heap, so 4M words in all (~30 ms at the 7.5 ns a
+            %% word the tester measured). A larger process's parts past the
+            %% budget are said not measured. A list is counted to a
+            %% thousand cells a term of the budget (1M at 1,000: a few ms
+            %% of compiled code).
             Inspect = Walker(Options#{shared_most =>
-                                          case Heap =< 16777216 of
-                                              true -> Heap;
+                                          case Heap =< 2097152 of
+                                              true -> 2097152;
                                               false -> 0
-                                          end}),
+                                          end,
+                                      meter => Meter,
+                                      list_most => erlang:max(10000,
+                                                              Budget * 1000)}),
             {message_queue_len, Queue} =
                 lists:keyfind(message_queue_len, 1, Info),
             {memory, Memory} = lists:keyfind(memory, 1, Info),
@@ -1115,18 +1221,33 @@ process(Target, Resolve, Walker, Options) ->
             {current_function, Current} =
                 lists:keyfind(current_function, 1, Info),
             {initial_call, Initial} = lists:keyfind(initial_call, 1, Info),
+            {max_heap_size, Cap} = lists:keyfind(max_heap_size, 1, Info),
+            {garbage_collection_info, Gc} =
+                lists:keyfind(garbage_collection_info, 1, Info),
+            Gci = fun(GcKey) -> proplists:get_value(GcKey, Gc, 0) end,
             Deadline = erlang:monotonic_time(millisecond) + WalkMs,
+            %% How many keys the dictionary has, from outside and without a
+            %% copy: its table lies outside the heap, a word a key
+            %% (measured on OTP 25: 760 bytes of a process's memory are
+            %% outside its heap with no key, ~10.5 MB with a million; each
+            %% waiting message adds ~88 bytes). An estimate, high rather
+            %% than low. Up to 16,384 keys the dictionary is read (get/0
+            %% inside, or a copy from outside: a list of 32K words).
+            Keys = erlang:max(0, (Memory - Heap * Wordsize - Queue * 96
+                                  - 1024) div Wordsize),
             %% Copying from outside: the dictionary (plain processes; OTP
             %% 25 to 26.1 also to tell a hibernating process's kind and
             %% find its callback module, copied once for both) and the
             %% mailbox.
             Dictionary =
                 fun() ->
-                        case Heap =< CopyMost andalso
-                            erlang:process_info(Pid, dictionary) of
+                        Copy = Heap =< CopyMost andalso Keys =< 16384
+                            andalso erlang:process_info(Pid, dictionary),
+                        case Copy of
                             {dictionary, D} -> D;
                             undefined -> [];
-                            false -> too_large
+                            false when Heap > CopyMost -> {too_large, Heap};
+                            false -> {too_many, Keys}
                         end
                 end,
             {FirstCall, Copied} =
@@ -1136,8 +1257,10 @@ process(Target, Resolve, Walker, Options) ->
                 catch
                     error:badarg ->
                         case Dictionary() of
-                            too_large -> {undefined, too_large};
-                            D -> {proplists:get_value('$initial_call', D), D}
+                            D when erlang:is_list(D) ->
+                                {proplists:get_value('$initial_call', D), D};
+                            Refused ->
+                                {undefined, Refused}
                         end
                 end,
             %% Waiting for a message in a gen module's loop: a function
@@ -1174,12 +1297,19 @@ process(Target, Resolve, Walker, Options) ->
                      {'Elixir.GenServer', gen_server},
                      {'Elixir.Supervisor', gen_server},
                      {gen_statem, gen_statem}, {gen_event, gen_event}],
-            %% Hibernating (erlang:hibernate/3, OTP 25 to 27): what it
-            %% wakes into is not shown, so the process must have been
-            %% started as the gen behaviours start theirs: its
-            %% '$initial_call' Module:init/1 (a supervisor's
-            %% {supervisor, Module, 1}, gen_event's own init_it/6), of a
-            %% module that declares the behaviour.
+            Release = try erlang:list_to_integer(
+                            erlang:system_info(otp_release))
+                      catch error:badarg -> 0
+                      end,
+            %% Hibernating in erlang:hibernate/3: what it wakes into is
+            %% not shown (its stack is gone, its current function is
+            %% hibernate/3 whoever called it). A gen_event manager or a
+            %% supervisor runs OTP's loop alone: known. A process started
+            %% by its module's init/1, of a gen_server or gen_statem
+            %% module, may hibernate into a loop of that module's own (a
+            %% system message would stay, the tester saw): on OTP 28
+            %% their own hibernation shows as loop_hibernate, so
+            %% hibernate/3 is such a loop; before, it cannot be told.
             Hibernating =
                 fun({gen_event, init_it, 6}) ->
                         {gen_event, gen};
@@ -1188,19 +1318,27 @@ process(Target, Resolve, Walker, Options) ->
                    ({Module, init, 1}) ->
                         case [K || {B, K} <- Kinds,
                                    lists:member(B, Behaviours(Module))] of
-                            [K | _] -> {K, gen};
-                            [] -> {plain, hibernating}
+                            [_ | _] when Release >= 28 ->
+                                {plain, hibernating_own};
+                            [_ | _] ->
+                                {plain, hibernating_loop};
+                            [] ->
+                                {plain, hibernating}
                         end;
                    (undefined) ->
                         {plain, hibernating_unknown};
                    (_) ->
                         {plain, hibernating}
                 end,
+            ProcLib = Initial =:= {proc_lib, init_p, 5}
+                orelse Initial =:= {proc_lib, init_p, 3},
             {Kind, Why} =
-                case {Initial, Current} of
-                    {{proc_lib, init_p, 5}, {erlang, hibernate, 3}} ->
+                case Current of
+                    _ when not ProcLib ->
+                        {plain, not_proc_lib};
+                    {erlang, hibernate, 3} ->
                         Hibernating(FirstCall);
-                    {{proc_lib, init_p, 5}, {Module, _, _}} ->
+                    {Module, _, _} ->
                         case InLoop(Current) of
                             true -> {Module, gen};
                             false when Module =:= sys ->
@@ -1215,9 +1353,9 @@ process(Target, Resolve, Walker, Options) ->
                                 end
                         end;
                     _ ->
-                        {plain, not_proc_lib}
+                        {plain, not_in_gen_loop}
                 end,
-            MemoryWords = Memory div erlang:system_info(wordsize),
+            MemoryWords = Memory div Wordsize,
             Mailbox =
                 if Queue > MailboxMost -> {too_long, Queue};
                    MemoryWords > CopyMost -> {too_large, Memory};
@@ -1246,78 +1384,120 @@ process(Target, Resolve, Walker, Options) ->
                     _ ->
                         unknown
                 end,
-            Base = #{pid => Pid, info => Info, kind => Kind, why => Why,
-                     binary_distinct => Distinct,
-                     mailbox => Mailbox, records => [],
-                     wordsize => erlang:system_info(wordsize)},
-            case Kind of
-                plain ->
-                    Entries = case Copied of
-                                  unread -> Dictionary();
-                                  _ -> Copied
-                              end,
-                    Base#{parts => [], pause_us => 0, timed_out => false,
-                          dictionary =>
-                              case Entries of
-                                  too_large -> {too_large, Heap};
-                                  _ -> Inspect({dictionary, Entries, Budget,
-                                                Deadline})
-                              end};
-                _ ->
-                    Ref = erlang:make_ref(),
+            %% A gen_event calls the fun once per handler: the budget is
+            %% the whole manager's, shared among its handlers (a handler
+            %% given less than a container's 48 terms is sized in one
+            %% call, or said not measured), and the handlers are walked
+            %% for at most a tenth of a millisecond a term of the budget
+            %% (100 ms at 1,000).
+            Handlers =
+                case Why =:= gen andalso Kind =:= gen_event andalso
+                    (catch gen:call(Pid, erlang:self(), which_handlers,
+                                    1000)) of
+                    {ok, HandlerList} when erlang:is_list(HandlerList) ->
+                        erlang:length(HandlerList);
+                    _ ->
+                        0
+                end,
+            Share = erlang:max(1, Budget div erlang:max(1, Handlers)),
+            PauseMs = erlang:max(100, Budget div 10),
+            Ref = erlang:make_ref(),
+            Me = erlang:self(),
+            Fun = Inspect({inside, Me, Ref, Share, Deadline, Kind,
+                           case Keys =< 16384 of
+                               true -> read;
+                               false -> skip
+                           end, PauseMs}),
+            %% Room: what the request adds to the target's heap. Our fun
+            %% arrives as a heap fragment of FunWords (~30,000), and the
+            %% collections it and the walk bring on size the young heap,
+            %% and the old heap it promotes into, for the young data and
+            %% the fragment: measured on OTP 25 (a gen_server capped with
+            %% kill, its state a list, its heap just collected), it lived
+            %% from a cap of 171-197K words with a 1,598-word heap, 451K
+            %% with 75K, 1.68M with 318K; so it is walked only when its
+            %% cap is at least its old heap, 7 times its young data and
+            %% our fragment, and 32 words a term of the budget (1.3-1.4
+            %% times those). Past that it is left alone, with the figures.
+            FunWords = erts_debug:flat_size(Fun),
+            Young = Gci(heap_size) + Gci(stack_size) + Gci(mbuf_size),
+            Need = Gci(old_heap_block_size) + 7 * (Young + FunWords)
+                + 32 * Budget
+                + case Cap of
+                      #{include_shared_binaries := true} ->
+                          Gci(bin_vheap_size) + Gci(bin_old_vheap_size);
+                      _ ->
+                          0
+                  end,
+            Capped = case Cap of
+                         #{size := CapWords} when CapWords > 0 ->
+                             (maps:get(kill, Cap, true) orelse
+                              maps:get(error_logger, Cap, true))
+                                 andalso Need > CapWords;
+                         _ ->
+                             false
+                     end,
+            %% A young heap without room for our fragment and the walk's
+            %% garbage is collected because of us, and a minor collection
+            %% copies its live data: 320 MB of it took 366 ms and as much
+            %% memory again on the node (the tester's; a walk at the
+            %% default budget made a 286 MB young heap with 6.3 MB free
+            %% collect here, 265 ms). The walk's garbage, measured (a
+            %% list, a map, a gb_tree): ~58K words at a budget of 10,
+            %% 0.9-1.1M at 1,000, 3.4-6.9M at 10,000; taken as 64K and
+            %% 1,280 words a term. Over 2M words (16 MB) of young data,
+            %% the process is left alone.
+            Collects = Gci(heap_block_size) - Gci(heap_size)
+                - Gci(stack_size) < FunWords + 65536 + 1280 * Budget
+                andalso Gci(heap_size) > 2097152,
+            {Why2, Limits} =
+                if Why =/= gen ->
+                        {Why, #{}};
+                   Capped ->
+                        {capped, #{cap => maps:get(size, Cap), need => Need,
+                                   heap => Heap, fun_words => FunWords}};
+                   Collects ->
+                        {young_heap, #{young => Gci(heap_size)}};
+                   true ->
+                        {gen, #{}}
+                end,
+            Base = #{pid => Pid, info => Info, kind => Kind, why => Why2,
+                     limits => Limits, binary_distinct => Distinct,
+                     mailbox => Mailbox, records => [], handlers => none,
+                     wordsize => Wordsize},
+            case Why2 of
+                gen ->
                     Fence = erlang:make_ref(),
                     {Gone, Watch} = erlang:spawn_monitor(erlang, is_atom, [ok]),
                     receive {'DOWN', Watch, process, Gone, _} -> ok end,
                     Monitor = erlang:monitor(process, Pid),
-                    Me = erlang:self(),
-                    %% A gen_event calls the fun once per handler: the
-                    %% budget is shared among them (300 handlers each
-                    %% with the whole budget held one 6 s, measured).
-                    Share = case Kind of
-                                gen_event ->
-                                    case catch gen:call(Pid, erlang:self(),
-                                                        which_handlers,
-                                                        1000) of
-                                        {ok, Handlers}
-                                          when erlang:is_list(Handlers),
-                                               Handlers =/= [] ->
-                                            erlang:max(
-                                              64, Budget div
-                                                  erlang:length(Handlers));
-                                        _ ->
-                                            erlang:max(64, Budget div 10)
-                                    end;
-                                _ ->
-                                    Budget
-                            end,
-                    Fun = Inspect({inside, Me, Ref, Share, Deadline, Kind}),
                     Pid ! {system, {Gone, Ref}, {replace_state, Fun}},
                     Pid ! {system, {Me, Fence},
                            {debug, {statistics, get}}},
                     Collect =
-                        fun Collect(Parts, Dict, Pause) ->
+                        fun Collect(Got, Dict, Pause) ->
                                 receive
                                     {Ref, Pid, dictionary, Walk, _, _} ->
-                                        Collect(Parts, Walk, Pause);
+                                        Collect(Got, Walk, Pause);
                                     {Ref, Pid, paused, _, _, Us} ->
-                                        Collect(Parts, Dict, Pause + Us);
+                                        Collect(Got, Dict, Pause + Us);
                                     {Ref, Pid, Part, Walk, _, Us} ->
-                                        Collect([{Part, Walk} | Parts], Dict,
+                                        Collect([{Part, Walk} | Got], Dict,
                                                 Pause + Us);
                                     {Fence, _} ->
-                                        {lists:reverse(Parts), Dict, Pause,
+                                        {lists:reverse(Got), Dict, Pause,
                                          false};
                                     {'DOWN', Monitor, process, Pid, _} ->
-                                        {lists:reverse(Parts), Dict, Pause,
+                                        {lists:reverse(Got), Dict, Pause,
                                          exited}
                                 after WaitMs ->
-                                        {lists:reverse(Parts), Dict, Pause,
+                                        {lists:reverse(Got), Dict, Pause,
                                          true}
                                 end
                         end,
-                    {Parts, Dict, Pause, TimedOut} = Collect([], none, 0),
+                    {Walked, Dict, Pause, TimedOut} = Collect([], none, 0),
                     erlang:demonitor(Monitor, [flush]),
-                    %% Our request (its fun is ~24,000 words) and the
+                    %% Our request (its fun is ~30,000 words) and the
                     %% walk's garbage grow a small process's heap, and it
                     %% keeps the size until it collects again (measured:
                     %% 21 KiB to 1.1 MiB, for minutes). A small process
@@ -1332,6 +1512,62 @@ process(Target, Resolve, Walker, Options) ->
                         _ ->
                             false
                     end,
+                    %% A gen_event's handlers past the Width largest are
+                    %% one part (a manager of 2,000 handlers gave 4,000
+                    %% rows at --width 10).
+                    HeldBy = fun({_, #{tree := #{words := HW,
+                                                 binary := HB}}}) ->
+                                     HW * Wordsize + HB;
+                                (_) ->
+                                     0
+                             end,
+                    Fold =
+                        fun(All) ->
+                                Ranked = [P || {_, P} <- lists:reverse(
+                                                          lists:keysort(
+                                                            1,
+                                                            [{HeldBy(P0), P0}
+                                                             || P0 <- All]))],
+                                {Kept, Rest} = lists:split(Width, Ranked),
+                                Trees = [T || {_, #{tree := T}} <- Rest],
+                                Sum = fun(Key) ->
+                                              lists:sum([maps:get(Key, T1)
+                                                         || T1 <- Trees])
+                                      end,
+                                Walks = [W1 || {_, W1} <- Rest,
+                                               erlang:is_map(W1)],
+                                Flag = fun(Key) ->
+                                               lists:member(
+                                                 true, [maps:get(Key, W2)
+                                                        || W2 <- Walks])
+                                       end,
+                                Kept
+                                    ++ [{{other_handlers,
+                                          erlang:length(Rest)},
+                                         #{tree =>
+                                               #{kind => handlers,
+                                                 count => erlang:length(Rest),
+                                                 words => Sum(words),
+                                                 binary => Sum(binary),
+                                                 children => [],
+                                                 others => #{count => 0,
+                                                             words => 0,
+                                                             binary => 0}},
+                                           pins => lists:append(
+                                                     [maps:get(pins, W3)
+                                                      || W3 <- Walks]),
+                                           sampled => Flag(sampled),
+                                           late => Flag(late),
+                                           unmeasured =>
+                                               lists:sum(
+                                                 [maps:get(unmeasured, W4)
+                                                  || W4 <- Walks])}}]
+                        end,
+                    Parts = case Kind =:= gen_event andalso
+                                erlang:length(Walked) > Width of
+                                true -> Fold(Walked);
+                                false -> Walked
+                            end,
                     %% Records have no field names at run time; the
                     %% callback module's debug_info (rebar3 and mix keep
                     %% it by default) has them, for the tags the state
@@ -1339,7 +1575,7 @@ process(Target, Resolve, Walker, Options) ->
                     %% Every record tag the trees show, at any level
                     %% (a tree is at most as many parts as the budget).
                     Shown = fun Shown(#{kind := Kind0, children := Ch}) ->
-                                    [T || {record, T} <- [Kind0]]
+                                    [Tag || {record, Tag} <- [Kind0]]
                                         ++ lists:append(
                                              [Shown(C) || {_, C} <- Ch])
                             end,
@@ -1383,9 +1619,35 @@ process(Target, Resolve, Walker, Options) ->
                             _ ->
                                 []
                         end,
-                    Base#{parts => Parts, dictionary => Dict,
+                    Base#{parts => Parts, dictionary =>
+                              case {Dict, Keys =< 16384} of
+                                  {none, false} -> {too_many, Keys};
+                                  _ -> Dict
+                              end,
                           pause_us => Pause, timed_out => TimedOut,
-                          records => Records}
+                          handlers =>
+                              case Kind of
+                                  gen_event ->
+                                      #{total => Handlers,
+                                        skipped => counters:get(Meter, 4)};
+                                  _ ->
+                                      none
+                              end,
+                          records => Records};
+                _ ->
+                    Entries = case Copied of
+                                  unread -> Dictionary();
+                                  _ -> Copied
+                              end,
+                    Base#{parts => [], pause_us => 0, timed_out => false,
+                          dictionary =>
+                              case Entries of
+                                  _ when erlang:is_list(Entries) ->
+                                      Inspect({dictionary, Entries, Budget,
+                                               Deadline});
+                                  _ ->
+                                      Entries
+                              end}
             end
     end.
 

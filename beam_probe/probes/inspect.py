@@ -60,6 +60,11 @@ MAILBOX_MOST = 10_000
 # Copied into our worker (a plain process's dictionary, a mailbox) only
 # from a process of at most this many words (8 MB on 64 bits).
 COPY_MOST = 1_000_000
+# A dictionary is read (inside the process, or copied from outside) only
+# up to this many keys, estimated from outside without a copy: get/0 of a
+# million keys stalled a scheduler 61-112 ms and grew its process by 258
+# MB (the tester's, OTP 25). The helper holds the same figure.
+DICTIONARY_MOST = 16_384
 
 A_ERROR = Atom("error")
 A_STATE = Atom("state")
@@ -379,16 +384,24 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
     parts: list[InspectPart] = []
     pinned: list[InspectPin] = []
     sampled = False
+    unmeasured = 0
 
-    def add(walk_raw: Any, root: tuple[str, str]) -> None:
-        nonlocal sampled
+    def add(walk_raw: Any, root: tuple[str, str],
+            folded: int | None = None) -> None:
+        nonlocal sampled, unmeasured
         walk = Reply(where, walk_raw)
         tree = _Tree(where, wordsize, names)
         rows = list(tree.rows(walk["tree"], root, 0))
+        if folded is not None and rows:
+            # A gen_event's handlers past --width, in one row.
+            rows[0]["kind"] = f"{folded:,} other handler" \
+                + ("s" if folded != 1 else "")
         pins = _pins(walk, root, names)
         parts.extend(rows)
         pinned.extend(pins)
         sampled = sampled or walk["sampled"] is True or walk["late"] is True
+        if "unmeasured" in walk:
+            unmeasured += walk.count("unmeasured")
 
     failed = None
     for item in reply.list("parts"):
@@ -400,7 +413,9 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
             # did not expect): its class, reason and where, no values.
             failed = format_term(walk_raw)[:200]
             continue
-        add(walk_raw, _roots(part))
+        add(walk_raw, _roots(part),
+            count(where, part[1]) if isinstance(part, tuple) and len(part)
+            == 2 and part[0] == A_OTHER_HANDLERS else None)
     dictionary = reply["dictionary"]
     dictionary_note = None
     if isinstance(dictionary, dict):
@@ -410,6 +425,14 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
                            f"{count(where, dictionary[1]) * wordsize:,} "
                            "bytes, and reading a dictionary from outside "
                            "copies it")
+    elif isinstance(dictionary, tuple) and dictionary[0] == A_TOO_MANY:
+        dictionary_note = (f"not read: it has about "
+                           f"{count(where, dictionary[1]):,} keys (estimated "
+                           "from the process's memory outside its heap), "
+                           f"over {DICTIONARY_MOST:,}; reading it makes a "
+                           "list of every key (a million keys stalled a "
+                           "scheduler 61-112 ms and grew the process by "
+                           "258 MB)")
     mailbox = reply["mailbox"]
     mailbox_note = None
     if isinstance(mailbox, dict):
@@ -444,8 +467,27 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
     pinned.sort(key=lambda pin: -pin["referenced_bytes"])
     timed_out = reply["timed_out"]
     state_note = None
-    if kind == "plain":
-        why = str(reply["why"])
+    why = str(reply["why"])
+    limits = reply.map("limits") if "limits" in reply else None
+    if why == "capped" and limits is not None:
+        state_note = (
+            f"not measured inside: its heap is capped (max_heap_size "
+            f"{limits.count('cap'):,} words) and a walk needs "
+            f"{limits.count('need'):,} (it has {limits.count('heap'):,}): "
+            f"our request of {limits.count('fun_words'):,} words and the "
+            "collections it brings on size its heaps for up to 7 times "
+            "what its young heap then holds (measured), and past the cap "
+            "it would be killed; nothing was sent to it")
+    elif why == "young_heap" and limits is not None:
+        young = limits.count("young") * wordsize
+        state_note = (
+            f"not measured inside: {young / 2**20:,.0f} MiB of it is in its "
+            "young heap, which the collection our walk would bring on "
+            "copies (a pause of about 9 ms a million words, and as much "
+            "memory again on the node, measured); it moves to its old heap "
+            "at its next collection, whatever brings it on: try again "
+            "then; nothing was sent to it")
+    elif why != "gen":
         state_note = ("its loop state cannot be read from outside: "
                       + _WHY.get(why, why))
     elif failed is not None:
@@ -459,6 +501,26 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
                       "mailbox, or busy since); the request waits in its "
                       "mailbox behind the others, and when handled finds "
                       "us gone and measures nothing")
+    handlers = reply["handlers"] if "handlers" in reply else None
+    if isinstance(handlers, dict) and state_note is None:
+        counts_ = Reply(where, handlers)
+        total_handlers = counts_.count("total")
+        skipped = counts_.count("skipped")
+        if skipped:
+            state_note = (f"{skipped:,} of its {total_handlers:,} handlers "
+                          "were not measured: the walk stops at 0.1 ms of "
+                          "the manager's time a term of --budget (100 ms "
+                          "at the default), whatever its handlers")
+    if unmeasured:
+        sampled = True
+        unmeasured_note = (
+            f"{unmeasured:,} part{'s' if unmeasured != 1 else ''} not "
+            "measured in full, so the figures are lower bounds: past "
+            "--budget a part is sized in one call only while that stays "
+            "within 16 MB of heap, and a list is counted to a thousand "
+            "elements a term of --budget")
+        state_note = unmeasured_note if state_note is None \
+            else f"{state_note}; {unmeasured_note}"
     name = info.get("registered_name")
     current = info.get("current_function")
     initial = info.get("initial_call")
@@ -475,7 +537,8 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
                       "message_queue_len": count(f"{where}'s queue", queue),
                       "binary_distinct": distinct,
                       "sampled": sampled,
-                      "pause_ms": round(reply.count("pause_us") / 1000, 1)},
+                      "pause_ms": round(reply.count("pause_us") / 1000, 1),
+                      "unmeasured": unmeasured},
             "state": state_note, "dictionary": dictionary_note,
             "mailbox": mailbox_note}
 

@@ -786,6 +786,9 @@ class InspectTotal(TypedDict):
     binary_distinct: Optional[int]
     sampled: bool
     pause_ms: float
+    # Parts whose figures are lower bounds: past the budget in a heap too
+    # large to size in one call, or a list longer than it counts.
+    unmeasured: NotRequired[int]
 
 
 class ProcessInspection(TypedDict):

@@ -47,7 +47,8 @@ def process_text(result: ProcessInspection, syntax: Syntax) -> str:
         + f" ({result['kind']}; process memory "
         f"{human_bytes(total['memory'])}, "
         f"{total['message_queue_len']:,} messages)",
-        f"what it holds: {human_bytes(total['bytes'])} of terms and "
+        "what it holds: " + ("at least " if total.get("unmeasured") else "")
+        + f"{human_bytes(total['bytes'])} of terms and "
         f"{human_bytes(total['binary_bytes'])} of refc binaries kept alive"
         + ("; sampled: an estimate from part of it" if total["sampled"]
            else "")

@@ -23,6 +23,11 @@
 -export([hold/3]).
 %% What a hostile review found: see tests/test_inspect.py.
 -export([start_shapes/0, worker_loop/0]).
+%% Round 5 of the hostile review (issue 37): see tests/test_inspect_round5.py.
+-export([capped/3, handlers/2, long_list/2, many_keys/2, hib_plain/1,
+         hib_plain_loop/1, fun_spawned/1, ticker_start/0, ticker_stop/0,
+         promote/1, caller_start/1, caller_stop/0, handle_call/2,
+         nested/2]).
 
 -record(state, {cache = #{} :: map(),
                 log = [] :: list(),
@@ -81,6 +86,12 @@ handle_call({max_heap, Words}, _From, State) ->
     process_flag(max_heap_size, #{size => Words, kill => true,
                                   error_logger => false}),
     {reply, ok, State};
+handle_call({put_many, N}, _From, State) ->
+    [put(I, I) || I <- lists:seq(1, N)],
+    {reply, ok, State};
+handle_call({garbage, Words}, _From, State) ->
+    garbage(Words),
+    {reply, ok, State};
 handle_call(hibernate, _From, State) ->
     {reply, ok, State, hibernate};
 handle_call(_, _From, State) ->
@@ -89,6 +100,8 @@ handle_call(_, _From, State) ->
 handle_cast({sleep, Ms}, State) ->
     timer:sleep(Ms),
     {noreply, State};
+handle_cast(hibernate_plain, State) ->
+    erlang:hibernate(?MODULE, hib_plain_loop, [State]);
 handle_cast({die_in, Ms}, State) ->
     timer:sleep(Ms),
     {stop, normal, State}.
@@ -98,6 +111,10 @@ handle_info(_, State) ->
 
 handle_event(_, Handler) ->
     {ok, Handler}.
+
+%% A gen_event handler's call: what caller_start/1 asks.
+handle_call(ping, Handler) ->
+    {ok, pong, Handler}.
 
 callback_mode() ->
     state_functions.
@@ -218,7 +235,9 @@ start_shapes() ->
                                                                     1, 200000)])}
                                        end}, []),
     {total_heap_size, Heap} = process_info(W, total_heap_size),
-    ok = gen_server:call(W, {max_heap, 2 * Heap}),
+    %% Room enough for inspect's rule (7 times the young heap's data and
+    %% its request: 2.6 times this heap when first measured).
+    ok = gen_server:call(W, {max_heap, 4 * Heap}),
     One = <<0:(8 * 1048576)>>,
     {ok, _} = gen_server:start({local, bp_shared}, ?MODULE,
                                {shape, fun() ->
@@ -242,3 +261,178 @@ start_shapes() ->
 
 worker_loop() ->
     proc_lib:hibernate(?MODULE, worker_loop, []).
+
+%% A gen_server registered Name whose state is a list of about Words
+%% words ({I, I} pairs: 5 words an element), capped by max_heap_size at
+%% Max words (kill), as the tester's were. Its heap is collected first,
+%% so that it starts no larger than its state needs.
+-spec capped(atom(), non_neg_integer(), pos_integer()) -> pid().
+capped(Name, Words, Max) ->
+    {ok, P} = gen_server:start({local, Name}, ?MODULE,
+                               {shape, fun() ->
+                                               [{I, I}
+                                                || I <- lists:seq(
+                                                          1, Words div 5)]
+                                       end}, []),
+    true = erlang:garbage_collect(P),
+    ok = gen_server:call(P, {max_heap, Max}),
+    P.
+
+%% A gen_event manager registered Name with N handlers, each a small map
+%% (a handler with an id: {?MODULE, I}).
+-spec handlers(atom(), pos_integer()) -> pid().
+handlers(Name, N) ->
+    {ok, P} = gen_event:start({local, Name}),
+    [ok = gen_event:add_handler(P, {?MODULE, I}, #{seen => [I, I, I]})
+     || I <- lists:seq(1, N)],
+    P.
+
+%% A gen_server registered Name whose state is a list of N elements,
+%% each a 4-word tuple: {I, <<"v">>} (~72 bytes an element).
+-spec long_list(atom(), pos_integer()) -> pid().
+long_list(Name, N) ->
+    {ok, P} = gen_server:start({local, Name}, ?MODULE,
+                               {shape, fun() ->
+                                               [{I, <<"v">>}
+                                                || I <- lists:seq(1, N)]
+                                       end}, []),
+    P.
+
+%% A gen_server registered Name with N keys in its dictionary.
+-spec many_keys(atom(), pos_integer()) -> pid().
+many_keys(Name, N) ->
+    {ok, P} = gen_server:start({local, Name}, ?MODULE, busy, []),
+    ok = gen_server:call(P, {put_many, N}),
+    P.
+
+%% A gen_server of this module (started by gen_server, its
+%% '$initial_call' this module's init/1) that hibernates into a plain
+%% loop of its own: a system message sent to it stays for good.
+-spec hib_plain(atom()) -> pid().
+hib_plain(Name) ->
+    {ok, P} = gen_server:start({local, Name}, ?MODULE, busy, []),
+    gen_server:cast(P, hibernate_plain),
+    hibernated(P).
+
+hibernated(P) ->
+    case process_info(P, current_function) of
+        {current_function, {erlang, hibernate, 3}} ->
+            P;
+        _ ->
+            timer:sleep(10),
+            hibernated(P)
+    end.
+
+-spec hib_plain_loop(term()) -> no_return().
+hib_plain_loop(State) ->
+    receive
+        {keep, _} -> erlang:hibernate(?MODULE, hib_plain_loop, [State])
+    end.
+
+%% proc_lib:spawn(Fun): initial_call proc_lib:init_p/3, a plain loop.
+-spec fun_spawned(atom()) -> pid().
+fun_spawned(Name) ->
+    P = proc_lib:spawn(fun() -> proc_lib_loop() end),
+    true = register(Name, P),
+    P.
+
+%% How the node fares while inspect runs: a ticker that wakes every
+%% millisecond and keeps the longest gap it saw (a scheduler held), the
+%% node's memory at its highest, and the long_gc and long_schedule
+%% events of erlang:system_monitor/2 (over 20 ms), until ticker_stop/0,
+%% which gives #{gap_us, peak_rise, long_gc, long_schedule} (the longest
+%% of each, in ms, 0 if none).
+-spec ticker_start() -> ok.
+ticker_start() ->
+    Self = self(),
+    P = spawn(fun() ->
+                      erlang:system_monitor(self(), [{long_gc, 20},
+                                                     {long_schedule, 20}]),
+                      Self ! started,
+                      ticker(erlang:monotonic_time(microsecond), 0,
+                             erlang:memory(total), 0, 0, 0)
+              end),
+    receive started -> ok end,
+    register(bp_ticker, P),
+    ok.
+
+ticker(Last, Gap, Base, Peak, Gc, Sched) ->
+    receive
+        {monitor, _, long_gc, Info} ->
+            {timeout, Ms} = lists:keyfind(timeout, 1, Info),
+            ticker(Last, Gap, Base, Peak, erlang:max(Gc, Ms), Sched);
+        {monitor, _, long_schedule, Info} ->
+            {timeout, Ms} = lists:keyfind(timeout, 1, Info),
+            ticker(Last, Gap, Base, Peak, Gc, erlang:max(Sched, Ms));
+        {stop, From} ->
+            erlang:system_monitor(undefined),
+            From ! {ticked, #{gap_us => Gap, peak_rise => Peak - Base,
+                              long_gc => Gc, long_schedule => Sched}}
+    after 1 ->
+            Now = erlang:monotonic_time(microsecond),
+            ticker(Now, erlang:max(Gap, Now - Last), Base,
+                   erlang:max(Peak, erlang:memory(total)), Gc, Sched)
+    end.
+
+-spec ticker_stop() -> map().
+ticker_stop() ->
+    bp_ticker ! {stop, self()},
+    receive {ticked, Figures} -> Figures end.
+
+%% Words of garbage made on the heap, 10,000 at a time (a process's own
+%% garbage_collection_info is no guide: read from inside, its heap looks
+%% full).
+garbage(Words) when Words < 10000 ->
+    ok;
+garbage(Words) ->
+    _ = lists:seq(1, 5000),
+    garbage(Words - 10000).
+
+%% A process's data moved to its old heap, where a long-lived server's
+%% is: a minor collection promotes what a full one left in the young heap.
+-spec promote(atom()) -> ok.
+promote(Name) ->
+    true = erlang:garbage_collect(whereis(Name), [{type, minor}]),
+    ok.
+
+%% A gen_server registered Name whose state is a tuple of N lists of 20
+%% small integers (42 words each): a heap of 42 N words, past what
+%% size_shared may size at N = 60,000.
+-spec nested(atom(), pos_integer()) -> pid().
+nested(Name, N) ->
+    {ok, P} = gen_server:start({local, Name}, ?MODULE,
+                               {shape, fun() ->
+                                               {nested,
+                                                [lists:seq(I, I + 19)
+                                                 || I <- lists:seq(1, N)]}
+                                       end}, []),
+    P.
+
+%% A client of the gen_event Manager's first handler ({?MODULE, 1}): it
+%% calls it with gen_event's default timeout (5 s) every few ms until
+%% caller_stop/0, which gives #{calls, failed, longest_ms}.
+-spec caller_start(atom()) -> ok.
+caller_start(Manager) ->
+    register(bp_caller, spawn(fun() -> caller(Manager, 0, 0, 0) end)),
+    ok.
+
+caller(Manager, Calls, Failed, Longest) ->
+    receive
+        {stop, From} ->
+            From ! {called, #{calls => Calls, failed => Failed,
+                              longest_ms => Longest div 1000}}
+    after 5 ->
+            {Us, Answer} = timer:tc(fun() ->
+                                            catch gen_event:call(
+                                                    Manager, {?MODULE, 1},
+                                                    ping)
+                                    end),
+            caller(Manager, Calls + 1,
+                   Failed + case Answer of pong -> 0; _ -> 1 end,
+                   erlang:max(Longest, Us))
+    end.
+
+-spec caller_stop() -> map().
+caller_stop() ->
+    bp_caller ! {stop, self()},
+    receive {called, Figures} -> Figures end.
