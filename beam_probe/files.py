@@ -62,7 +62,9 @@ def open_regular(path: str, flags: int = os.O_RDONLY,
 
 def write_whole(path: str, pieces: list[bytes], mode: int | None = 0o644
                 ) -> int:
-    """Write ``pieces`` to ``path``; the bytes written.
+    """Write ``pieces`` to ``path``; the bytes written. The one writer of
+    a file the user names (snapshot -o, check --textfile, alloc --raw,
+    plot -o).
 
     A regular file (or none yet) is replaced whole: the pieces go to a
     temporary file beside ``path`` (a hidden ``.beam_probe.*.tmp``:
@@ -71,27 +73,142 @@ def write_whole(path: str, pieces: list[bytes], mode: int | None = 0o644
     other existing path is never replaced, as node_exporter and OpenSSH
     treat their files: a device, a FIFO, a terminal or a symbolic link
     (/dev/stdout, /dev/null) is written in place as a stream
-    (write_stream), a directory is refused. The user named this path, so
-    a link in it is theirs to follow; names beam-probe picks itself in a
-    folder go through Folder, which never follows one. ``mode`` is set
-    exactly (a textfile must be readable by the collector); None creates
-    the file 0600, narrowed by the umask (PRIVATE_FILE). OSError as the
-    system raised it (NotRegular for a directory), the temporary file
-    removed."""
+    (write_stream), a directory is refused. A link on the way is followed
+    only if it is the user's (check_output): one another user planted is
+    refused, never followed. ``mode`` is set exactly (a textfile must be
+    readable by the collector); None creates the file 0600, narrowed by
+    the umask (PRIVATE_FILE). OSError as the system raised it (Refused,
+    naming the cause, for a directory or another user's link or FIFO),
+    the temporary file removed."""
+    resolved, through_link, missing = _resolve(path)
     try:
-        info = os.lstat(path)
-    except FileNotFoundError:
+        info: os.stat_result | None = os.lstat(resolved)
+    except (FileNotFoundError, NotADirectoryError):
         info = None
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise NotRegular(f"{path} is a directory")
+    if through_link:
+        if info is not None:
+            # A link of the user's: written in place, where it leads.
+            return write_stream(resolved, pieces, follow=False)
+        # One that leads nowhere we can name (/proc/self/fd/1 to
+        # "pipe:[N]"), or to nothing yet: opened as the user wrote it
+        # (each link on the way was checked), unless the name it lacks
+        # is in a folder where another user could make it a link now.
+        assert missing is not None
+        if not _closed(missing):
+            raise Refused(f"it is a symbolic link to {resolved}, which "
+                          f"does not exist, in {missing}, where another "
+                          "user may make it: not followed")
+        return write_stream(path, pieces, follow=True)
     if info is not None and not stat.S_ISREG(info.st_mode):
-        return write_stream(path, pieces)
-    folder, name = os.path.split(os.path.abspath(path))
+        return write_stream(resolved, pieces, follow=False)
+    folder, name = os.path.split(resolved)
     dir_fd = os.open(folder, _DIR_FLAGS)
     try:
         return _replace(dir_fd, name, pieces, mode)
     finally:
         os.close(dir_fd)
+
+
+# The kernel follows at most 40 links resolving one path (MAXSYMLINKS);
+# a longer chain is ELOOP there, and here.
+_MAX_LINKS = 40
+
+
+def check_output(path: str, folder: bool = False) -> str:
+    """Where writing ``path`` leads (its links resolved), or Refused if
+    following a link on the way would trust another user. What the
+    commands check before connecting; the writers check again. A
+    ``folder`` (for files of our naming) may be missing, folders above
+    it too: they are made."""
+    return _resolve(path, folder)[0]
+
+
+def _resolve(path: str, missing_ok: bool = False
+             ) -> tuple[str, bool, str | None]:
+    """``path`` with every symbolic link on the way resolved; whether its
+    last name was reached through a link; and, when that last name does
+    not exist (yet), the folder it would be in. Refused, naming the link,
+    if following one would trust another user: a link is followed only if
+    it belongs to this user or root, in a folder of theirs that nobody
+    else can change it in (closed to others, or sticky, as /tmp is). A
+    link another user planted in a shared folder is how root was made to
+    overwrite its own files (issue 37): Linux's protected_symlinks stops
+    that only where it is switched on, and it was off there and here. A
+    folder on the way that does not exist is FileNotFoundError at once
+    (write_whole makes none), so that nobody can make it a link after
+    this look; with ``missing_ok`` (Folder makes them) the walk ends
+    there.
+
+    The links are read one by one as the kernel resolves them, so that a
+    chain (our link to someone's link) is judged link by link; a link to
+    what no path names (/proc/self/fd/1 to "pipe:[N]") ends the walk."""
+    import errno
+
+    here = "/" if path.startswith("/") else os.getcwd()
+    # Names still to resolve, the next one last.
+    pending = path.split("/")[::-1]
+    hops, through_link = 0, False
+    while pending:
+        part = pending.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            here = os.path.dirname(here)
+            continue
+        step = os.path.join(here, part)
+        try:
+            info = os.lstat(step)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            if not missing_ok and any(rest not in ("", ".")
+                                      for rest in pending):
+                raise OSError(exc.errno, exc.strerror, step) from None
+            return (os.path.join(step, *pending[::-1]), through_link,
+                    here)
+        if not stat.S_ISLNK(info.st_mode):
+            here = step
+            continue
+        _trust_link(path, step, info, here)
+        hops += 1
+        if hops > _MAX_LINKS:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+        through_link = through_link or not any(
+            rest not in ("", ".") for rest in pending)
+        target = os.readlink(step)
+        if target.startswith("/"):
+            here = "/"
+        pending.extend(target.split("/")[::-1])
+    return here, through_link, None
+
+
+def _closed(folder: str) -> bool:
+    """Whether ``folder`` is this user's or root's, and nobody else may
+    make or replace a name in it."""
+    place = os.stat(folder)
+    return place.st_uid in (os.geteuid(), 0) and not place.st_mode & (
+        stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _trust_link(path: str, link: str, info: os.stat_result,
+                folder: str) -> None:
+    """Refused unless the link ``link`` (met resolving ``path``) is this
+    user's or root's, in a folder of this user's or root's that nobody
+    else can write, or that is sticky (where only a link's owner and the
+    folder's may remove or rename it)."""
+    me = os.geteuid()
+    # The message follows "cannot write PATH: ".
+    shown = "it" if os.path.abspath(path) == link else link
+    if info.st_uid not in (me, 0):
+        raise Refused(f"{shown} is a symbolic link of another user (uid "
+                      f"{info.st_uid}): not followed (name the file it "
+                      "points to)")
+    place = os.stat(folder)
+    if not (_closed(folder) or place.st_uid in (me, 0)
+            and place.st_mode & stat.S_ISVTX):
+        raise Refused(f"{shown} is a symbolic link in {folder}, which "
+                      "another user may change: not followed (name the "
+                      "file it points to)")
 
 
 # Files that hold what a run read from a node (snapshots: process names,
@@ -154,11 +271,13 @@ class Folder:
     folder, and let any user who can write there block us by planting
     the name; a rename replaces a planted link or file without opening
     it, and a reader never sees half a file. The folder the user named
-    is theirs to be a link (resolved once, here); one we just made is
-    opened with O_NOFOLLOW and must be ours."""
+    may be a link of theirs (resolved once, here), never another user's
+    (check_output refuses it); one we just made is opened with
+    O_NOFOLLOW and must be ours."""
 
     def __init__(self, path: str) -> None:
         self.path = path
+        _resolve(path, missing_ok=True)
         created = _make_folders(path)
         self.fd = os.open(path, _DIR_FLAGS
                           | (os.O_NOFOLLOW if created else 0))
@@ -211,25 +330,36 @@ def _make_folders(path: str) -> bool:
     return bool(missing)
 
 
-def write_stream(path: str, pieces: list[bytes]) -> int:
+def write_stream(path: str, pieces: list[bytes], follow: bool = True
+                 ) -> int:
     """Write ``pieces`` into an existing ``path`` in place: a device, a
     FIFO with a reader, a terminal, or what a symbolic link names (a
     regular file there is truncated first). Never creates a file. A FIFO
     that nobody reads is an error at once, not a wait (O_NONBLOCK on open:
-    ENXIO); a full device (/dev/full) raises ENOSPC."""
+    ENXIO); a full device (/dev/full) raises ENOSPC. Without ``follow``,
+    a link found at ``path`` is refused (it was not one when looked at),
+    and a FIFO must be this user's or root's: one another user made would
+    hand them what we write (devices only root can make)."""
     import errno
     import fcntl
 
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY
-                     | os.O_CLOEXEC)
+                     | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
     except OSError as exc:
         if exc.errno == errno.ENXIO:
             raise NotRegular(f"{path} is a FIFO or socket that nothing "
                              "reads") from None
+        if exc.errno == errno.ELOOP and not follow:
+            raise Refused("it became a symbolic link as it was opened: "
+                          "not followed") from None
         raise
     try:
         info = os.fstat(fd)
+        if not follow and stat.S_ISFIFO(info.st_mode) and \
+                info.st_uid not in (os.geteuid(), 0):
+            raise Refused(f"it is a FIFO of another user (uid "
+                          f"{info.st_uid}): not written")
         if stat.S_ISREG(info.st_mode):
             os.ftruncate(fd, 0)
         # Blocking from here: a reader that is slow must not lose bytes.
@@ -251,9 +381,11 @@ def open_append(path: str) -> tuple[int, os.stat_result]:
     """``path`` opened to append (created if missing), and its stat. The
     last component is never followed if it is a symbolic link: a root cron
     job appending in a shared folder must not write where someone else's
-    link points (NotRegular, naming it)."""
+    link points (NotRegular, naming it); a link among its folders is
+    followed only if it is the user's (check_output)."""
     import errno
 
+    _resolve(path)
     try:
         return open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT
                             | os.O_NOFOLLOW)

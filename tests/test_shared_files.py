@@ -332,3 +332,142 @@ def test_a_folder_that_cannot_be_made_is_output_failed(regular, tmp_path,
     with pytest.raises(OutputFailed, match="cannot make a folder in"):
         monkeypatch.setattr(tempfile, "tempdir", f"{regular}/tmp")
         snapfile.hunt_folder(None)
+
+
+# --- single output files: another user's link is never followed -----------
+#
+# Issue 37, finding 6: root's `snapshot -o F`, `check --textfile F` and
+# `alloc --raw F` wrote through a link another user planted in a sticky
+# folder, overwriting a root-owned file. The tester's way: the link made
+# by another uid (lchown to nobody), in a 1777 folder, at a root-owned
+# file; every single-file output refuses it in one line and leaves the
+# file as it was.
+
+def _planted(folder: str, name: str, aim: str, owner: int = NOBODY) -> str:
+    path = os.path.join(folder, name)
+    os.symlink(aim, path)
+    os.lchown(path, owner, owner)
+    return path
+
+
+def _watch_file(target, folder) -> str:
+    """A watch file for plot to read, of two samples."""
+    path = os.path.join(folder, "w.jsonl")
+    r = run_here("watch", target.node, "--count", "2", "--interval", "0.2",
+                 "--format", "json", "-o", path, node=target)
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+@needs_root
+def test_another_users_link_is_refused_by_every_single_file_output(
+        target, shared_tmp, victim, tmp_path):
+    pytest.importorskip("matplotlib")
+    history = _watch_file(target, str(tmp_path))
+    os.chmod(victim, 0o644)
+    cases = {  # the option's command line, and the link's name
+        "snapshot": ["snapshot", target.node, "--gc", "none", "-o"],
+        "alloc": ["alloc", target.node, "--raw"],
+        "plot": ["plot", history, "-o"],
+        "textfile": ["check", target.node, "--textfile"],
+    }
+    for case, args in cases.items():
+        name = f"{case}.png" if case == "plot" else f"{case}.out"
+        link = _planted(shared_tmp, name, str(victim))
+        r = run_here(*args, link, node=target)
+        if case == "textfile":
+            # A monitoring plugin: WARNING (1), one line on stdout that
+            # says why, the figures judged all the same.
+            assert r.returncode == 1, (r.stdout, r.stderr)
+            assert len(r.stdout.splitlines()) == 1, r.stdout
+            assert f"textfile {link} not written: it is a symbolic link " \
+                   "of another user (uid 65534)" in r.stdout, r.stdout
+        else:
+            line = one_line(r, 11, f"cannot write {link}",
+                            "symbolic link of another user (uid 65534)",
+                            "not followed")
+            assert r.stdout == "", (case, r.stdout, line)
+        assert victim.read_bytes() == PRECIOUS, case
+        assert os.path.islink(link) and os.lstat(link).st_uid == NOBODY
+        assert stat.S_IMODE(os.stat(victim).st_mode) == 0o644
+    # No temporary file left beside them.
+    assert sorted(os.listdir(shared_tmp)) == sorted(
+        f"{c}.png" if c == "plot" else f"{c}.out" for c in cases)
+
+
+@needs_root
+def test_a_chain_through_another_users_link_is_refused(target, shared_tmp,
+                                                       victim, tmp_path):
+    """Our own link, to another user's link, to our file; and another
+    user's link to a folder, with the file named under it: each link on
+    the way is judged, as the kernel would meet it."""
+    theirs = _planted(shared_tmp, "theirs", str(victim))
+    ours = tmp_path / "ours.snapshot"
+    ours.symlink_to(theirs)
+    r = run_here("snapshot", target.node, "--gc", "none", "-o", str(ours),
+                 node=target)
+    one_line(r, 11, f"{theirs} is a symbolic link of another user")
+    folder_link = _planted(shared_tmp, "place", str(tmp_path))
+    r = run_here("alloc", target.node, "--raw", f"{folder_link}/a.etf",
+                 node=target)
+    one_line(r, 11, f"{folder_link} is a symbolic link of another user")
+    assert not (tmp_path / "a.etf").exists()
+    # The folder forms: snapshot --cluster -o, leak-hunt --save, and the
+    # appending ones (watch -o, check --history) under such a folder.
+    r = run_here("snapshot", target.node, "--cluster", "--nodes",
+                 target.node, "-o", f"{folder_link}/snaps", "--gc", "none",
+                 node=target)
+    one_line(r, 11, "symbolic link of another user")
+    r = run_here("watch", target.node, "--count", "1", "--format", "json",
+                 "-o", f"{folder_link}/w.jsonl", node=target)
+    one_line(r, 11, "symbolic link of another user")
+    assert sorted(os.listdir(tmp_path)) == ["ours.snapshot", "victim"]
+    assert victim.read_bytes() == PRECIOUS
+
+
+@needs_root
+def test_a_link_of_our_own_is_followed(target, shared_tmp, tmp_path):
+    """The user's own link still leads where it points, in a sticky
+    folder too (nobody else may remove or rename it there); a FIFO of
+    another user's is refused, ours is written."""
+    real = tmp_path / "real.snapshot"
+    real.write_bytes(b"old")
+    mine = _planted(shared_tmp, "mine.snapshot", str(real), owner=0)
+    r = run_here("snapshot", target.node, "--gc", "none", "-o", mine,
+                 node=target)
+    assert r.returncode == 0, r.stderr
+    assert os.path.islink(mine)
+    assert snapfile.read(str(real))[0]["node"] == target.node
+    fifo = os.path.join(shared_tmp, "fifo")
+    os.mkfifo(fifo, 0o666)
+    os.chown(fifo, NOBODY, NOBODY)
+    import threading
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(
+        open(fifo, "rb").read()), daemon=True)
+    reader.start()
+    try:
+        r = run_here("alloc", target.node, "--raw", fifo, node=target)
+        one_line(r, 11, "FIFO of another user (uid 65534)")
+    finally:
+        try:  # a reader still waiting for a writer is let go
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass  # it was let go: nothing reads
+        reader.join(10)
+    assert got == [b""]  # it read nothing: our open was closed unwritten
+
+
+def test_a_link_in_a_folder_others_may_write_is_refused(target, tmp_path):
+    """Ours, but where anyone may swap it between our look and our open
+    (a 0777 folder without the sticky bit)."""
+    open_folder = tmp_path / "open"
+    open_folder.mkdir()
+    os.chmod(open_folder, 0o777)
+    victim = tmp_path / "victim"
+    victim.write_bytes(PRECIOUS)
+    link = open_folder / "out.etf"
+    link.symlink_to(victim)
+    r = run_here("alloc", target.node, "--raw", str(link), node=target)
+    one_line(r, 11, "which another user may change", "not followed")
+    assert victim.read_bytes() == PRECIOUS

@@ -191,8 +191,13 @@ def check_place(path: str, folder: bool, hint: str = "") -> None:
     written as a stream and needs nothing of its folder."""
     import stat
 
+    from beam_probe.files import Refused, check_output
+
     try:
+        check_output(path, folder)  # another user's link: refused
         info = os.lstat(path)
+    except Refused as exc:
+        raise OutputFailed(f"cannot write {path}: {exc}") from None
     except FileNotFoundError:
         info = None
     except OSError as exc:  # ENOTDIR, ENAMETOOLONG, EACCES...

@@ -109,8 +109,16 @@ def write_image(data: dict[Any, Any], path: str) -> None:
     from matplotlib import pyplot
 
     try:
+        import io
+
+        from beam_probe.files import write_whole
+
+        # Drawn in memory, then written by the one writer of a file the
+        # user names: savefig(path) would follow another user's link.
+        image = io.BytesIO()
+        figure.savefig(image, format=os.path.splitext(path)[1][1:].lower())
         try:
-            figure.savefig(path, format=os.path.splitext(path)[1][1:].lower())
+            write_whole(path, [image.getvalue()])
         except OSError as exc:
             from beam_probe.errors import OutputFailed
             from beam_probe.files import error_text
