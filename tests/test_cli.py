@@ -91,3 +91,53 @@ def test_unsafe_cookie_file_refused(target, tmp_path):
     os.chmod(path, 0o644)
     r = run_here("ping", target.node, "--cookie-file", str(path))
     one_line(r, 3, "chmod 400")
+
+
+# --- output larger than a pipe holds, its reader gone (issue 37, 15) --------
+
+def _crowded(nodes):
+    """A node of a few thousand processes: proc-count's text of 3,000
+    rows is ~300 KB, over the 64 KiB a pipe holds."""
+    from beam_probe.node.remote import attach
+
+    node = nodes.start("25")
+    with attach(node.node, node.cookie.encode()) as remote:
+        remote.call("beam_probe_workload", "start", [1, 1, 3000])
+    return node
+
+
+def test_a_reader_that_closes_the_pipe_early_is_exit_141(nodes):
+    """As `beam-probe proc-count NODE memory 3000 | head -1` does: the
+    reader takes one line and goes. Exit 141, quietly, with
+    PYTHONUNBUFFERED=1 too (many containers set it), where the write
+    that the closed pipe cut short was taken as whole: exit 0, the rest
+    of the output lost, no word of it."""
+    import subprocess
+    import sys
+
+    node = _crowded(nodes)
+    for unbuffered in (True, False):
+        for fmt in ("table", "json"):
+            env = {k: v for k, v in os.environ.items()
+                   if k != "PYTHONUNBUFFERED"}
+            env["HOME"] = node.home
+            if unbuffered:
+                env["PYTHONUNBUFFERED"] = "1"
+            probe = subprocess.Popen(
+                [sys.executable, "-m", "beam_probe", "proc-count",
+                 node.node, "memory", "3000", "--format", fmt],
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            first = probe.stdout.readline()
+            assert first, "no output at all"
+            probe.stdout.close()  # as head -1 does, with more to come
+            _out, err = probe.communicate(timeout=120)
+            assert (probe.returncode, err) == (141, b""), (unbuffered, fmt,
+                                                           err)
+    # The whole output, read to the end, is over what a pipe holds: the
+    # case is the one the issue saw.
+    whole = subprocess.run(
+        [sys.executable, "-m", "beam_probe", "proc-count", node.node,
+         "memory", "3000"], env=dict(os.environ, HOME=node.home,
+                                     PYTHONUNBUFFERED="1"),
+        capture_output=True, timeout=120)
+    assert whole.returncode == 0 and len(whole.stdout) > 4 * 65536

@@ -63,7 +63,8 @@ class Main(click.Group):
         except ProbeError as exc:
             error_line(f"beam-probe: {exc.label}: {exc}")
             ctx.exit(exc.exit_code)
-        except PipeClosed:
+        except (PipeClosed, BrokenPipeError):
+            # BrokenPipeError: what click.echo wrote itself (the demo).
             ctx.exit(EXIT_PIPE_CLOSED)
         except KeyboardInterrupt:
             error_line("beam-probe: interrupted")

@@ -33,13 +33,51 @@ def write_out(text: str) -> None:
     if stream is None:
         raise OutputFailed("standard output is closed")
     try:
-        stream.write(text + "\n")
-        stream.flush()
+        write_all(stream, text + "\n")
     except BrokenPipeError:
         raise PipeClosed() from None
     except OSError as exc:
         raise OutputFailed(f"cannot write to standard output: "
                            f"{exc.strerror or exc}") from None
+
+
+def write_all(stream: Any, text: str) -> None:
+    """All of ``text`` on ``stream``, flushed, or an OSError.
+
+    Not stream.write alone: with PYTHONUNBUFFERED=1 (set in many
+    containers' images) sys.stdout writes straight to the file, and a
+    write(2) that the pipe's reader cut short (`| head -1` past the
+    64 KiB a pipe holds: 73,728 of 315,681 bytes here) is taken as done:
+    the rest was dropped and the run ended 0, not 141, with no error.
+    So the bytes go to the binary layer, each partial write followed by
+    the rest, and the next write meets EPIPE."""
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:  # a text stream of a test or a caller (StringIO)
+        stream.write(text)
+        stream.flush()
+        return
+    stream.flush()
+    view = memoryview(text.encode(stream.encoding or "utf-8",
+                                  stream.errors or "strict"))
+    while view:
+        try:
+            written = buffer.write(view)
+        except BlockingIOError as exc:  # a stdout left O_NONBLOCK
+            written = exc.characters_written
+            _writable(buffer)
+        if written is None:  # the same, from an unbuffered stream
+            _writable(buffer)
+            continue
+        view = view[written:]
+    buffer.flush()
+
+
+def _writable(buffer: Any) -> None:
+    """Until ``buffer``'s file takes more (a reader that is slow must not
+    lose bytes, and the caller's Ctrl-C still ends the wait)."""
+    import select
+
+    select.select([], [buffer.fileno()], [])
 
 
 def error_line(text: str) -> None:
@@ -189,8 +227,7 @@ class LiveView:
 
     def _write(self, text: str) -> None:
         try:
-            self.stream.write(text)
-            self.stream.flush()
+            write_all(self.stream, text)
         except BrokenPipeError:
             raise PipeClosed() from None
         except OSError as exc:
@@ -208,4 +245,4 @@ class LiveView:
 
 
 __all__ = ["LiveView", "PipeClosed", "Progress", "error_line", "note_line",
-           "write_out"]
+           "write_all", "write_out"]
