@@ -700,3 +700,108 @@ def test_kill_9_leaves_nothing_on_the_node(busy):
         _left_nothing(busy)
     finally:
         tmux.close()
+
+
+# -- names no table should trust (issue 37, 15) ------------------------------
+
+LONG = "bp_long_" + "x" * 192  # 200 characters
+FORGED = "bp_nl\n<0.999.0>  forged_row  1 GiB"
+
+
+def _named_with_mail(node: LocalNode, name: str, messages: int) -> Any:
+    """A process registered as ``name`` with ``messages`` unread: it tops
+    a ranking by mailbox (the node's own processes have none)."""
+    with attach(node.node, node.cookie.encode()) as remote:
+        pid = remote.call("beam_probe_workload", "named", [Atom(name)])
+        for i in range(messages):
+            remote.call("erlang", "send", [pid, i])
+    return pid
+
+
+def test_names_are_one_line_and_the_name_column_is_capped(nodes, otp):
+    """A 200-character registered name no longer hides the figures, and a
+    newline in one is written as Erlang writes the atom, on its row: the
+    text has as many rows as processes, each with all its columns."""
+    from beam_probe.text.top import NAME_WIDTH
+
+    node = nodes.start(otp)
+    _named_with_mail(node, LONG, 9)
+    _named_with_mail(node, FORGED, 8)
+    text = run_here("top", node.node, "--once", "--interval", "0.5", "-N",
+                    "4", "--sort", "message_queue_len", node=node)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    heading = next(i for i, line in enumerate(lines) if "MSGQ▼" in line)
+    table = lines[heading:]
+    assert len(table) == 2 + 4, text.stdout  # heading, rule, four rows
+    assert "forged_row" not in " ".join(
+        line for line in table if "bp_nl" not in line)
+    long_row, nl_row = table[2], table[3]
+    assert long_row.split()[1] == LONG[:NAME_WIDTH - 1] + "…"
+    assert "'bp_nl\\n<0.999.0>  forged_row  1 GiB'"[:NAME_WIDTH - 1] \
+        in nl_row
+    # Every figure is on its row, in its column, under a heading that
+    # fits a terminal of 120 columns.
+    assert len(table[0]) < 120, table[0]
+    for row in (long_row, nl_row):
+        assert row.split()[-2] in ("9", "8") and "B" in row, row
+    # JSON keeps the names as they are.
+    view = _json("top", node.node, "--once", "--interval", "0.5", "-N", "2",
+                 "--sort", "message_queue_len", node=node)
+    names = [p["name"] for p in view["frames"][0]["processes"]]
+    assert names == [LONG, FORGED]
+    # Every text table escapes a cell's line breaks (text/tables.py):
+    # proc-count's rows, whole and streamed (--all).
+    for args in (("2",), ("--all",)):
+        counted = run_here("proc-count", node.node, "message_queue_len",
+                           *args, node=node)
+        assert counted.returncode == 0, counted.stderr
+        rows = [line for line in counted.stdout.splitlines()
+                if "<0." in line]
+        assert not any(line.lstrip().startswith("<0.999.0>")
+                       for line in rows), counted.stdout
+        assert any("bp_nl\\n<0.999.0>  forged_row  1 GiB" in line
+                   for line in rows), counted.stdout
+
+
+def test_the_view_forgets_a_long_name_once_it_is_gone(nodes):
+    """In the view, the NAME column is as wide as the names shown now:
+    a DataTable's columns only widen, and a 200-character name kept every
+    figure off the screen after its process exited."""
+    from textual.widgets import DataTable
+
+    from beam_probe.text.top import NAME_WIDTH
+
+    node = nodes.start("25")
+    long_pid = _named_with_mail(node, LONG, 9)
+    feed, app = _app(node, sort="message_queue_len")
+
+    def name_width() -> int:
+        table = app.query_one("#processes", DataTable)
+        (column,) = [c for c in table.columns.values()
+                     if str(c.label) == "NAME"]
+        return column.content_width
+
+    def names() -> list[Any]:
+        return [row["name"] for row in words.rows(app.view)]
+
+    from beam_probe.text import top as words
+
+    async def script() -> None:
+        async with app.run_test(size=(130, 40)) as pilot:
+            await _until(pilot, lambda: app.drawn >= 1 and LONG in names())
+            assert name_width() == NAME_WIDTH
+            with attach(node.node, node.cookie.encode()) as remote:
+                remote.call("erlang", "exit", [long_pid, Atom("kill")])
+            await _until(pilot, lambda: LONG not in names())
+            drawn = app.drawn
+            await _until(pilot, lambda: app.drawn > drawn)
+            shown = max(len(words.name_cell(row, app.syntax))
+                        for row in words.rows(app.view))
+            assert name_width() == max(shown, len("NAME")) < NAME_WIDTH
+            await pilot.press("q")
+
+    try:
+        asyncio.run(script())
+    finally:
+        feed.close()

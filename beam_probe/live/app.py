@@ -238,14 +238,15 @@ class TopApp(App[None]):
         cursor = self._cursor_key()
         columns = words.columns(view)
         align = [a == "r" for a in words.align(view)]
-        if columns != self._columns:
-            table.clear(columns=True)
-            table.add_columns(*(Text(title, justify="right") if right
-                                else title
-                                for title, right in zip(columns, align)))
-            self._columns = columns
-        else:
-            table.clear()
+        # The columns made afresh each frame: a DataTable's column only
+        # ever widens, so one long name once shown kept every figure off
+        # the screen after its process was gone (issue 37). Their widths
+        # are those of the rows shown now.
+        table.clear(columns=True)
+        table.add_columns(*(Text(title, justify="right") if right
+                            else title
+                            for title, right in zip(columns, align)))
+        self._columns = columns
         keys = []
         # One node's rows name no node: they are its frame's.
         alone = view["frames"][0]["node"] if view["frames"] else ""

@@ -24,10 +24,26 @@ _CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f"
                       "\u202a-\u202e\u2066-\u2069]")
 
 
+# In a cell, line breaks too: raw, a newline in a registered name started
+# a row of its own in a table, a forged one (issue 37).
+_CONTROL_IN_CELL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029"
+                              "\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return ascii(match.group(0))[1:-1]
+
+
 def printable(text: str) -> str:
     """``text`` with every control character written as an escape (\\x1b,
     \\u202e); newlines are kept."""
-    return _CONTROL.sub(lambda m: ascii(m.group(0))[1:-1], text)
+    return _CONTROL.sub(_escape, text)
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character escaped, line breaks too
+    (\\n, as Erlang writes the atom 'a\\nb'): a cell of a table, a name."""
+    return _CONTROL_IN_CELL.sub(_escape, text)
 
 
 def human_bytes(n: int | float) -> str:
@@ -108,8 +124,8 @@ def stream_table(headers: Sequence[str],
 def cell_text(value: Any, syntax: Syntax = ERLANG) -> str:
     """A cell as it will print, so that widths are those of what is seen:
     in the node's syntax (an Elixir pid is 4 characters longer than
-    Erlang's), control characters escaped."""
-    return printable(syntax.code(str(value)))
+    Erlang's), control characters escaped, newlines too (one_line)."""
+    return one_line(syntax.code(str(value)))
 
 
 def _line(row: Sequence[str], widths: Sequence[int], align: str) -> str:
@@ -123,5 +139,5 @@ def to_json(value: Any) -> str:
     return json.dumps(value, indent=2, default=str)
 
 
-__all__ = ["cell_text", "human_bytes", "human_duration", "printable", "stream_table", "table",
-           "to_json"]
+__all__ = ["cell_text", "human_bytes", "human_duration", "one_line",
+           "printable", "stream_table", "table", "to_json"]

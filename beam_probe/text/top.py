@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 from beam_probe.text.syntax import Syntax
-from beam_probe.text.tables import (human_bytes, human_duration, printable,
+from beam_probe.text.tables import (human_bytes, human_duration, one_line,
                                     table)
 
 if TYPE_CHECKING:
@@ -21,6 +21,12 @@ TITLES = {"memory": "MEMORY", "binary_memory": "BINARY",
 # The kinds of erlang:memory() drawn as bars, each a share of the total.
 BAR_KINDS = ("processes", "binary", "ets", "code", "atom")
 BAR_WIDTH = 10
+# The NAME column's widest cell: a registered name may be 255 characters
+# (an atom's limit), and one of 200 pushed every figure off the screen,
+# in the view even after its process was gone (issue 37). Erlang's own
+# names are under 30 (rabbit_amqqueue_process 24, an Elixir module's
+# few dotted words); a longer one is cut, its end marked.
+NAME_WIDTH = 40
 
 
 def uptime(seconds: float) -> str:
@@ -128,18 +134,30 @@ def header_lines(view: TopView, paused: bool = False) -> list[str]:
                 f"reductions/s {count(h['reductions_per_s'])}")
     lines += down_lines(view)
     lines.append(refresh_line(view, paused))
-    return [printable(line) for line in lines]
+    return [one_line(line) for line in lines]
 
 
 def name_cell(row: TopRow, syntax: Syntax) -> str:
-    """Its registered name, its label, else what made it."""
+    """Its registered name, its label, else what made it: on one line,
+    at most NAME_WIDTH characters. A name with a control character in
+    it is written as Erlang writes the atom: quoted, escaped ('a\\nb')."""
     if row["exited"]:
         return "(exited)"
     if row["name"]:
-        return syntax.name(row["name"]) or row["name"]
+        name = row["name"]
+        shown = syntax.name(name) or name
+        if not syntax.elixir and one_line(name) != name:
+            shown = "'{}'".format(name.replace("\\", "\\\\")
+                                  .replace("'", "\\'"))
+        return cut(one_line(shown), NAME_WIDTH)
     if row["label"]:
-        return syntax.code(row["label"])
-    return syntax.code(row["initial_call"] or "")
+        return cut(one_line(syntax.code(row["label"])), NAME_WIDTH)
+    return cut(one_line(syntax.code(row["initial_call"] or "")), NAME_WIDTH)
+
+
+def cut(text: str, width: int) -> str:
+    """``text``, or its start and "…" in ``width`` characters."""
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def columns(view: TopView) -> list[str]:
@@ -162,7 +180,7 @@ def cells(view: TopView, row: TopRow, syntax: Syntax) -> list[str]:
     out += [human_bytes(row["memory"]), human_bytes(row["binary_memory"]),
             count(row["reductions"]), f"{row['message_queue_len']:,}",
             syntax.code(row["current_function"] or "")]
-    return [printable(cell) for cell in out]
+    return [one_line(cell) for cell in out]
 
 
 def rows(view: TopView) -> list[TopRow]:
@@ -212,5 +230,5 @@ def help_text() -> str:
 
 
 
-__all__ = ["TITLES", "align", "cells", "columns", "frame_text",
-           "header_lines", "help_text", "name_cell", "rows"]
+__all__ = ["NAME_WIDTH", "TITLES", "align", "cells", "columns", "cut",
+           "frame_text", "header_lines", "help_text", "name_cell", "rows"]
