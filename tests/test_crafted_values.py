@@ -499,3 +499,57 @@ def test_odd_statuses_are_shown_as_terms():
     assert head["skipped"] == [
         {"pid": "7", "why": "not_found"},
         {"pid": str(pid), "why": "held", "held_by": ["3"]}]
+
+
+# --- top: every figure read through the same bounds (issue 37, 13) ---------
+
+# (what, the tamper of beam_probe_top:pass/9's {Frame, State}, with V for
+# the value): a row's reductions in the interval, the node's since the
+# last pass, and the release (a string).
+TOP = {
+    "row reductions": "{F, S} = R, Rows = maps:get(rows, F), "
+                      "{F#{rows := Rows#{reductions := "
+                      "[V || _ <- maps:get(reductions, Rows)]}}, S}",
+    "node reductions": "{F, S} = R, H = maps:get(header, F), "
+                       "{F#{header := H#{gap := #{us => 1000000, "
+                       "reductions => V, gcs => 0, words => 0}}}, S}",
+    "otp_release": "{F, S} = R, H = maps:get(header, F), "
+                   "{F#{header := H#{otp_release := V}}, S}",
+}
+TOP_VALUES = {**VALUES, "2^20000": "1 bsl 20000"}
+
+
+def test_top_refuses_what_no_node_can_send(nodes, otp, tmp_path,
+                                           monkeypatch):
+    """Reductions of 2^2000 or 2^20000 ended top in OverflowError and
+    ValueError, exit 1. Now a bad reply, one line naming the key, exit 8,
+    on every release, text and JSON; the control (the real figures) is
+    exit 0. The node's reductions may fall a little (its counters catch
+    up with the keeper's), so -5 there is a rate of 0."""
+    node = nodes.start(otp)
+    monkeypatch.setenv("BEAM_PROBE_CACHE", str(tmp_path / "none"))
+    r = run_here("top", node.node, "--once", "--interval", "0.5", "-N", "3",
+                 node=node)
+    assert r.returncode == 0, r.stderr
+    for case, tamper in TOP.items():
+        for value, expr in TOP_VALUES.items():
+            folder = str(tmp_path / f"cache-{len(os.listdir(tmp_path))}")
+            plant(node, folder, "beam_probe_top", "pass",
+                  tamper.replace("V", f"({expr})"))
+            monkeypatch.setenv("BEAM_PROBE_CACHE", folder)
+            for fmt in ("table", "json"):
+                r = run_here("top", node.node, "--once", "--interval", "0.5",
+                             "-N", "3", "--format", fmt, node=node)
+                if case == "node reductions" and value == "-5":
+                    assert r.returncode == 0, r.stderr
+                    if fmt == "json":
+                        header = json.loads(r.stdout)["frames"][0]["header"]
+                        assert header["reductions_per_s"] == 0
+                    continue
+                key = {"row reductions": "reductions",
+                       "node reductions": "gap's reductions",
+                       "otp_release": "otp_release"}[case]
+                line = one_line(r, 8, "bad reply", "beam_probe_top", key)
+                assert r.stdout == "", (case, value, r.stdout)
+                if value.startswith("2^"):
+                    assert f"of {int(value[2:]) + 1} bits" in line, line

@@ -28,7 +28,7 @@ from beam_probe.errors import (BadReply, ConnectionLost, ProbeError,
                                ProtocolError, TimedOut, UsageError)
 from beam_probe.node.forms import LIB, Local, Var
 from beam_probe.node.remote import Remote
-from beam_probe.node.replies import Reply
+from beam_probe.node.replies import Reply, count, shown
 from beam_probe.probes import cluster
 from beam_probe.probes.processes import check_jobs, labels_read, rows
 
@@ -88,9 +88,9 @@ def check_request(sort: str, n: int, filter_text: str = "",
 
 
 def _rate(gap: Reply, key: str, seconds: float, scale: int = 1) -> float:
-    value = gap[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadReply(f"{gap.helper}'s {key} is not a number")
+    # Within 64 bits, as every figure of a reply (node/replies.py): 2^2000
+    # reductions ended in OverflowError, exit 1 (issue 37).
+    value = gap.int(key)
     # A keeper is new on a node that restarted, so a gap never spans
     # two lives; a little under nothing is the node's totals catching
     # up with the keeper's own count (a running process adds its
@@ -114,9 +114,14 @@ def _header(raw: Reply) -> TopHeader:
                      "gcs_per_s": _rate(gap, "gcs", seconds),
                      "reclaimed_per_s": _rate(gap, "words", seconds,
                                               raw.count("wordsize", 1))}
+    release = raw["otp_release"]
+    if not isinstance(release, str):
+        # A string arrives as one (STRING_EXT); str() of 2^20000 is a
+        # ValueError (Python writes no integer of over 4,300 digits).
+        raise BadReply(f"{raw.helper}'s otp_release is {shown(release)}, "
+                       "not a string")
     return {
-        # A string arrives as one (STRING_EXT); whatever else, cut short.
-        "otp_release": str(raw["otp_release"])[:20],
+        "otp_release": release[:20],
         "uptime_s": raw.count("uptime_ms") / 1000,
         "memory": memory,
         "process_count": raw.count("process_count"),
@@ -162,10 +167,9 @@ def read_frame(node: str, reply: Reply, filter_text: str = "",
         reductions = done[i]
         if reductions == A_NONE:
             reductions = None
-        elif isinstance(reductions, bool) or not isinstance(reductions,
-                                                            int) \
-                or reductions < 0:
-            raise BadReply(f"{reply.helper}'s reductions are not counts")
+        else:
+            reductions = count(f"{reply.helper}'s rows' reductions",
+                               reductions)
         top_row: TopRow = {
             "pid": row["pid"], "name": row["name"], "label": row["label"],
             "current_function": row["current_function"],
