@@ -382,11 +382,13 @@ ticker_stop() ->
 %% Words of garbage made on the heap, 10,000 at a time (a process's own
 %% garbage_collection_info is no guide: read from inside, its heap looks
 %% full).
-garbage(Words) when Words < 10000 ->
-    ok;
 garbage(Words) ->
-    _ = lists:seq(1, 5000),
-    garbage(Words - 10000).
+    garbage(Words, 0).
+
+garbage(Words, Sum) when Words < 10000 ->
+    Sum;
+garbage(Words, Sum) ->
+    garbage(Words - 10000, Sum + length(lists:seq(1, 5000))).
 
 %% A process's data moved to its old heap, where a long-lived server's
 %% is: a minor collection promotes what a full one left in the young heap.
