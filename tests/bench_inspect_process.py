@@ -10,8 +10,9 @@ timer, the rise of erlang:memory(total) at its highest, and the longest
 long_gc and long_schedule that erlang:system_monitor/2 reported (over 20
 ms; 0 if none); and inspect's own measure of the pause it caused.
 
-Run: python tests/bench_inspect_process.py [--erl ERL] [--size N]
-(N list elements, 7,500,000 by default: ~300 MB of state.)
+Run: PYTHONPATH=. python tests/bench_inspect_process.py [--erl ERL]
+[--size N] (N list elements, 7,500,000 by default: ~300 MB of state;
+PYTHONPATH so that the checkout's beam_probe runs, not an installed one).
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ def main() -> None:
             return remote.call("erlang", "process_info",
                                [pid, Atom("total_heap_size")])[1]
 
-        print(f"node {remote.call('erlang', 'system_info', [Atom('otp_release')])}"
-              f", {os.cpu_count()} cores")
+        release = remote.call("erlang", "system_info",
+                              [Atom("otp_release")])
+        print(f"node {release}, {os.cpu_count()} cores")
         pid = call("long_list", Atom("bp_long"), args.size)
         remote.call("erlang", "garbage_collect", [pid], timeout=600)
         gc = dict(remote.call("erlang", "process_info",
@@ -111,8 +113,9 @@ def main() -> None:
             pid = call("capped", name, words, cap)
             answer = inspect(str(name))
             alive = remote.call("erlang", "is_process_alive", [pid])
+            said = (answer["state"] or "walked")[:90]
             print(f"capped at {cap:,} words, {heap(pid) if alive else 0:,} "
-                  f"of heap: alive {alive}; {(answer['state'] or 'walked')[:90]}")
+                  f"of heap: alive {alive}; {said}")
 
 
 if __name__ == "__main__":
