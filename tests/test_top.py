@@ -805,3 +805,36 @@ def test_the_view_forgets_a_long_name_once_it_is_gone(nodes):
         asyncio.run(script())
     finally:
         feed.close()
+
+
+# -- the view without its extra (issue 37, 16) -------------------------------
+
+@pytest.mark.parametrize("missing", ["rich", "textual"])
+def test_the_view_without_its_extra_names_the_extra(busy, monkeypatch,
+                                                    missing):
+    """On a terminal, top draws with Textual (and rich, which Textual
+    brings): without them, one line naming the extra to install, exit 2
+    (as serve says of its own), not "internal error: ModuleNotFoundError".
+    Simulated in this process: the modules made unimportable, the view's
+    module forgotten so that it is imported again."""
+    import io
+
+    from beam_probe.cli import invoke
+    from beam_probe.cli.environment import Environment
+
+    for name in list(sys.modules):
+        if name == missing or name.startswith(missing + "."):
+            monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, missing, None)
+    monkeypatch.delitem(sys.modules, "beam_probe.live.app", raising=False)
+    out, err = io.StringIO(), io.StringIO()
+    environment = Environment(
+        stdout=out, stderr=err, stdout_isatty=True, stderr_isatty=False,
+        stdin_isatty=True, env=dict(os.environ, HOME=busy.home,
+                                    TERM="xterm-256color"))
+    code = invoke(["top", busy.node, "--interval", "0.5"], environment)
+    line = one_line((code, out.getvalue(), err.getvalue()), 2,
+                    "pip install 'beam-probe[top]'", "--once needs nothing",
+                    missing)
+    assert "internal error" not in line and out.getvalue() == "", line
+    _left_nothing(busy, within=10)

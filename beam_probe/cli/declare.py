@@ -548,11 +548,14 @@ def run_screen(declared: Declaration, node: str | None,
         try:
             from beam_probe.live.app import run_app
         except ImportError as exc:
-            if "textual" not in str(exc):
+            # textual, or rich (textual's own: a rich of its own was
+            # removed, or never came), or theirs: the extra, said once.
+            if (exc.name or "").partition(".")[0] == "beam_probe":
                 raise
-            raise UsageError("top's view needs textual: pip install "
-                             "'beam-probe[top]' (--once needs "
-                             "nothing more)") from None
+            raise UsageError("top's view needs the top extra (textual, "
+                             "rich): pip install 'beam-probe[top]' "
+                             "(--once needs nothing more); "
+                             f"{exc}") from None
         run_app(feed, syntax,
                 lambda member: opt.attach(member, {**given, "dist_port": None}),
                 environment.colour_wanted())

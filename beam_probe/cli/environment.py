@@ -26,6 +26,7 @@ class Environment:
                  stderr: IO[str] | None = None,
                  stdout_isatty: bool | None = None,
                  stderr_isatty: bool | None = None,
+                 stdin_isatty: bool | None = None,
                  env: Mapping[str, str] | None = None,
                  clock: Callable[[], float] | None = None,
                  sleep: Callable[[float], None] | None = None,
@@ -33,6 +34,7 @@ class Environment:
         self._stdout, self._stderr = stdout, stderr
         self._stdout_isatty, self._stderr_isatty = stdout_isatty, \
             stderr_isatty
+        self._stdin_isatty = stdin_isatty
         self._env = env
         self.clock: Callable[[], float] = clock or time.time
         self.sleep: Callable[[float], None] = sleep or time.sleep
@@ -56,12 +58,15 @@ class Environment:
         return self._stdout is not None or self._stderr is not None
 
     def isatty(self, stream: str = "stdout") -> bool:
-        """Whether "stdout" or "stderr" is a terminal."""
-        given = self._stdout_isatty if stream == "stdout" else \
-            self._stderr_isatty
+        """Whether "stdout", "stderr" or "stdin" is a terminal."""
+        given = {"stdout": self._stdout_isatty, "stderr": self._stderr_isatty,
+                 "stdin": self._stdin_isatty}[stream]
         if given is not None:
             return given
-        found: Any = self.stdout if stream == "stdout" else self.stderr
+        if stream == "stdin" and self.injected_streams:
+            return False  # a caller's own streams: no terminal's keys
+        found: Any = {"stdout": self.stdout, "stderr": self.stderr,
+                      "stdin": sys.stdin}[stream]
         try:
             return found is not None and bool(found.isatty())
         except (AttributeError, ValueError):  # closed, or not a file
