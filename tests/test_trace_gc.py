@@ -247,23 +247,66 @@ def test_bad_input_is_one_line(target, args, code, message):
     assert message in last and "Traceback" not in r.stderr, r.stderr
 
 
+def _until(condition, what: str, deadline_s: float = 120.0) -> None:
+    """Wait for ``condition()``: a generous deadline for what would
+    otherwise hang, never a guess at how fast this machine is."""
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.05)
+
+
+def _pipe_full(fd: int) -> bool:
+    """Whether the pipe ``fd`` reads from holds all it can take, less one
+    atomic write (the writer is blocked): FIONREAD against its size."""
+    import fcntl
+    import struct
+    import termios
+
+    size = fcntl.fcntl(fd, 1032)  # F_GETPIPE_SZ
+    held = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD,
+                                          b"\0\0\0\0"))[0]
+    return held >= size - 4096  # PIPE_BUF
+
+
 @pytest.mark.slow
 def test_a_reader_that_stops_reading_costs_the_node_a_bounded_batch(churn):
-    """Output not read for two seconds (a pager, a paused terminal): the
-    tracer holds at most a batch, drops and counts the rest, and the run
-    still ends with its summary."""
-    node, _r, _pid = churn
+    """Output not read (a pager, a paused terminal): the tracer holds at
+    most a batch, drops and counts the rest, and the run still ends with
+    its summary. Each step waits for what it needs, not for a time: the
+    pipe full (beam-probe blocked writing it), then the node's
+    collections past what the tracer may hold, then the run read to its
+    end, which --max-events sets by count. (It slept 2.5 s and assumed
+    the pipe full and the drops made within a 3 s trace: on a loaded
+    machine neither held.)"""
+    node, r, _pid = churn
     env = dict(os.environ, HOME=node.home)
     proc = subprocess.Popen([sys.executable, "-m", "beam_probe", "trace-gc",
-                             node.node, "bp_churn", "--duration", "3",
-                             "--max-events", "100000", "--format", "json"],
+                             node.node, "bp_churn", "--duration", "600",
+                             "--max-events", "30000", "--format", "json"],
                             env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    time.sleep(2.5)  # the pipe's buffer fills; beam-probe blocks writing
-    out, err = proc.communicate(timeout=60)
+    try:
+        _until(lambda: _pipe_full(proc.stdout.fileno()) or
+               proc.poll() is not None, "the pipe full")
+        assert proc.poll() is None, proc.communicate()
+        gcs = r.call("erlang", "statistics", [Atom("garbage_collection")])[0]
+        # The tracer answers for two batches (500 trace messages each)
+        # and holds 5,000 more (beam_probe_trace:follow/1); two messages
+        # a collection. Past those, with a margin for the node's other
+        # collections (this count is the node's): drops. Its wait for an
+        # answer is 10 s; bp_churn collects 1,000-2,500 times a second.
+        _until(lambda: r.call("erlang", "statistics", [
+            Atom("garbage_collection")])[0] - gcs > 4500,
+            "the collections past what the tracer holds")
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 0, err
     summary = json.loads(out.splitlines()[-1])["summary"]
-    assert summary["ended_by"] == "duration"
+    assert summary["ended_by"] == "max_events"
     assert summary["dropped_messages"] > 0
 
 
