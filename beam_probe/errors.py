@@ -70,7 +70,9 @@ class ClusterIncomplete(ProbeError):
 EXIT_CODES = [
     (0, "success"),
     (1, "unexpected error (a bug: please report it)"),
-    (UsageError.exit_code, "bad arguments or options"),
+    (UsageError.exit_code, "bad arguments or options, or a command's "
+                           "extra not installed (`top`'s view, `serve`, "
+                           "`plot -o`: the line says which)"),
     (CookieError.exit_code, "no cookie found, cookie file unsafe, or the node "
                             "rejected the cookie"),
     (NodeNotFound.exit_code, "host unknown, or no node of that name "
@@ -89,11 +91,13 @@ EXIT_CODES = [
                               "node; `trace-gc`: none of the processes asked "
                               "for could be traced"),
     (OutputFailed.exit_code, "standard output, `watch --output` FILE, "
-                             "`alloc --raw` FILE, or a snapshot's file or "
-                             "folder (`snapshot -o`, `leak-hunt --save`) "
-                             "could not be written (closed, the disk is "
-                             "full, a read-only file system, a path under "
-                             "a regular file)"),
+                             "`alloc --raw` FILE, `plot -o` FILE, or a "
+                             "snapshot's file or folder (`snapshot -o`, "
+                             "`leak-hunt --save`) could not be written "
+                             "(closed, the disk is full, a read-only file "
+                             "system, a path under a regular file), or "
+                             "would be written through another user's "
+                             "symbolic link (refused, never followed)"),
     (EXIT_LEAK, "`watch --fail-on-leak`: a leak was suspected"),
     (EXIT_NOT_JUDGED, "`watch --fail-on-leak`: the run ended before the "
                       "rule could judge (too few samples since the start "
