@@ -1415,14 +1415,17 @@ process(Target, Resolve, Walker, Options) ->
             %% the fragment: measured on OTP 25 (a gen_server capped with
             %% kill, its state a list, its heap just collected), it lived
             %% from a cap of 171-197K words with a 1,598-word heap, 451K
-            %% with 75K, 1.68M with 318K; so it is walked only when its
-            %% cap is at least its old heap, 7 times its young data and
-            %% our fragment, and 32 words a term of the budget (1.3-1.4
-            %% times those). Past that it is left alone, with the figures.
+            %% with 75K, 1.68M with 318K. OTP 28 needs more a term of the
+            %% budget (its first system message collects in full, the
+            %% walk's garbage in the heap): a 610-word heap lived from
+            %% 224K at a budget of 10, 307-358K at 1,000. So it is walked
+            %% only when its cap is at least its old heap, 7 times its
+            %% young data and our fragment, and 160 words a term of the
+            %% budget. Past that it is left alone, with the figures.
             FunWords = erts_debug:flat_size(Fun),
             Young = Gci(heap_size) + Gci(stack_size) + Gci(mbuf_size),
             Need = Gci(old_heap_block_size) + 7 * (Young + FunWords)
-                + 32 * Budget
+                + 160 * Budget
                 + case Cap of
                       #{include_shared_binaries := true} ->
                           Gci(bin_vheap_size) + Gci(bin_old_vheap_size);
