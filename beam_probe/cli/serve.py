@@ -17,6 +17,7 @@ from beam_probe.errors import Terminated, UsageError
 
 if TYPE_CHECKING:
     from beam_probe.exporter.config import Settings
+    from beam_probe.exporter.webconfig import WebConfig
 
 DEFAULT_LISTEN = "127.0.0.1:9149"
 
@@ -42,10 +43,24 @@ def parse_listen(text: str) -> tuple[str, int]:
 @click.command("serve", epilog=EPILOG)
 @click.option("--listen", metavar="HOST:PORT", default=None,
               help=f"Where to serve HTTP. [default: {DEFAULT_LISTEN}]")
-@click.option("--target", "patterns", multiple=True, metavar="PATTERN",
-              help="Allow nodes matching PATTERN (name@host, with * and ?; "
-                   "in the host, * stays within one label); repeat for more. "
-                   "Nothing else is ever dialled.")
+@click.option("--target", "patterns", multiple=True, metavar="NODE",
+              help="Allow this node (name@host); repeat for more. Nothing "
+                   "else is ever dialled. A pattern (* and ?; in the host, * "
+                   "stays within one label and never matches an IP address) "
+                   "needs --allow-target-patterns, or TLS distribution.")
+@click.option("--allow-target-patterns", "allow_patterns", is_flag=True,
+              default=None,
+              help="Allow --target patterns without TLS distribution. The "
+                   "risk: any user of a matching host can register a "
+                   "matching name in its EPMD, ask for it here, and relay "
+                   "our handshake to a real node of the same cookie, which "
+                   "then runs what that user sends, as us (the handshake "
+                   "binds no names). With TLS distribution a certificate "
+                   "cannot be relayed, and patterns need no flag.")
+@click.option("--web.config.file", "web_config_path", metavar="FILE",
+              help="HTTPS and basic auth, in the exporter-toolkit's YAML "
+                   "(tls_server_config, basic_auth_users with bcrypt "
+                   "hashes), as every Prometheus exporter reads it.")
 @click.option("--config", "config_path", metavar="FILE",
               help="A TOML file of [[target]] tables (match, cookie_file, "
                    "tls, ...) and settings; see the README.")
@@ -81,6 +96,7 @@ def parse_listen(text: str) -> tuple[str, int]:
               help="TLS with this -ssl_dist_optfile's client options.")
 @opt.JOBS_OPTION
 def serve(listen: str | None, patterns: tuple[str, ...],
+          allow_patterns: bool | None, web_config_path: str | None,
           config_path: str | None, compat: bool | None, cluster: bool,
           timeout: float | None, timeout_offset: float | None,
           **given: Any) -> None:
@@ -94,28 +110,37 @@ def serve(listen: str | None, patterns: tuple[str, ...],
 
     \b
     Examples:
-      beam-probe serve --target 'rabbit@*'
-      beam-probe serve --listen :9149 --config /etc/beam-probe/serve.toml
+      beam-probe serve --target rabbit@mq1 --target rabbit@mq2
+      beam-probe serve --listen :9149 --config /etc/beam-probe/serve.toml \\
+          --web.config.file /etc/beam-probe/web.yml
 
     \b
     Then, as Prometheus would:
       curl 'localhost:9149/probe?target=rabbit@mq1'
       curl 'localhost:9149/probe?target=rabbit@mq1&module=top&n=5'
     """
-    settings, default_cookie = _settings(listen, patterns, config_path,
-                                         compat, timeout, timeout_offset,
-                                         given)
     try:
-        from beam_probe.exporter.server import Exporter, make_server
-        from beam_probe.exporter.targets import Pool
-    except ImportError as exc:
-        if "prometheus_client" not in str(exc):
-            raise
+        import prometheus_client  # noqa: F401
+    except ImportError:
         raise UsageError("serve needs prometheus_client: pip install "
                          "'beam-probe[serve]'") from None
+    settings, default_cookie, web_path = _settings(
+        listen, patterns, allow_patterns, web_config_path, config_path,
+        compat, timeout, timeout_offset, given)
+    web = None
+    if web_path:
+        from beam_probe.exporter.webconfig import read_web_config
+
+        web = read_web_config(web_path)
+    from beam_probe.exporter.front import raise_file_limit
+    from beam_probe.exporter.server import Exporter, make_server
+    from beam_probe.exporter.targets import Pool
+
+    raise_file_limit()
     pool = Pool(lambda: default_cookie or b"", jobs=given["jobs"],
                 dial_timeout=settings.timeout)
-    exporter = Exporter(settings, pool, cluster=cluster, log=error_line)
+    exporter = Exporter(settings, pool, cluster=cluster, log=error_line,
+                        web=web)
     host, port = parse_listen(settings.listen)
     try:
         server = make_server(exporter, host, port)
@@ -126,8 +151,11 @@ def serve(listen: str | None, patterns: tuple[str, ...],
                               server.server_address[:2])
     shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
     exporter.address = f"{shown}:{bound_port}"
-    error_line(f"beam-probe: serving http://{shown}:{bound_port}/ "
+    scheme = "https" if web is not None and web.tls is not None else "http"
+    error_line(f"beam-probe: serving {scheme}://{shown}:{bound_port}/ "
                f"(targets: {', '.join(r.pattern for r in settings.rules)})")
+    for line in warnings(settings, web, host):
+        error_line(line)
     try:
         server.serve_forever(poll_interval=0.5)
     except (KeyboardInterrupt, Terminated):
@@ -138,15 +166,56 @@ def serve(listen: str | None, patterns: tuple[str, ...],
         pool.close()
 
 
+def warnings(settings: Settings, web: WebConfig | None, host: str
+             ) -> list[str]:
+    """The lines serve says at start about what strangers could do."""
+    from beam_probe.exporter.config import open_rules
+
+    out = []
+    if not _loopback(host) and (web is None or not web.protects):
+        out.append(f"beam-probe: warning: listening on {settings.listen} "
+                   "without a --web.config.file that asks for a password "
+                   "or a client certificate: whoever reaches this port can "
+                   "make it scrape every allowed node")
+    risky = open_rules(settings.rules)
+    if risky:
+        shown = ", ".join(r.pattern for r in risky[:5])
+        out.append(f"beam-probe: warning: target patterns without TLS "
+                   f"distribution ({shown}): a user of a matching host who "
+                   "registers a matching name in its EPMD can have this "
+                   "exporter's handshake relayed to a node of the same "
+                   "cookie, and run code there")
+    if any(r.pattern.partition("@")[0].strip("*") == "" and
+           r.pattern.partition("@")[2].strip("*") == "" for r in
+           settings.rules):
+        out.append("beam-probe: warning: a --target pattern allows every "
+                   "node of every host")
+    return out
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _settings(listen: str | None, patterns: tuple[str, ...],
+              allow_patterns: bool | None, web_config_path: str | None,
               config_path: str | None, compat: bool | None,
               timeout: float | None, timeout_offset: float | None,
-              given: dict[str, Any]) -> tuple[Settings, bytes | None]:
-    """The settings from the file, the options over them, and the default
-    cookie where some target needs it."""
+              given: dict[str, Any]
+              ) -> tuple[Settings, bytes | None, str | None]:
+    """The settings from the file, the options over them, the default
+    cookie where some target needs it, and the web configuration's
+    path."""
     from beam_probe.exporter.config import (Rule, Settings, check_pattern,
-                                            checked_tls, read_file,
-                                            settings_from)
+                                            check_rules, checked_tls,
+                                            read_file, settings_from)
     from beam_probe.node.address import resolve_cookie, resolve_tls
 
     from_file: dict[str, Any] = {"rules": []}
@@ -161,9 +230,12 @@ def _settings(listen: str | None, patterns: tuple[str, ...],
              *(Rule(check_pattern(p, "--target"), tls=tls)
                for p in patterns)]
     if not rules:
-        raise UsageError("no target is allowed: give --target PATTERN "
-                         "(rabbit@*) or a --config with [[target]] tables; "
+        raise UsageError("no target is allowed: give --target NODE "
+                         "(rabbit@mq1) or a --config with [[target]] tables; "
                          "the exporter dials nothing else")
+    allowed = bool(allow_patterns if allow_patterns is not None
+                   else from_file.get("allow_target_patterns", False))
+    check_rules(rules, allowed)
     chosen: dict[str, Any] = {
         "listen": listen or from_file.get("listen") or DEFAULT_LISTEN,
         "timeout": float(timeout if timeout is not None
@@ -181,7 +253,8 @@ def _settings(listen: str | None, patterns: tuple[str, ...],
     if any(rule.cookie is None for rule in rules):
         default_cookie = resolve_cookie(given["cookie_file"],
                                         given["cookie"], current().env)
-    return Settings(rules=tuple(rules), **chosen), default_cookie
+    web_path = web_config_path or from_file.get("web_config_file")
+    return Settings(rules=tuple(rules), **chosen), default_cookie, web_path
 
 
 def click_command() -> click.Command:

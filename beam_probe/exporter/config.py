@@ -13,11 +13,28 @@ never crosses a dot, so ``rabbit@mq*`` allows ``rabbit@mq1`` and not
 ``rabbit@mq.attacker.example``, which a plain glob over the whole name
 would let anyone who reaches the exporter point at their own EPMD, to
 read a digest of our cookie or relay it.
+
+A wildcard is refused unless the operator says so (--allow-target-patterns,
+``allow_target_patterns = true``) or the rule's targets speak TLS
+distribution with a verified certificate. The handshake's digest,
+md5(cookie ++ challenge), binds no names (DESIGN.md, "Strangers"): any
+local user on a target's host may register a name in its EPMD, and a
+pattern lets an HTTP client make us dial that name, whose listener relays
+our handshake to a real node of the same cookie and is then authenticated
+there (shown by tests/test_serve.py's relay). Exact names leave a
+stranger no name to choose. A certificate cannot be relayed: over TLS
+the relay only passes bytes it cannot read or add to.
+
+An IP address is no DNS name: ``*`` matched ``2130706433``,
+``0x7f000001`` and ``::1`` as one label, spellings that the resolver
+reads as 127.0.0.1 and ::1. A numeric or IPv6 host therefore matches only
+a pattern that writes it out in full, character for character.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import stat
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -34,7 +51,9 @@ RULE_KEYS = frozenset(("match", "cookie", "cookie_file", "dist_port", "tls",
                        "certfile", "keyfile", "cacertfile", "server_name",
                        "ssl_dist_optfile", "cluster"))
 TOP_KEYS = frozenset(("listen", "timeout", "timeout_offset", "compat",
-                      "target"))
+                      "target", "allow_target_patterns", "web_config_file"))
+# fnmatch's special characters: a name without them is an exact name.
+WILDCARDS = frozenset("*?[")
 
 
 @dataclass(frozen=True)
@@ -48,6 +67,17 @@ class Rule:
     dist_port: int | None = None
     tls: Any = None
     cluster: bool = False
+
+    @property
+    def exact(self) -> bool:
+        return not is_pattern(self.pattern)
+
+    @property
+    def verified_tls(self) -> bool:
+        """TLS distribution that checks the node's certificate: a relay
+        can pass its bytes on, never read or add to them."""
+        return self.tls is not None and bool(getattr(self.tls, "verify",
+                                                     False))
 
 
 @dataclass(frozen=True)
@@ -67,14 +97,39 @@ class Settings:
         return None
 
 
+def is_pattern(text: str) -> bool:
+    return any(c in WILDCARDS for c in text)
+
+
+def is_numeric_host(host: str) -> bool:
+    """Whether ``host`` is an IP address in any spelling a resolver takes
+    (IPv6; IPv4 dotted, short, decimal, octal or hex: inet_aton's forms),
+    or ends in an all-numeric label, which no DNS name does (RFC 3696
+    2: a top-level domain is never all digits)."""
+    if ":" in host or "[" in host or "]" in host:
+        return True
+    last = host.rstrip(".").rpartition(".")[2].lower()
+    if last.isdigit() or (last.startswith("0x") and all(
+            c in "0123456789abcdef" for c in last[2:])):
+        return True
+    try:
+        socket.inet_aton(host)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def matches(pattern: str, node: str) -> bool:
     """Whether ``node`` (name@host) is one ``pattern`` allows: the name
     by a case-sensitive glob, the host label by label, case aside, so a
-    wildcard never spans a dot."""
+    wildcard never spans a dot. A numeric or IPv6 host matches only a
+    host written out in full (no wildcard stands for any part of it)."""
     alive, at, host = node.partition("@")
     want_alive, _, want_host = pattern.partition("@")
     if not at or not fnmatchcase(alive, want_alive):
         return False
+    if is_numeric_host(host):
+        return host.lower() == want_host.lower()
     labels, wanted = host.lower().split("."), want_host.lower().split(".")
     return len(labels) == len(wanted) and all(
         fnmatchcase(label, want) for label, want in zip(labels, wanted))
@@ -87,7 +142,47 @@ def check_pattern(pattern: str, source: str) -> str:
         raise UsageError(f"{source}: {pattern[:60]!r} is not a target "
                          "pattern: name@host, with * and ? (rabbit@*, "
                          "*@db-?.example.com)")
+    if _wild_address(pattern.partition("@")[2]):
+        # It would match nothing: an address matches only written out.
+        raise UsageError(f"{source}: {pattern[:60]!r}: a wildcard in an IP "
+                         "address matches nothing; write each address in "
+                         "full, or use host names")
     return pattern
+
+
+def _wild_address(host: str) -> bool:
+    """A host pattern with a wildcard that stands for part of an address
+    (10.0.0.*, 10.0.*.1, fe80::*): it could only match spellings."""
+    if not is_pattern(host):
+        return False
+    labels = [label.translate({ord(c): None for c in "*?[]"})
+              for label in host.split(".")]
+    return ":" in host or labels[-1].isdigit() or (
+        all(not label or label.isdigit() for label in labels)
+        and any(labels))
+
+
+def check_rules(rules: tuple[Rule, ...] | list[Rule],
+                allow_patterns: bool) -> None:
+    """Refuse a pattern that lets a stranger choose the name we dial,
+    unless the operator allowed patterns or its targets speak verified
+    TLS distribution."""
+    if allow_patterns:
+        return
+    for rule in rules:
+        if not rule.exact and not rule.verified_tls:
+            raise UsageError(
+                f"--target {rule.pattern[:60]!r} is a pattern: any local "
+                "user of a matching host can register a matching name in "
+                "its EPMD and relay our handshake to a node of the same "
+                "cookie; give exact node names, use TLS distribution, or "
+                "accept the risk with --allow-target-patterns")
+
+
+def open_rules(rules: tuple[Rule, ...] | list[Rule]) -> list[Rule]:
+    """The rules whose pattern lets someone else choose the name dialled
+    (a pattern without verified TLS distribution)."""
+    return [r for r in rules if not r.exact and not r.verified_tls]
 
 
 def _private(path: str, data_stat: os.stat_result) -> bool:
@@ -206,12 +301,15 @@ def settings_from(parsed: Mapping[str, Any], path: str) -> dict[str, Any]:
                   for i, t in enumerate(tables)]}
     where = f"--config {path}"
     for key, kind in (("listen", str), ("timeout", (int, float)),
-                      ("timeout_offset", (int, float)), ("compat", bool)):
+                      ("timeout_offset", (int, float)), ("compat", bool),
+                      ("allow_target_patterns", bool),
+                      ("web_config_file", str)):
         value = _get(parsed, key, kind, where)
         if value is not None:
             out[key] = value
     return out
 
 
-__all__ = ["Rule", "Settings", "check_pattern", "checked_tls", "matches",
+__all__ = ["Rule", "Settings", "check_pattern", "check_rules", "checked_tls",
+           "is_numeric_host", "is_pattern", "matches", "open_rules",
            "read_file", "rule_from", "settings_from"]

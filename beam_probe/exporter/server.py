@@ -8,18 +8,20 @@
     GET /           a page with an example Prometheus configuration
 
 prometheus_client writes the exposition, negotiates OpenMetrics and
-compresses (its choose_encoder and gzip_accepted); stdlib's threading HTTP
-server serves, one thread a connection, at most MAX_CONNECTIONS at once.
+compresses (its choose_encoder and gzip_accepted); front.py accepts and
+reads each request head on one selector thread, then hands it to a
+worker, where http.server's request handler parses and answers it. With
+a web configuration (webconfig.py), every path asks for basic auth.
 """
 
 from __future__ import annotations
 
 import gzip
 import html
-import socket
+import io
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, urlsplit
 
@@ -31,20 +33,16 @@ from prometheus_client.exposition import (choose_encoder, generate_latest,
 
 from beam_probe import __version__
 from beam_probe.errors import ProbeError
+from beam_probe.exporter.auth import BUSY, OK, BasicAuth
 from beam_probe.exporter.config import Settings
 from beam_probe.exporter.families import (Families, top_series, up_series,
                                           vm_series)
+from beam_probe.exporter.front import Front, Pending
 from beam_probe.exporter.targets import MODULES, Outcome, Pool
+from beam_probe.exporter.webconfig import WebConfig
 from beam_probe.node.address import full_node_name
 from beam_probe.probes.vm import MAX_TOP
 
-# Connections served at once, a thread each (a scrape may hold its thread
-# for its whole timeout); one more is closed at once, unread.
-MAX_CONNECTIONS = 64
-# How long a connection may take to send its request line and headers,
-# in all: one that sends nothing, or a byte now and then, is closed then.
-# Prometheus sends its request at once.
-REQUEST_READ = 10.0
 # A query string of a target, a module and two flags is under 400 bytes.
 MAX_QUERY = 2048
 # Prometheus' header; blackbox_exporter takes 0.5 s off it for the reply
@@ -94,6 +92,13 @@ class Own:
         for result in ("ok", "failed"):
             dials.labels(result)
         pool.on_dial = lambda result: dials.labels(result).inc()
+        self.http_refused = Counter(
+            "beam_probe_exporter_http_refused", "HTTP connections closed or "
+            "answered before their request was served: head_deadline (no "
+            "whole request in time), shed_oldest (closed to make room for a "
+            "newer one), too_large (431), busy (503), unauthorized (401), "
+            "auth_busy (503: no password check free).", ["reason"],
+            registry=self.registry)
 
 
 class _Families:
@@ -145,12 +150,16 @@ class Exporter:
     """What the handlers share: the settings, the pool, the own figures."""
 
     def __init__(self, settings: Settings, pool: Pool,
-                 cluster: bool = False, log: Any = None) -> None:
+                 cluster: bool = False, log: Any = None,
+                 web: WebConfig | None = None) -> None:
         self.settings = settings
         self.pool = pool
         self.cluster = cluster
         self.own = Own(pool)
         self.log = log
+        self.web = web
+        self.auth = BasicAuth(web.users) if web is not None and web.users \
+            else None
         # Where it is served, once bound (--listen may give port 0).
         self.address = settings.listen
         self._states: dict[str, bool] = {}
@@ -207,17 +216,49 @@ def _flag(value: str | None, key: str) -> bool | None:
     raise ValueError(f"{key} must be true or false, not {value[:20]!r}")
 
 
+class _Writer(io.BufferedIOBase):
+    """The answer's bytes, each write sent whole (socketserver's
+    _SocketWriter, which is private)."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self._sock.sendall(data)
+        return len(data)
+
+
 class Handler(BaseHTTPRequestHandler):
+    """One request, its head already read by the front door."""
+
     server_version = f"beam-probe/{__version__}"
     exporter: Exporter  # set on the subclass serve() makes
-    timeout = REQUEST_READ
+    request: Pending
 
     # -- plumbing ---------------------------------------------------------
+
+    def setup(self) -> None:
+        self.connection = self.request.sock
+        self.rfile = io.BytesIO(bytes(self.request.head))
+        self.wfile = _Writer(self.connection)
+
+    def finish(self) -> None:
+        self.rfile.close()
 
     def log_message(self, format: str, *args: Any) -> None:
         # Not a line per request: a scrape every few seconds per target
         # would bury the lines that matter (a target down, with why).
         pass
+
+    def end_headers(self) -> None:
+        web = self.exporter.web
+        if web is not None:
+            for name, value in web.headers:
+                self.send_header(name, value)
+        super().end_headers()
 
     def _send(self, code: int, body: bytes, content_type: str,
               headers: Iterable[tuple[str, str]] = ()) -> None:
@@ -230,24 +271,30 @@ class Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _text(self, code: int, text: str) -> None:
-        self._send(code, (text + "\n").encode(), "text/plain; charset=utf-8")
+    def _text(self, code: int, text: str,
+              headers: Iterable[tuple[str, str]] = ()) -> None:
+        self._send(code, (text + "\n").encode(), "text/plain; charset=utf-8",
+                   headers)
 
-    def setup(self) -> None:
-        super().setup()
-        # The whole request must arrive within REQUEST_READ: the socket's
-        # timeout bounds each read alone, and a byte every few seconds
-        # would hold a thread for ever.
-        self.server.reading.watch(self.connection)  # type: ignore[attr-defined]
-
-    def parse_request(self) -> bool:
-        parsed = super().parse_request()
-        self.server.reading.done(self.connection)  # type: ignore[attr-defined]
-        return parsed
-
-    def finish(self) -> None:
-        self.server.reading.done(self.connection)  # type: ignore[attr-defined]
-        super().finish()
+    def _allowed(self) -> bool:
+        """Whether the request may go on; if not, it is answered."""
+        auth = self.exporter.auth
+        if auth is None:
+            return True
+        verdict = auth.check(self.headers.get("Authorization"))
+        if verdict == OK:
+            return True
+        refused = self.exporter.own.http_refused
+        if verdict == BUSY:
+            refused.labels("auth_busy").inc()
+            self._text(503, "busy checking passwords: try again",
+                       [("Retry-After", "1")])
+        else:
+            refused.labels("unauthorized").inc()
+            self._text(401, "unauthorized",
+                       [("WWW-Authenticate",
+                         'Basic realm="beam-probe", charset="UTF-8"')])
+        return False
 
     def _metrics(self, collector: Any, compat: bool = False) -> None:
         # --compat: the text format always, as prometheus.erl before 6.0
@@ -272,13 +319,19 @@ class Handler(BaseHTTPRequestHandler):
     # -- routes -----------------------------------------------------------
 
     def do_HEAD(self) -> None:
+        if not self._allowed():
+            return
         # A HEAD of /probe would dial and scrape for nothing.
         if urlsplit(self.path).path == "/probe":
             self._text(405, "GET /probe")
         else:
-            self.do_GET()
+            self._route()
 
     def do_GET(self) -> None:
+        if self._allowed():
+            self._route()
+
+    def _route(self) -> None:
         url = urlsplit(self.path)
         if url.path == "/probe":
             self._probe(url.query)
@@ -296,7 +349,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _probe(self, query: str) -> None:
         exporter = self.exporter
-        started = time.monotonic()
+        # From when its request was whole: the time it waited for a
+        # worker is the scrape's too.
+        started = self.request.arrived or time.monotonic()
         if len(query) > MAX_QUERY:
             exporter.own.refused.labels("malformed").inc()
             self._text(400, f"the query is over {MAX_QUERY} bytes")
@@ -398,118 +453,21 @@ def landing(settings: Settings, address: str) -> str:
                           config=html.escape(scrape_config(address)))
 
 
-class _Reading:
-    """The connections still sending their request, and when each must be
-    done: one thread closes those past it (a timer thread per request
-    doubled the threads made, and their churn grew the RSS)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._due: dict[Any, float] = {}
-        self._stopped = threading.Event()
-        threading.Thread(target=self._run, name="beam-probe-reading",
-                         daemon=True).start()
-
-    def watch(self, conn: Any) -> None:
-        with self._lock:
-            self._due[conn] = time.monotonic() + REQUEST_READ
-
-    def done(self, conn: Any) -> None:
-        with self._lock:
-            self._due.pop(conn, None)
-
-    def stop(self) -> None:
-        """Stop watching, and end the connections still sending: their
-        threads would otherwise read on past the server's end."""
-        self._stopped.set()
-        with self._lock:
-            late, self._due = list(self._due), {}
-        for conn in late:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def _run(self) -> None:
-        while not self._stopped.wait(min(0.25, REQUEST_READ / 4)):
-            now = time.monotonic()
-            with self._lock:
-                late = [c for c, due in self._due.items() if due <= now]
-                for conn in late:
-                    del self._due[conn]
-            for conn in late:
-                try:
-                    conn.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-
-class BoundedServer(ThreadingHTTPServer):
-    """At most MAX_CONNECTIONS connections served at once, by a pool of as
-    many threads (made once, not one a request); one more is closed at
-    once, unread."""
-
-    daemon_threads = True
-    # The listen backlog: socketserver's 5 let a burst of connections wait
-    # in the kernel, to be accepted a second later, out of order.
-    request_queue_size = 128
-    log: Any = None
-
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self._workers = ThreadPoolExecutor(MAX_CONNECTIONS,
-                                           thread_name_prefix="beam-probe-http")
-        self.reading = _Reading()
-        super().__init__(*args, **kw)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client gone before its answer (Prometheus past its timeout) is
-        # not news; anything else is one line, not a traceback.
-        import sys
-
-        exc = sys.exc_info()[1]
-        if isinstance(exc, (ConnectionError, TimeoutError)) or \
-                self.log is None:
-            return
-        self.log(f"beam-probe: a request from {client_address[0]} failed: "
-                 f"{type(exc).__name__}: {exc}")
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
-        try:
-            self._workers.submit(self._serve, request, client_address)
-        except BaseException:
-            self._slots.release()
-            self.shutdown_request(request)
-            raise
-
-    def _serve(self, request: Any, client_address: Any) -> None:
-        try:
-            self.process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-    def server_close(self) -> None:
-        super().server_close()
-        self.reading.stop()
-        self._workers.shutdown(wait=False, cancel_futures=True)
-
-
-class BoundedServer6(BoundedServer):
-    address_family = socket.AF_INET6
-
-
-def make_server(exporter: Exporter, host: str, port: int
-                ) -> ThreadingHTTPServer:
+def make_server(exporter: Exporter, host: str, port: int) -> Front:
     handler = type("BoundHandler", (Handler,), {"exporter": exporter})
-    cls = BoundedServer6 if ":" in host else BoundedServer
-    server = cls((host, port), handler)
-    server.log = exporter.log
-    return server
+    web = exporter.web
+    front = Front((host, port),
+                  lambda pending, front: handler(pending, pending.address,
+                                                 front),
+                  tls=web.tls if web is not None else None, log=exporter.log)
+    refused = exporter.own.http_refused
+    for reason in ("head_deadline", "shed_oldest", "too_large", "busy"):
+        refused.labels(reason)
+    if exporter.auth is not None:
+        for reason in ("unauthorized", "auth_busy"):
+            refused.labels(reason)
+    front.on_drop = lambda reason: refused.labels(reason).inc()
+    return front
 
 
 __all__ = ["Exporter", "Handler", "exposition", "landing", "make_server",
