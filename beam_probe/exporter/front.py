@@ -55,8 +55,8 @@ WRITE_TIMEOUT = 10.0
 # net.core.somaxconn, 4096 by default): a burst of a thousand scrapes
 # must wait there, not be refused, while the loop accepts.
 BACKLOG = 1024
-# Accepted in one go before the loop looks at the others again.
-ACCEPT_BATCH = 256
+# Accepted in one go before the loop reads the heads that came meanwhile.
+ACCEPT_BATCH = 32
 READ_SIZE = 4096
 
 
@@ -217,10 +217,10 @@ class Front:
 
     def _admit(self, pending: Pending) -> None:
         mine = self._by_source.setdefault(pending.source, OrderedDict())
-        if len(mine) >= PER_SOURCE:
-            self._drop(next(iter(mine)), "shed_oldest")
-        if len(self._pending) >= MAX_PENDING:
-            self._drop(next(iter(self._pending)), "shed_oldest")
+        while len(mine) >= PER_SOURCE:
+            self._shed(next(iter(mine)))
+        while len(self._pending) >= MAX_PENDING:
+            self._shed(next(iter(self._pending)))
         mine = self._by_source.setdefault(pending.source, OrderedDict())
         mine[pending] = None
         self._pending[pending] = None
@@ -231,12 +231,20 @@ class Front:
             self._forget(pending)
             pending.sock.close()
 
+    def _shed(self, oldest: Pending) -> None:
+        """Make room by the oldest connection still sending: read what it
+        sent first, and a whole request is served, not shed (in a burst,
+        heads wait in the kernel while the loop accepts)."""
+        self._advance(oldest)
+        if oldest in self._pending:
+            self._drop(oldest, "shed_oldest")
+
     def _out_of_files(self) -> None:
         # The connection stays in the kernel's queue and the listener stays
         # readable: free a descriptor (the oldest half-sent connection) or
         # look away for a moment, rather than spin.
         if self._pending:
-            self._drop(next(iter(self._pending)), "shed_oldest")
+            self._shed(next(iter(self._pending)))
             return
         if self.log is not None:
             self.log("beam-probe: out of file descriptors: not accepting "
