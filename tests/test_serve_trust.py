@@ -20,7 +20,8 @@ import urllib.parse
 import pytest
 
 from conftest import one_line, run_cli
-from test_serve import Served, _Listener, samples, serve_env, serving
+from test_serve import (Served, _Listener, needs_prometheus, samples,
+                        serve_env, serving)
 
 from beam_probe.erldist.epmd import epmd_port
 
@@ -380,6 +381,64 @@ def test_https_with_basic_auth_and_the_landing_page(web_pki):
             plain.sendall(b"GET /-/healthy HTTP/1.0\r\n\r\n")
             assert b"200 OK" not in plain.recv(1000)
         assert _https(s.url + "metrics", ctx, _basic("p", "pw"))[0] == 200
+        # The landing page's example job asks what the file asks for.
+        code, page = _https(s.url, ctx, _basic("p", "pw"))
+        assert code == 200 and b"scheme: https" in page and \
+            b"basic_auth:" in page
+
+
+@needs_prometheus
+def test_prometheus_scrapes_over_https_with_basic_auth(web_pki, tmp_path):
+    from test_serve import PROMETHEUS, _free_port, _query_until
+
+    web = web_pki / "web.yml"
+    web.write_text("tls_server_config:\n  cert_file: server.pem\n"
+                   "  key_file: server.key\n"
+                   f"basic_auth_users:\n  prometheus: '{_hash(b'pw')}'\n")
+    with serving("--target", "a@h", "--web.config.file", str(web),
+                 env=serve_env("c")) as s:
+        jobs = []
+        for job, password in (("right", "pw"), ("wrong", "nope")):
+            jobs.append(
+                f"  - job_name: {job}\n    scheme: https\n"
+                f"    tls_config:\n      ca_file: {web_pki / 'ca.pem'}\n"
+                f"    basic_auth:\n      username: prometheus\n"
+                f"      password: {password}\n"
+                f"    static_configs:\n      - targets: ['{s.address}']\n")
+        path = tmp_path / "prometheus.yml"
+        path.write_text("global:\n  scrape_interval: 1s\n"
+                        "  scrape_timeout: 1s\nscrape_configs:\n"
+                        + "".join(jobs))
+        port = _free_port()
+        prom = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={path}",
+             f"--storage.tsdb.path={tmp_path / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            right = _query_until(port, 'up{job="right"}', 60)
+            wrong = _query_until(port, 'up{job="wrong"}', 60)
+            # The exporter's own count, as the right job reads it, sees
+            # the wrong job's refusals.
+            deadline = time.monotonic() + 30
+            while float(_query_until(
+                    port, 'beam_probe_exporter_http_refused_total'
+                    '{job="right",reason="unauthorized"}', 30
+                    )[0]["value"][1]) < 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.5)
+        finally:
+            prom.terminate()
+            prom.wait(20)
+    assert float(right[0]["value"][1]) == 1
+    assert float(wrong[0]["value"][1]) == 0
+
+
+def test_patterns_over_verified_tls_distribution_need_no_flag():
+    with serving("--target", "app_*@h", "--tls", env=serve_env("c")) as s:
+        assert _probe(s, "app_x@localhost")[0] == 403
+        time.sleep(0.3)
+    assert not any("warning" in line for line in s.errors), s.errors
 
 
 def test_https_with_client_certificates(web_pki):

@@ -339,7 +339,8 @@ class Handler(BaseHTTPRequestHandler):
             self._metrics(self.exporter.own.registry)
         elif url.path in ("/", "/index.html"):
             self._send(200, landing(self.exporter.settings,
-                                    self.exporter.address).encode(),
+                                    self.exporter.address,
+                                    self.exporter.web).encode(),
                        "text/html; charset=utf-8")
         elif url.path == "/-/healthy":
             self._text(200, "OK")
@@ -422,13 +423,24 @@ processes; cluster=1 for every node it is connected to)</li>
 """
 
 
-def scrape_config(listen: str, targets: Iterable[str] = ("app@host1",)
-                  ) -> str:
+def scrape_config(listen: str, targets: Iterable[str] = ("app@host1",),
+                  https: bool = False, password: bool = False) -> str:
     """A scrape job for this exporter, with the relabelling that makes
-    each node a target (blackbox_exporter's pattern)."""
+    each node a target (blackbox_exporter's pattern); with what its web
+    configuration asks of a scraper."""
+    security = []
+    if https:
+        security += ["    scheme: https",
+                     "    tls_config:",
+                     "      ca_file: /etc/prometheus/beam-probe-ca.pem"]
+    if password:
+        security += ["    basic_auth:",
+                     "      username: prometheus",
+                     "      password_file: /etc/prometheus/beam-probe.pass"]
     lines = ["scrape_configs:",
              "  - job_name: beam",
              "    metrics_path: /probe",
+             *security,
              "    static_configs:",
              "      - targets:"]
     lines += [f"          - {t}" for t in targets]
@@ -440,17 +452,21 @@ def scrape_config(listen: str, targets: Iterable[str] = ("app@host1",)
               "      - target_label: __address__",
               f"        replacement: {listen}",
               "  - job_name: beam-probe-exporter",
+              *security,
               "    static_configs:",
               f"      - targets: ['{listen}']"]
     return "\n".join(lines) + "\n"
 
 
-def landing(settings: Settings, address: str) -> str:
+def landing(settings: Settings, address: str,
+            web: WebConfig | None = None) -> str:
     patterns = ", ".join(f"<code>{html.escape(r.pattern)}</code>"
                          for r in settings.rules)
+    config = scrape_config(address, https=web is not None and
+                           web.tls is not None,
+                           password=web is not None and bool(web.users))
     return LANDING.format(version=html.escape(__version__),
-                          patterns=patterns,
-                          config=html.escape(scrape_config(address)))
+                          patterns=patterns, config=html.escape(config))
 
 
 def make_server(exporter: Exporter, host: str, port: int) -> Front:
