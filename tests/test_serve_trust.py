@@ -170,7 +170,7 @@ def test_a_config_pattern_is_refused_unless_the_file_allows_it(tmp_path):
     assert any("warning: target patterns" in line for line in s.errors)
 
 
-# -- finding 2: a host wildcard and IP addresses -------------------------------
+# -- finding 2: a host wildcard and IP addresses ------------------------------
 
 SPELLINGS = ("2130706433", "0x7f000001", "0X7F000001", "017700000001",
              "127.1", "0177.0.0.1", "::1", "0:0:0:0:0:0:0:1", "127.0.0.1",
@@ -516,7 +516,7 @@ def test_an_unreadable_or_fifo_web_config_is_one_line(tmp_path):
              "not a regular file")
 
 
-# -- finding 15: half-sent connections and bursts ------------------------------
+# -- finding 15: half-sent connections and bursts -----------------------------
 
 
 def _half_sent(address: str, count: int) -> list[socket.socket]:

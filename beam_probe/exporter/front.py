@@ -129,8 +129,8 @@ class Front:
         # Oldest first: insertion order is accept order.
         self._pending: OrderedDict[Pending, None] = OrderedDict()
         self._by_source: dict[str, OrderedDict[Pending, None]] = {}
-        self._workers = ThreadPoolExecutor(WORKERS,
-                                           thread_name_prefix="beam-probe-http")
+        self._workers = ThreadPoolExecutor(
+            WORKERS, thread_name_prefix="beam-probe-http")
         self._queued = 0          # handed to workers, not yet done
         self._queued_lock = threading.Lock()
         self._stop = threading.Event()
