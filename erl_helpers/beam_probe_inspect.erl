@@ -1399,47 +1399,68 @@ process(Target, Resolve, Walker, Options) ->
                     _ ->
                         0
                 end,
-            Share = erlang:max(1, Budget div erlang:max(1, Handlers)),
-            PauseMs = erlang:max(100, Budget div 10),
             Ref = erlang:make_ref(),
             Me = erlang:self(),
-            Fun = Inspect({inside, Me, Ref, Share, Deadline, Kind,
-                           case Keys =< 16384 of
-                               true -> read;
-                               false -> skip
-                           end, PauseMs}),
+            DictRead = case Keys =< 16384 of
+                           true -> read;
+                           false -> skip
+                       end,
             %% Room: what the request adds to the target's heap. Our fun
             %% arrives as a heap fragment of FunWords (~30,000), and the
-            %% collections it and the walk bring on size the young heap,
-            %% and the old heap it promotes into, for the young data and
-            %% the fragment: measured on OTP 25 (a gen_server capped with
-            %% kill, its state a list, its heap just collected), it lived
-            %% from a cap of 171-197K words with a 1,598-word heap, 451K
-            %% with 75K, 1.68M with 318K. OTP 28 needs more a term of the
-            %% budget (its first system message collects in full, the
-            %% walk's garbage in the heap): a 610-word heap lived from
-            %% 224K at a budget of 10, 307-358K at 1,000. So it is walked
-            %% only when its cap is at least its old heap, 7 times its
-            %% young data and our fragment, and 160 words a term of the
-            %% budget. Past that it is left alone, with the figures.
-            FunWords = erts_debug:flat_size(Fun),
+            %% collections it and the walk bring on size the heaps for
+            %% what the process holds then, garbage and all, old and new
+            %% at once while they copy. Measured on OTP 25, 27 and 28,
+            %% gen_servers capped with kill: a list just collected (all of
+            %% it young) lived from a cap of 171-197K words with a
+            %% 1,598-word heap, 451K with 75K, 1.68M with 318K (OTP 28,
+            %% whose first system message collects in full: 307-358K
+            %% with 610 at a budget of 1,000); states fresh from their
+            %% making, most of them old, were killed far higher: a tuple
+            %% of 20,000 lists (833K words old, 202K young) at 3.94M, a
+            %% gb_tree (1.0M old, 374K young) at 4.08M, a map of 1,000
+            %% slices (11K old, 4K young) at 443K; and a process of a few
+            %% words needs a heap size or two more than our fragment at
+            %% any budget past 50 (123K words at 10, 274-323K from 50 to
+            %% 5,000, on 25 and 28 alike). So it takes 4 times its old
+            %% heap, 7 times its young data and our fragment, 128K words,
+            %% and 400 words a term of the budget (binaries' pins cost
+            %% the most). A cap with room for fewer terms than asked has
+            %% the walk's budget cut to fit; with room for under 50, the
+            %% process is left alone, with the figures.
+            FunWords = erts_debug:flat_size(
+                         Inspect({inside, Me, Ref, 1, Deadline, Kind,
+                                  DictRead, 100})),
             Young = Gci(heap_size) + Gci(stack_size) + Gci(mbuf_size),
-            Need = Gci(old_heap_block_size) + 7 * (Young + FunWords)
-                + 160 * Budget
+            Fixed = 4 * Gci(old_heap_block_size) + 7 * (Young + FunWords)
+                + 131072
                 + case Cap of
                       #{include_shared_binaries := true} ->
                           Gci(bin_vheap_size) + Gci(bin_old_vheap_size);
                       _ ->
                           0
                   end,
-            Capped = case Cap of
-                         #{size := CapWords} when CapWords > 0 ->
-                             (maps:get(kill, Cap, true) orelse
-                              maps:get(error_logger, Cap, true))
-                                 andalso Need > CapWords;
-                         _ ->
-                             false
-                     end,
+            CapWords = case Cap of
+                           #{size := CapSize} when CapSize > 0 ->
+                               case maps:get(kill, Cap, true) orelse
+                                   maps:get(error_logger, Cap, true) of
+                                   true -> CapSize;
+                                   false -> none
+                               end;
+                           _ ->
+                               none
+                       end,
+            %% ignore_cap (never set by beam-probe) lets a measurement
+            %% find where a capped process is killed, to check this rule.
+            WalkBudget = case {maps:get(ignore_cap, Options, false),
+                               CapWords} of
+                       {true, _} -> Budget;
+                       {_, none} -> Budget;
+                       _ -> erlang:min(Budget, (CapWords - Fixed) div 400)
+                   end,
+            Share = erlang:max(1, WalkBudget div erlang:max(1, Handlers)),
+            PauseMs = erlang:max(100, WalkBudget div 10),
+            Fun = Inspect({inside, Me, Ref, Share, Deadline, Kind,
+                           DictRead, PauseMs}),
             %% A young heap without room for our fragment and the walk's
             %% garbage is collected because of us, and a minor collection
             %% copies its live data: 320 MB of it took 366 ms and as much
@@ -1451,16 +1472,21 @@ process(Target, Resolve, Walker, Options) ->
             %% 1,280 words a term. Over 2M words (16 MB) of young data,
             %% the process is left alone.
             Collects = Gci(heap_block_size) - Gci(heap_size)
-                - Gci(stack_size) < FunWords + 65536 + 1280 * Budget
+                - Gci(stack_size) < FunWords + 65536 + 1280 * WalkBudget
                 andalso Gci(heap_size) > 2097152,
             {Why2, Limits} =
                 if Why =/= gen ->
                         {Why, #{}};
-                   Capped ->
-                        {capped, #{cap => maps:get(size, Cap), need => Need,
+                   WalkBudget < 50, WalkBudget < Budget ->
+                        {capped, #{cap => CapWords,
+                                   need => Fixed + 400 * Budget,
+                                   least => Fixed + 400 * 50,
                                    heap => Heap, fun_words => FunWords}};
                    Collects ->
                         {young_heap, #{young => Gci(heap_size)}};
+                   WalkBudget < Budget ->
+                        {gen, #{cap => CapWords, budget => WalkBudget,
+                                need => Fixed + 400 * Budget}};
                    true ->
                         {gen, #{}}
                 end,

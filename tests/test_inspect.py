@@ -352,7 +352,7 @@ def heap_of(node, name: str) -> int:
 
 def test_nothing_of_a_state_is_copied_into_its_process(shapes_node):
     """A record around a map of 200,000 entries, the process capped by
-    max_heap_size at four times its heap (kill; twice, before inspect
+    max_heap_size at six times its heap (kill; twice, before inspect
     left a process without room for its rule alone): children of
     containers came
     back from a match specification copied into the process's own heap,

@@ -112,6 +112,21 @@ def test_a_process_that_caps_its_heap_lives(node):
         assert answer["state"] is None, answer["state"]
         assert answer["parts"][0]["path"] == "State"
         assert whereis(node, name) == pid, "walked, and killed"
+    # With room for part of the budget only, the walk's budget is cut to
+    # fit, and the answer says so.
+    name = "bp_cap60k"
+    least = re.search(r"\(([\d,]+) at the least budget",
+                      inspect(node, name)["state"])
+    assert least, "no least figure"
+    pid = whereis(node, name)
+    erlang(node, "gen_server", "call", Atom(name),
+           (Atom("max_heap"), int(least.group(1).replace(",", ""))
+            + 400 * 150))
+    for _ in range(3):
+        answer = inspect(node, name)
+        assert "walked with a budget of" in answer["state"], answer["state"]
+        assert answer["parts"][0]["path"] == "State"
+        assert whereis(node, name) == pid, "walked, and killed"
     for name, _, _ in cases:
         gone(node, name)
 

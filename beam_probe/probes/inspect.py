@@ -473,11 +473,12 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
         state_note = (
             f"not measured inside: its heap is capped (max_heap_size "
             f"{limits.count('cap'):,} words) and a walk needs "
-            f"{limits.count('need'):,} (it has {limits.count('heap'):,}): "
-            f"our request of {limits.count('fun_words'):,} words and the "
-            "collections it brings on size its heaps for up to 7 times "
-            "what its young heap then holds (measured), and past the cap "
-            "it would be killed; nothing was sent to it")
+            f"{limits.count('need'):,} ({limits.count('least'):,} at the "
+            f"least budget; it has {limits.count('heap'):,}): our request "
+            f"of {limits.count('fun_words'):,} words and the collections "
+            "it brings on size its heaps for up to 4 times its old heap "
+            "and 7 times what its young heap then holds (measured), and "
+            "past the cap it would be killed; nothing was sent to it")
     elif why == "young_heap" and limits is not None:
         young = limits.count("young") * wordsize
         state_note = (
@@ -511,6 +512,12 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
                           "were not measured: the walk stops at 0.1 ms of "
                           "the manager's time a term of --budget (100 ms "
                           "at the default), whatever its handlers")
+    if why == "gen" and limits is not None and "budget" in limits:
+        cut = (f"walked with a budget of {limits.count('budget'):,} terms, "
+               "less than asked: its heap is capped (max_heap_size "
+               f"{limits.count('cap'):,} words), and the full budget "
+               f"needs {limits.count('need'):,}")
+        state_note = cut if state_note is None else f"{state_note}; {cut}"
     if unmeasured:
         sampled = True
         unmeasured_note = (
