@@ -503,9 +503,12 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
                       "mailbox behind the others, and when handled finds "
                       "us gone and measures nothing")
     handlers = reply["handlers"] if "handlers" in reply else None
+    skipped = 0
     if isinstance(handlers, dict) and state_note is None:
         counts_ = Reply(where, handlers)
         total_handlers = counts_.count("total")
+        # Handlers not walked hold what they hold: the figures are
+        # lower bounds ("at least"), as for parts not measured in full.
         skipped = counts_.count("skipped")
         if skipped:
             state_note = (f"{skipped:,} of its {total_handlers:,} handlers "
@@ -545,7 +548,7 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
                       "binary_distinct": distinct,
                       "sampled": sampled,
                       "pause_ms": round(reply.count("pause_us") / 1000, 1),
-                      "unmeasured": unmeasured},
+                      "unmeasured": unmeasured + skipped},
             "state": state_note, "dictionary": dictionary_note,
             "mailbox": mailbox_note}
 
