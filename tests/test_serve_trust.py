@@ -628,3 +628,14 @@ def test_a_head_past_its_bound_is_431(monkeypatch):
     finally:
         door.shutdown()
         door.server_close()
+
+
+def test_the_config_file_can_name_the_web_configuration(tmp_path):
+    web = tmp_path / "web.yml"
+    web.write_text(f"basic_auth_users:\n  p: '{_hash(b'pw')}'\n")
+    config = tmp_path / "serve.toml"
+    config.write_text(f"web_config_file = '{web}'\n"
+                      "[[target]]\nmatch = 'a@h'\n")
+    with serving("--config", str(config), env=serve_env("c")) as s:
+        assert s.get("-/healthy")[0] == 401
+        assert s.get("-/healthy", _basic("p", "pw"))[0] == 200
