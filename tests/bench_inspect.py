@@ -13,8 +13,14 @@ Then a table of TABLE objects: `inspect --table`, sampled, its time
 against --timeout, and the longest an insert and a lookup into the table
 waited meanwhile (the table stays usable).
 
+Then the hostile round's tables (tests/test_inspect_table.py tests them):
+a compressed table read whole, and a table rewritten while it is read,
+with the node's memory and pauses watched on the node.
+
 Run: python tests/bench_inspect.py [SIZE] [--table TABLE] [--runs R]
-Defaults: SIZE 1,000,000, TABLE 10,000,000 (about 1.5 GB of node memory).
+     [--hostile OBJECTS] [--hostile-only]
+Defaults: SIZE 1,000,000, TABLE 10,000,000 (about 1.5 GB of node memory),
+OBJECTS 4,800 (95 MiB compressed, 1.5 GB as read).
 """
 
 from __future__ import annotations
@@ -159,15 +165,81 @@ def bench_table(script: str, size: int, runs: int) -> None:
               f"{_median(rows, 2) / 1000:.1f} ms at most", flush=True)
 
 
+def _watched(node, env: dict, script: str, table: str,
+             *args: str) -> tuple[dict, dict]:
+    """inspect --table TABLE, with the node watched meanwhile by
+    tests/erl/beam_probe_table_fixture.erl (its memory, the table's
+    words an object, a ticker's lateness, system_monitor's long_gc and
+    long_schedule over 50 ms)."""
+    _apply(node, env, "beam_probe_table_fixture", "watch_start", f"[{table}]")
+    code, out, err, _, _ = run_measured(
+        [script, "inspect", node.node, "--table", table, *args,
+         "--format", "json", "--timeout", "300"], env)
+    if code != 0:
+        raise SystemExit(f"inspect --table failed ({code}): {err}")
+    watched = _erl_call(node, env, "-a",
+                        "beam_probe_table_fixture watch_stop []")
+    figures = {k.strip(): int(v) for k, v in (
+        item.split("=>") for item in watched.strip("#{}").split(","))}
+    return json.loads(out), figures
+
+
+def bench_hostile_tables(script: str, packed: int) -> None:
+    """The hostile round's tables: a compressed one of ``packed`` objects
+    of 20,000 small integers (20 KB stored, 320 KB read: 4,800 are the
+    round's 95.5 MiB), read whole; and a table of 200,000 objects
+    rewritten 100 times a millisecond while it is read."""
+    with start_node() as node:
+        env = dict(os.environ, HOME=node.home)
+        words = int(_apply(node, env, "beam_probe_table_fixture", "packed",
+                           f"[bp_packed, {packed}, 20000]"))
+        before = int(_erl_call(node, env, "-a", "erlang memory [total]"))
+        result, seen = _watched(node, env, script, "bp_packed",
+                                "--budget", str(packed))
+        print(f"compressed table of {words * 8 / MB:.1f} MiB stored "
+              f"({packed * 20000 * 16 / MB:,.0f} MiB as read), node "
+              f"{before / MB:.0f} MB: inspect --table read "
+              f"{result['seen']:,} objects; node memory "
+              f"+{seen['memory_rise'] / MB:.1f} MB at its peak (the round: "
+              f"497 -> 2,868 MB), longest collection "
+              f"{seen['long_gc_ms']} ms and run without a yield "
+              f"{seen['long_schedule_ms']} ms (0: none over 50 ms), a "
+              f"ticker late {seen['late_ms']} ms at most", flush=True)
+        _apply(node, env, "beam_probe_table_fixture", "churn",
+               "[bp_churn, 200000]")
+        try:
+            result, seen = _watched(node, env, script, "bp_churn",
+                                    "--budget", "50000")
+        finally:
+            _erl_call(node, env, "-e", expr="beam_probe_table_fixture:"
+                      "churn_stop(whereis(bp_churn_writer)).\n")
+        print(f"table of 200,000 objects rewritten while read: "
+              f"{result['seen']:,} objects read, the table's words an "
+              f"object {seen['table_base'] / 1000:.1f} before and "
+              f"{seen['table_peak'] / 1000:.1f} at most (the round, fixed: "
+              f"64.5 -> 123 MB), node memory +{seen['memory_rise'] / MB:.1f} "
+              f"MB, longest collection {seen['long_gc_ms']} ms, run without "
+              f"a yield {seen['long_schedule_ms']} ms, a ticker late "
+              f"{seen['late_ms']} ms at most; changed: {result['changed']}",
+              flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("size", nargs="?", type=int, default=1_000_000)
     parser.add_argument("--table", type=int, default=10_000_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--hostile", type=int, default=4_800,
+                        help="the compressed table's objects (0: skip)")
+    parser.add_argument("--hostile-only", action="store_true")
     opts = parser.parse_args()
     script = os.path.join(os.path.dirname(sys.executable), "beam-probe")
     if not os.path.exists(script):
         script = shutil.which("beam-probe")
+    if opts.hostile:
+        bench_hostile_tables(script, opts.hostile)
+    if opts.hostile_only:
+        return 0
     bench_state(script, opts.size, max(1, opts.runs))
     if opts.table:
         bench_table(script, opts.table, max(1, opts.runs))

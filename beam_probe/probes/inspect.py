@@ -47,7 +47,7 @@ DEFAULT_BUDGET = 1_000
 MAX_BUDGET = 1_000_000
 # A table is read by our worker (the table stays usable): keys in chunks
 # of at most 500 with ets:select/3, objects by ets:lookup/2 in batches
-# of about 8 MB as read (at most 500), three levels of each
+# of about 2 MB as read (at most 500), three levels of each
 # searched for binaries (~70-130 us an object here: 20,000 objects of a
 # 10M-object table took 1.6-2.8 s).
 DEFAULT_TABLE_BUDGET = 20_000
@@ -473,12 +473,11 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
         state_note = (
             f"not measured inside: its heap is capped (max_heap_size "
             f"{limits.count('cap'):,} words) and a walk needs "
-            f"{limits.count('need'):,} ({limits.count('least'):,} at the "
-            f"least budget; it has {limits.count('heap'):,}): our request "
-            f"of {limits.count('fun_words'):,} words and the collections "
-            "it brings on size its heaps for up to 4 times its old heap "
-            "and 7 times what its young heap then holds (measured), and "
-            "past the cap it would be killed; nothing was sent to it")
+            f"{limits.count('need'):,} (it has {limits.count('heap'):,}): "
+            f"our request of {limits.count('fun_words'):,} words and the "
+            "collections it brings on size its heaps for up to 7 times "
+            "what its young heap then holds (measured), and past the cap "
+            "it would be killed; nothing was sent to it")
     elif why == "young_heap" and limits is not None:
         young = limits.count("young") * wordsize
         state_note = (
@@ -503,24 +502,15 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
                       "mailbox behind the others, and when handled finds "
                       "us gone and measures nothing")
     handlers = reply["handlers"] if "handlers" in reply else None
-    skipped = 0
     if isinstance(handlers, dict) and state_note is None:
         counts_ = Reply(where, handlers)
         total_handlers = counts_.count("total")
-        # Handlers not walked hold what they hold: the figures are
-        # lower bounds ("at least"), as for parts not measured in full.
         skipped = counts_.count("skipped")
         if skipped:
             state_note = (f"{skipped:,} of its {total_handlers:,} handlers "
                           "were not measured: the walk stops at 0.1 ms of "
                           "the manager's time a term of --budget (100 ms "
                           "at the default), whatever its handlers")
-    if why == "gen" and limits is not None and "budget" in limits:
-        cut = (f"walked with a budget of {limits.count('budget'):,} terms, "
-               "less than asked: its heap is capped (max_heap_size "
-               f"{limits.count('cap'):,} words), and the full budget "
-               f"needs {limits.count('need'):,}")
-        state_note = cut if state_note is None else f"{state_note}; {cut}"
     if unmeasured:
         sampled = True
         unmeasured_note = (
@@ -548,7 +538,7 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
                       "binary_distinct": distinct,
                       "sampled": sampled,
                       "pause_ms": round(reply.count("pause_us") / 1000, 1),
-                      "unmeasured": unmeasured + skipped},
+                      "unmeasured": unmeasured},
             "state": state_note, "dictionary": dictionary_note,
             "mailbox": mailbox_note}
 
