@@ -79,3 +79,21 @@ def test_a_long_list_is_counted(deep_dump):
     assert listed["count"] == LENGTH
     # Two words a cell, integers immediate.
     assert listed["bytes"] >= 2 * 8 * LENGTH
+
+
+def test_a_stack_past_the_bound_is_counted_whole(deep_dump, monkeypatch):
+    """Stack slots are placed up to a bound (a Root each in memory); past
+    it, what the others hold is counted with the last slot placed, and
+    the answer says so. The bound made small here: the total is the
+    same."""
+    from beam_probe.crashdump import inspect as dead
+    from beam_probe.crashdump.reader import Dump
+
+    with Dump(deep_dump) as dump:
+        whole = dead.inspect(dump, "bp_deep")
+    monkeypatch.setattr(dead, "MAX_STACK_ROOTS", 1_000)
+    with Dump(deep_dump) as dump:
+        bounded = dead.inspect(dump, "bp_deep")
+    assert whole["state"] is None
+    assert "past the first 1,000" in (bounded["state"] or "")
+    assert bounded["total"]["bytes"] == whole["total"]["bytes"]

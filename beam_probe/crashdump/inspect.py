@@ -36,6 +36,9 @@ PIN_RATIO = 2
 # Stack slots shown one by one, the largest; a deep recursion's others
 # are one row (326,474 slots were a row and a pass each).
 MAX_SLOTS = 64
+# Stack slots placed at most (a Root each, ~250 bytes: a runaway
+# recursion of 10M slots would hold 2.5 GB).
+MAX_STACK_ROOTS = 1_000_000
 # Slots that hold what an earlier slot holds, named one by one; past
 # this many, one row.
 MAX_SHARED_ROWS = 32
@@ -74,6 +77,10 @@ def inspect(dump: Dump, spec: str, depth: int = 3, width: int = 10
     if process.heap is None or process.heap.end <= process.heap.start:
         no_heap = ("the dump holds no heap lines for it (it died "
                    "collecting, or the dump was cut before them)")
+    elif walker.unplaced:
+        no_heap = (f"its stack's slots past the first {MAX_STACK_ROOTS:,} "
+                   f"({walker.unplaced:,} more) are not placed: what they "
+                   "hold is counted with the slot before them")
     elif walker.unknown:
         from beam_probe.crashdump.answers import binary_memory
 
@@ -116,6 +123,9 @@ class _Walker:
         # those under a sub-binary whose ProcBin it did not visit).
         self.unknown: set[bytes] = set()
         self.shared: list[Root] = []
+        # Stack slots past MAX_STACK_ROOTS: not placed, their lines
+        # counted with the slot placed before them.
+        self.unplaced = 0
 
     @property
     def distinct(self) -> int:
@@ -153,7 +163,17 @@ class _Walker:
         process = self.process
         if process.heap is None:
             return [], []
-        roots = [r for r in process.roots() if heap.pointer(r.term)]
+        roots: list[Root] = []
+        slots = 0
+        for r in process.roots():
+            if not heap.pointer(r.term):
+                continue
+            if r.where == "stack":
+                slots += 1
+                if slots > MAX_STACK_ROOTS:
+                    self.unplaced += 1
+                    continue
+            roots.append(r)
         lines, pointers = self._index({heap.pointer(r.term) or b""
                                        for r in roots})
         located: list[tuple[int, Root]] = []
