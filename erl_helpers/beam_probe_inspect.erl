@@ -1772,7 +1772,8 @@ table(Spec, Walker, Options) ->
                     %% may miss a key or meet one twice if the table is
                     %% resized meanwhile (ets's "Table traversal"); an
                     %% ordered_set's walk is safe. The answer says when the
-                    %% table changed while it was read.
+                    %% table changed while it was read: its size moved, or
+                    %% a key listed had no object when it was looked up.
                     %%
                     %% Keys first, a chunk of at most 500 by ets:select/3
                     %% (each a short operation): a pattern that names the
@@ -1816,20 +1817,20 @@ table(Spec, Walker, Options) ->
                     %% compressed table stores 16 times less than it
                     %% reads) took a node from 497 MB to 2,868 MB.
                     Walk =
-                        fun Walk(Keys, Cont, Prev, Batch, Seen, Acc) ->
+                        fun Walk(Keys, Cont, Prev, Batch, Seen, Gone, Acc) ->
                                 Late = erlang:monotonic_time(millisecond)
                                     > Deadline,
                                 case Keys of
-                                    _ when Late -> {Acc, Seen, true};
+                                    _ when Late -> {Acc, Seen, true, Gone};
                                     _ when Seen >= Budget ->
-                                        {Acc, Seen, false};
+                                        {Acc, Seen, false, Gone};
                                     [] when Cont =:= '$end_of_table' ->
-                                        {Acc, Seen, false};
+                                        {Acc, Seen, false, Gone};
                                     [] ->
                                         {Fresh, Cont2, Prev2} =
                                             NextKeys(ets:select(Cont), Prev),
                                         Walk(Fresh, Cont2, Prev2, Batch, Seen,
-                                             Acc);
+                                             Gone, Acc);
                                     _ ->
                                         %% The last batch is garbage now:
                                         %% a full collection gives it back
@@ -1844,14 +1845,14 @@ table(Spec, Walker, Options) ->
                                               erlang:min(Batch,
                                                          erlang:length(Keys)),
                                               Keys),
+                                        Lookups = lists:zipwith(
+                                                    fun ets:lookup/2,
+                                                    lists:duplicate(
+                                                      erlang:length(Take),
+                                                      Found),
+                                                    Take),
                                         Objs = lists:sublist(
-                                                 lists:append(
-                                                   lists:zipwith(
-                                                     fun ets:lookup/2,
-                                                     lists:duplicate(
-                                                       erlang:length(Take),
-                                                       Found),
-                                                     Take)),
+                                                 lists:append(Lookups),
                                                  Budget - Seen),
                                         Acc2 = Inspect(
                                                  {objects,
@@ -1866,12 +1867,17 @@ table(Spec, Walker, Options) ->
                                                   Keypos, Acc}),
                                         Most = erlang:max(
                                                  1, erlang:element(3, Acc2)),
+                                        %% A key listed, its object gone
+                                        %% by the time it was read: the
+                                        %% table changed under the walk.
                                         Walk(Rest, Cont, Prev,
                                              erlang:max(1, erlang:min(
                                                              500,
                                                              262144
                                                              div Most)),
                                              Seen + erlang:length(Objs),
+                                             Gone orelse
+                                                 lists:member([], Lookups),
                                              Acc2)
                                 end
                         end,
@@ -1881,7 +1887,8 @@ table(Spec, Walker, Options) ->
                                 NextKeys(ets:select(Found, KeySpec,
                                                     erlang:min(500, Budget)),
                                          erlang:make_ref()),
-                            Walk(First, Cont0, Prev0, 1, 0, {#{}, [], 0})
+                            Walk(First, Cont0, Prev0, 1, 0, false,
+                                 {#{}, [], 0})
                         catch
                             %% Deleted while we read it.
                             error:badarg -> gone
@@ -1889,7 +1896,7 @@ table(Spec, Walker, Options) ->
                     case Walked of
                         gone ->
                             {error, no_such_table};
-                        {{Families, Top, _}, Seen, Late} ->
+                        {{Families, Top, _}, Seen, Late, Vanished} ->
                             After = ets:info(Found, size),
                             #{table => Found, info => Info,
                               families => [{F, C, W, B,
@@ -1899,7 +1906,7 @@ table(Spec, Walker, Options) ->
                               largest => [{K, F, W, B}
                                           || {_, K, F, W, B} <- Top],
                               seen => Seen, late => Late,
-                              changed => After =/= Before,
+                              changed => After =/= Before orelse Vanished,
                               wordsize => erlang:system_info(wordsize)}
                     end
             end

@@ -94,6 +94,19 @@ def test_a_table_written_while_it_is_read_is_not_fixed(nodes, otp):
     assert result["seen"] > 10_000
 
 
+def test_a_table_of_one_size_rewritten_while_read_says_so(nodes, otp):
+    """Its size the same at the end as at the start (a writer that
+    deletes one for each it inserts): the keys listed whose objects were
+    gone when read say that it changed."""
+    node = nodes.start(otp)
+    writer = _call(node, "churn", [Atom("bp_even"), 20_000, 0])
+    try:
+        result = _inspect(node, "bp_even", "--budget", "40000")
+    finally:
+        _call(node, "churn_stop", [writer])
+    assert result["changed"] is True
+
+
 @pytest.mark.parametrize("kind", ["bag", "duplicate_bag", "ordered_set"])
 def test_each_object_is_read_once(nodes, otp, kind):
     node = nodes.start(otp)

@@ -639,10 +639,11 @@ def _read_table(node: str, raw: Any) -> TableInspection:
             "sampled": seen < size,
             "seen": seen, "fraction": round(seen / size, 4) if size else 1.0,
             "late": reply["late"] is True,
-            # The table's size moved while it was read: objects written
-            # meanwhile were seen or not, and an unfixed walk of a set or
-            # a bag may miss a key or meet one twice if the table was
-            # resized (ets's "Table traversal").
+            # The table's size moved while it was read, or a key listed
+            # had no object when read: objects written meanwhile were
+            # seen or not, and an unfixed walk of a set or a bag may miss
+            # a key or meet one twice if the table was resized (ets's
+            # "Table traversal").
             "changed": reply["changed"] is True}
 
 

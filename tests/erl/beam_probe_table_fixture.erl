@@ -13,7 +13,7 @@
 %% longest collection and run without a yield system_monitor reported.
 -module(beam_probe_table_fixture).
 
--export([packed/3, churn/2, churn_stop/1, kind/2, watch_start/1,
+-export([packed/3, churn/2, churn/3, churn_stop/1, kind/2, watch_start/1,
          watch_stop/0]).
 
 -spec packed(atom(), pos_integer(), pos_integer()) -> non_neg_integer().
@@ -49,13 +49,19 @@ kind(Name, Type) ->
 %% 16th insert leaves the oldest in place (the table grows, slowly).
 -spec churn(atom(), pos_integer()) -> pid().
 churn(Name, Objects) ->
+    churn(Name, Objects, 16).
+
+%% As churn/2, every Keep-th insert leaving the oldest in place (0: none:
+%% the table's size stays as it was, give or take one).
+-spec churn(atom(), pos_integer(), non_neg_integer()) -> pid().
+churn(Name, Objects, Keep) ->
     Self = self(),
     Writer = spawn(fun() ->
                            T = ets:new(Name, [named_table, public, set]),
                            ets:insert(T, [{K, payload(K)}
                                           || K <- lists:seq(1, Objects)]),
                            Self ! {churning, self()},
-                           churn_loop(T, Objects + 1, 1)
+                           churn_loop(T, Objects + 1, 1, Keep)
                    end),
     receive {churning, Writer} -> ok end,
     %% Named for tests/bench_inspect.py, which stops it through erl_call.
@@ -65,26 +71,26 @@ churn(Name, Objects) ->
 payload(K) ->
     erlang:make_tuple(50, K).
 
-churn_loop(T, Next, Oldest) ->
+churn_loop(T, Next, Oldest, Keep) ->
     receive
         {stop, From} -> From ! {stopped, self()}
     after 1 ->
             %% 100 writes a millisecond at most: a writer that never
             %% waits would hold a core of a 2-core machine.
-            {Next2, Oldest2} = churn_writes(T, Next, Oldest, 100),
-            churn_loop(T, Next2, Oldest2)
+            {Next2, Oldest2} = churn_writes(T, Next, Oldest, Keep, 100),
+            churn_loop(T, Next2, Oldest2, Keep)
     end.
 
-churn_writes(_, Next, Oldest, 0) ->
+churn_writes(_, Next, Oldest, _, 0) ->
     {Next, Oldest};
-churn_writes(T, Next, Oldest, N) ->
+churn_writes(T, Next, Oldest, Keep, N) ->
     ets:insert(T, {Next, payload(Next)}),
-    case Next rem 16 of
-        0 ->
-            churn_writes(T, Next + 1, Oldest, N - 1);
-        _ ->
+    case Keep > 0 andalso Next rem Keep =:= 0 of
+        true ->
+            churn_writes(T, Next + 1, Oldest, Keep, N - 1);
+        false ->
             ets:delete(T, Oldest),
-            churn_writes(T, Next + 1, Oldest + 1, N - 1)
+            churn_writes(T, Next + 1, Oldest + 1, Keep, N - 1)
     end.
 
 -spec churn_stop(pid()) -> ok.
