@@ -203,8 +203,10 @@ walker(Options) ->
                   {{Inspect({kind, T}), N, Own, 0, [], {N, 0, 0}}, #{}, Left,
                    N > 0, true};
                  (Inspect, _, {sample, 0, T, N, Own, _, Left, _, _}) ->
-                  {{Inspect({kind, T}), N, Inspect({rest, T, Own}), 0, [],
-                    {N, 0, 0}}, #{}, Left, N > 0, false};
+                  %% The part's kind says when its words are its own only.
+                  {Words, Kind} = Inspect({rest, T, Own}),
+                  {{Kind, N, Words, 0, [], {N, 0, 0}}, #{}, Left, N > 0,
+                   false};
                  (Inspect, _, {sample, K, T, N, Own, Level, Left, Path,
                                Deadline})
                 when erlang:is_map(T) ->
@@ -242,19 +244,20 @@ walker(Options) ->
           %% ms on a heap of 10.7M words, the tester measured), while
           %% the request's calls of it have sized fewer than shared_most
           %% words (0 for a heap over it): so at most twice shared_most
-          %% in all. Else the part is not measured in full, only its own
-          %% words count, and the answer says so.
+          %% in all. Else the part is not measured in full: only its own
+          %% words count, its kind is {not_measured, Kind}, and the answer
+          %% says so.
           rest =>
-              fun(_, Cfg, {rest, T, Own}) ->
+              fun(Inspect, Cfg, {rest, T, Own}) ->
                   Sized = counters:get(erlang:element(13, Cfg), 1),
                   case Sized < erlang:element(12, Cfg) of
                       true ->
                           Words0 = erts_debug:size_shared(T),
                           counters:add(erlang:element(13, Cfg), 1, Words0),
-                          Words0;
+                          {Words0, Inspect({kind, T})};
                       false ->
                           counters:add(erlang:element(13, Cfg), 2, 1),
-                          Own
+                          {Own, {not_measured, Inspect({kind, T})}}
                   end
               end,
           entries =>

@@ -287,10 +287,15 @@ def test_past_the_budget_a_large_heap_is_not_measured_small(node):
             node, "bp_nested", "--budget", "10"))
         assert answer["total"]["unmeasured"] >= 1, answer["total"]
         assert "lower bounds" in answer["state"], answer["state"]
+        # The part itself says so: its bytes are its own words only.
+        state = answer["parts"][0]
+        assert state["path"] == "State" and \
+            state["kind"] == "tuple nested, not measured", state
         assert figures["long_schedule"] < 250, figures
         text = run_here("inspect", node.node, "bp_nested", "--budget", "10",
                         node=node)
         assert "what it holds: at least" in text.stdout, text.stdout
+        assert "{nested, ...}, not measured" in text.stdout, text.stdout
     finally:
         gone(node, "bp_nested")
     # A heap under the bound: sized whole, past the budget too.
@@ -302,3 +307,17 @@ def test_past_the_budget_a_large_heap_is_not_measured_small(node):
     assert answer["total"]["bytes"] == pytest.approx(
         (10_000 * 42 + 3) * 8, rel=0.05)
     gone(node, "bp_nested_small")
+
+
+def test_a_kind_not_measured_twice_is_a_bad_reply():
+    """A part's kind is wrapped once at most: a peer's nesting of it is a
+    bad reply in one line (exit 8), never a recursion."""
+    from beam_probe.errors import BadReply
+    from beam_probe.probes.inspect import _kind
+
+    nm = Atom("not_measured")
+    assert _kind((nm, Atom("map"))) == "map, not measured"
+    assert _kind((nm, (Atom("record"), Atom("state")))) == \
+        "record state, not measured"
+    with pytest.raises(BadReply):
+        _kind((nm, (nm, Atom("map"))))

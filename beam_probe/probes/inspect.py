@@ -73,6 +73,9 @@ A_TOO_LONG = Atom("too_long")
 A_TOO_LARGE = Atom("too_large")
 A_TOO_MANY = Atom("too_many")
 A_OTHER_HANDLERS = Atom("other_handlers")
+A_NOT_MEASURED = Atom("not_measured")
+# After a part's kind when its words are its own only.
+NOT_MEASURED = ", not measured"
 
 _WHY = {
     "not_proc_lib": "it was not started by proc_lib (proc_lib:spawn or a "
@@ -242,7 +245,15 @@ def step_text(step: Any, elixir: bool, names: RecordNames, size: int) -> str:
 def _kind(kind: Any, names: "RecordNames | None" = None, size: int = 0) -> str:
     """A kind as text: 'map', 'struct Elixir.X', 'record state' for a
     record the module's debug_info defines, else 'tuple tag' (a tuple
-    led by an atom: {M, F, A} is no record)."""
+    led by an atom: {M, F, A} is no record); ', not measured' after one
+    whose words are its own only (past the budget, in a heap too large
+    to size it in one call)."""
+    if isinstance(kind, tuple) and len(kind) == 2 and \
+            kind[0] == A_NOT_MEASURED:
+        inner = kind[1]
+        if isinstance(inner, tuple) and inner[:1] == (A_NOT_MEASURED,):
+            raise BadReply("a part's kind not measured twice over")
+        return _kind(inner, names, size) + NOT_MEASURED
     if isinstance(kind, tuple) and len(kind) == 2:
         if kind[0] == Atom("record") and names is not None and \
                 not names.known(str(kind[1]), size):
@@ -473,11 +484,12 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
         state_note = (
             f"not measured inside: its heap is capped (max_heap_size "
             f"{limits.count('cap'):,} words) and a walk needs "
-            f"{limits.count('need'):,} (it has {limits.count('heap'):,}): "
-            f"our request of {limits.count('fun_words'):,} words and the "
-            "collections it brings on size its heaps for up to 7 times "
-            "what its young heap then holds (measured), and past the cap "
-            "it would be killed; nothing was sent to it")
+            f"{limits.count('need'):,} ({limits.count('least'):,} at the "
+            f"least budget; it has {limits.count('heap'):,}): our request "
+            f"of {limits.count('fun_words'):,} words and the collections "
+            "it brings on size its heaps for up to 4 times its old heap "
+            "and 7 times what its young heap then holds (measured), and "
+            "past the cap it would be killed; nothing was sent to it")
     elif why == "young_heap" and limits is not None:
         young = limits.count("young") * wordsize
         state_note = (
@@ -502,15 +514,24 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
                       "mailbox behind the others, and when handled finds "
                       "us gone and measures nothing")
     handlers = reply["handlers"] if "handlers" in reply else None
+    skipped = 0
     if isinstance(handlers, dict) and state_note is None:
         counts_ = Reply(where, handlers)
         total_handlers = counts_.count("total")
+        # Handlers not walked hold what they hold: the figures are
+        # lower bounds ("at least"), as for parts not measured in full.
         skipped = counts_.count("skipped")
         if skipped:
             state_note = (f"{skipped:,} of its {total_handlers:,} handlers "
                           "were not measured: the walk stops at 0.1 ms of "
                           "the manager's time a term of --budget (100 ms "
                           "at the default), whatever its handlers")
+    if why == "gen" and limits is not None and "budget" in limits:
+        cut = (f"walked with a budget of {limits.count('budget'):,} terms, "
+               "less than asked: its heap is capped (max_heap_size "
+               f"{limits.count('cap'):,} words), and the full budget "
+               f"needs {limits.count('need'):,}")
+        state_note = cut if state_note is None else f"{state_note}; {cut}"
     if unmeasured:
         sampled = True
         unmeasured_note = (
@@ -538,7 +559,7 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
                       "binary_distinct": distinct,
                       "sampled": sampled,
                       "pause_ms": round(reply.count("pause_us") / 1000, 1),
-                      "unmeasured": unmeasured},
+                      "unmeasured": unmeasured + skipped},
             "state": state_note, "dictionary": dictionary_note,
             "mailbox": mailbox_note}
 

@@ -14,12 +14,16 @@ if TYPE_CHECKING:
 
 # How a path is cut on screen (JSON keeps it whole).
 PATH_WIDTH = 72
+# After the kind of a part whose words are its own only (the probe's).
+NOT_MEASURED = ", not measured"
 
 
 def _kind(kind: str, syntax: Syntax) -> str:
     """'record state' as #state{}, 'tuple ok' (a tuple led by an atom) as
     {ok, ...}, 'struct Elixir.X' as %X{}; Elixir writes both tuples
-    {:state, ...}."""
+    {:state, ...}. A part's ', not measured' stays after it."""
+    if kind.endswith(NOT_MEASURED):
+        return _kind(kind[:-len(NOT_MEASURED)], syntax) + NOT_MEASURED
     for word in ("record ", "tuple "):
         if kind.startswith(word):
             tag = kind[len(word):]
