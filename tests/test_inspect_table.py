@@ -65,6 +65,13 @@ def test_a_compressed_table_is_read_by_what_it_costs_once_read(nodes, otp):
     # Chunks sized by the stored words read 83 objects of 1.6 MB at a
     # time and took the node 2.3 GB higher; now a batch is ~2 MB as read.
     assert watched["memory_rise"] < 4 * STATED_RISE
+    _no_long_pause(watched)
+
+
+def _no_long_pause(watched: dict) -> None:
+    # README: none over 50 ms was seen; the round saw both schedulers
+    # stalled 0.5-1 s. Generous: a loaded machine stretches a run.
+    assert watched["long_gc_ms"] < 500 and watched["long_schedule_ms"] < 500
 
 
 def test_a_table_written_while_it_is_read_is_not_fixed(nodes, otp):
@@ -90,6 +97,7 @@ def test_a_table_written_while_it_is_read_is_not_fixed(nodes, otp):
     # went from 64.5 to 123 MB): its words an object grew. Unfixed, they
     # stay as they were.
     assert watched["table_peak"] < 1.2 * watched["table_base"]
+    _no_long_pause(watched)
     assert result["changed"] is True
     assert result["seen"] > 10_000
 
