@@ -36,9 +36,9 @@ PIN_RATIO = 2
 # Stack slots shown one by one, the largest; a deep recursion's others
 # are one row (326,474 slots were a row and a pass each).
 MAX_SLOTS = 64
-# Stack slots placed at most (a Root each, ~250 bytes: a runaway
-# recursion of 10M slots would hold 2.5 GB).
-MAX_STACK_ROOTS = 1_000_000
+# Stack slots placed at most (what a slot costs to place: ~0.6 KB,
+# measured on 400,000; a runaway recursion of 10M slots would hold GBs).
+MAX_STACK_ROOTS = 500_000
 # Slots that hold what an earlier slot holds, named one by one; past
 # this many, one row.
 MAX_SHARED_ROWS = 32
@@ -47,6 +47,9 @@ MAX_LENGTH = 16_000_000
 # A heap line's address, and a pointer to one.
 _LINE = re.compile(rb"\n([0-9A-F]{1,16}):")
 _POINTER = re.compile(rb"H([0-9A-F]{1,16})")
+
+
+_UNNAMED = ("", "")
 
 
 class _Span(NamedTuple):
@@ -198,7 +201,9 @@ class _Walker:
         for i, (at, root) in enumerate(located):
             end = located[i + 1][0] if i + 1 < len(located) \
                 else process.heap.end
-            spans.append(_Span(self._root_path(root), at, end, root))
+            # A root's path is made when its part is shown (a deep
+            # stack's others never are).
+            spans.append(_Span(_UNNAMED, at, end, root))
         stack = [s for s in spans if s.root and s.root.where == "stack"]
         rest: list[_Span] = []
         if len(stack) > MAX_SLOTS:
@@ -359,6 +364,8 @@ class _Walker:
 
     def _part(self, span: _Span, depth: int) -> None:
         """One part: its row, then (within --depth) its largest children."""
+        if span.path is _UNNAMED and span.root is not None:
+            span = span._replace(path=self._root_path(span.root))
         text = self.process.line(span.start)
         try:
             c = heap.cell(text)
