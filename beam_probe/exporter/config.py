@@ -29,6 +29,14 @@ An IP address is no DNS name: ``*`` matched ``2130706433``,
 ``0x7f000001`` and ``::1`` as one label, spellings that the resolver
 reads as 127.0.0.1 and ::1. A numeric or IPv6 host therefore matches only
 a pattern that writes it out in full, character for character.
+
+Nor is a host outside ASCII one: Python hands it to the idna codec, which
+reads U+3002, U+FF0E and U+FF61 as dots: ``app@127<U+FF0E>0<U+FF0E>0<U+FF0E>1``
+was one label to the match, matched ``app@*`` and dialled 127.0.0.1, and
+``rabbit@mq<U+3002>attacker<U+3002>example`` matched ``rabbit@mq*`` (issue
+37, round 5). A host we match and dial is therefore ASCII letters, digits,
+``-``, ``_``, ``.`` and an IPv6 address's ``:``, the bytes the resolver is
+handed as they are (no escape, no mapping); any other matches nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import string
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Mapping
@@ -54,6 +63,10 @@ TOP_KEYS = frozenset(("listen", "timeout", "timeout_offset", "compat",
                       "target", "allow_target_patterns", "web_config_file"))
 # fnmatch's special characters: a name without them is an exact name.
 WILDCARDS = frozenset("*?[")
+# A host's characters as the resolver takes them unchanged: host names'
+# letters, digits and hyphens (RFC 1123), the underscore some carry, the
+# dot, an IPv6 address's colon. Not a backslash (a resolver's escape).
+HOST_CHARACTERS = frozenset(string.ascii_letters + string.digits + "-_.:")
 
 
 @dataclass(frozen=True)
@@ -101,6 +114,12 @@ def is_pattern(text: str) -> bool:
     return any(c in WILDCARDS for c in text)
 
 
+def is_plain_host(host: str) -> bool:
+    """Whether ``host`` is made of HOST_CHARACTERS alone: what we match is
+    then what the resolver looks up, dot for dot."""
+    return bool(host) and all(c in HOST_CHARACTERS for c in host)
+
+
 def is_numeric_host(host: str) -> bool:
     """Whether ``host`` is an IP address in any spelling a resolver takes
     (IPv6; IPv4 dotted, short, decimal, octal or hex: inet_aton's forms),
@@ -123,10 +142,12 @@ def matches(pattern: str, node: str) -> bool:
     """Whether ``node`` (name@host) is one ``pattern`` allows: the name
     by a case-sensitive glob, the host label by label, case aside, so a
     wildcard never spans a dot. A numeric or IPv6 host matches only a
-    host written out in full (no wildcard stands for any part of it)."""
+    host written out in full (no wildcard stands for any part of it). A
+    host that is not plain (is_plain_host) matches nothing."""
     alive, at, host = node.partition("@")
     want_alive, _, want_host = pattern.partition("@")
-    if not at or not fnmatchcase(alive, want_alive):
+    if not at or not is_plain_host(host) or \
+            not fnmatchcase(alive, want_alive):
         return False
     if is_numeric_host(host):
         return host.lower() == want_host.lower()
@@ -142,7 +163,13 @@ def check_pattern(pattern: str, source: str) -> str:
         raise UsageError(f"{source}: {pattern[:60]!r} is not a target "
                          "pattern: name@host, with * and ? (rabbit@*, "
                          "*@db-?.example.com)")
-    if _wild_address(pattern.partition("@")[2]):
+    host = pattern.partition("@")[2]
+    if any(c not in HOST_CHARACTERS and c not in "*?[]!" for c in host):
+        # It would match nothing (matches() refuses such a host).
+        raise UsageError(f"{source}: {pattern[:60]!r}: a host is ASCII "
+                         "letters, digits, '-', '_' and '.' (write an "
+                         "international name in its xn-- form)")
+    if _wild_address(host):
         # It would match nothing: an address matches only written out.
         raise UsageError(f"{source}: {pattern[:60]!r}: a wildcard in an IP "
                          "address matches nothing; write each address in "
@@ -311,5 +338,5 @@ def settings_from(parsed: Mapping[str, Any], path: str) -> dict[str, Any]:
 
 
 __all__ = ["Rule", "Settings", "check_pattern", "check_rules", "checked_tls",
-           "is_numeric_host", "is_pattern", "matches", "open_rules",
-           "read_file", "rule_from", "settings_from"]
+           "is_numeric_host", "is_pattern", "is_plain_host", "matches",
+           "open_rules", "read_file", "rule_from", "settings_from"]
