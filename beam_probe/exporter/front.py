@@ -19,6 +19,12 @@ worker thread to be answered. Rules:
 - Whole requests wait for one of WORKERS threads; at most MAX_QUEUED
   wait. One more is answered 503 at once (with Retry-After), never
   dropped unanswered.
+- With a gate (gate.py: basic auth), a whole head is first put to its
+  quick check on this thread: passed, refused (answered at once), or
+  slow (a password only bcrypt can tell). Slow ones wait for one of
+  GATE_WORKERS threads of their own, at most GATE_QUEUED of them, 503 at
+  once past that; so guesses never hold a worker nor a place in its
+  queue, and a remembered password goes straight to the workers.
 - One request per connection (HTTP/1.0, as before): Prometheus opens a
   connection per scrape when told so, and nothing waits on an idle one.
 """
@@ -33,7 +39,7 @@ import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 # From accept to a whole request head, TLS handshake included. Prometheus
 # sends its request at once; a few seconds covers a slow link.
@@ -58,6 +64,41 @@ BACKLOG = 1024
 # Accepted in one go before the loop reads the heads that came meanwhile.
 ACCEPT_BATCH = 32
 READ_SIZE = 4096
+# Threads for the gate's slow checks, and how many may wait for one. With
+# them on the WORKERS, a flood of wrong passwords held every worker (each
+# waiting up to 2 s for one of two bcrypt checks) and the queue behind
+# them: a remembered password waited 22.2 s behind 900 guesses (issue 37,
+# round 5). bcrypt holds a core while it hashes: two cores' worth. 16
+# waiting at ~70 ms a check (cost 10, measured here) is ~0.6 s of wait.
+GATE_WORKERS = 2
+GATE_QUEUED = 16
+
+# A gate's verdicts on a head: on to the workers, or to its slow check.
+PASS, SLOW = "pass", "slow"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A gate's answer in place of the request's: ``reply`` is sent as it
+    is, and ``reason`` told to on_drop."""
+
+    reply: bytes
+    reason: str
+
+
+class Gate(Protocol):
+    """What a request must pass before a worker answers it."""
+
+    # Sent when GATE_QUEUED slow checks already wait.
+    busy: Refusal
+
+    def quick(self, head: bytes) -> str | Refusal:
+        """PASS, SLOW or a Refusal, on the loop's thread: microseconds."""
+        ...
+
+    def slow(self, head: bytes) -> str | Refusal:
+        """PASS or a Refusal, on a thread of the gate's own."""
+        ...
 
 
 @dataclass(eq=False)
@@ -82,29 +123,33 @@ def _end_of_head(data: bytearray) -> bool:
     return b"\r\n\r\n" in data or b"\n\n" in data or b"\n\r\n" in data
 
 
-def _reply(code: int, reason: str, extra: str = "") -> bytes:
+def short_reply(code: int, reason: str, extra: str = "") -> bytes:
+    """A whole HTTP answer whose text is ``reason``; ``extra``: header
+    lines, each ending in CRLF."""
     text = f"{reason}\n".encode()
     return (f"HTTP/1.0 {code} {reason}\r\nContent-Type: text/plain; "
             f"charset=utf-8\r\nContent-Length: {len(text)}\r\n{extra}"
             f"Connection: close\r\n\r\n").encode() + text
 
 
-BUSY_REPLY = _reply(503, "Service Unavailable: every worker is busy",
+BUSY_REPLY = short_reply(503, "Service Unavailable: every worker is busy",
                     "Retry-After: 1\r\n")
-TOO_LARGE_REPLY = _reply(431, "Request Header Fields Too Large")
+TOO_LARGE_REPLY = short_reply(431, "Request Header Fields Too Large")
 
 
 class Front:
     """Listens on ``address`` and hands each whole request head to
     ``handle(pending, front)`` on a worker thread. ``tls``: a server
-    SSLContext, or None for plain HTTP. ``on_drop(reason)`` is told of
-    each connection closed unanswered or answered by the front itself:
-    head_deadline, shed_oldest, too_large, busy."""
+    SSLContext, or None for plain HTTP. ``gate``: what a request must
+    pass first, or None. ``on_drop(reason)`` is told of each connection
+    closed unanswered or answered by the front itself: head_deadline,
+    shed_oldest, too_large, busy, and the gate's refusals' reasons."""
 
     def __init__(self, address: tuple[str, int],
                  handle: Callable[[Pending, Front], None],
                  tls: ssl.SSLContext | None = None,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None,
+                 gate: Gate | None = None) -> None:
         host, port = address
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.socket = socket.socket(family, socket.SOCK_STREAM)
@@ -133,6 +178,10 @@ class Front:
             WORKERS, thread_name_prefix="beam-probe-http")
         self._queued = 0          # handed to workers, not yet done
         self._queued_lock = threading.Lock()
+        self.gate = gate
+        self._gate_workers = ThreadPoolExecutor(
+            GATE_WORKERS, thread_name_prefix="beam-probe-gate")
+        self._gated = 0           # handed to the gate's threads, not done
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._stopped.set()
@@ -188,6 +237,7 @@ class Front:
         self._wake_r.close()
         self._wake_w.close()
         self._workers.shutdown(wait=False, cancel_futures=True)
+        self._gate_workers.shutdown(wait=False, cancel_futures=True)
 
     # -- accepting ----------------------------------------------------------
 
@@ -317,14 +367,64 @@ class Front:
     # -- handing over -----------------------------------------------------
 
     def _dispatch(self, pending: Pending) -> None:
+        """A whole head, on the loop's thread: through the gate's quick
+        check, to the workers or the gate's threads."""
         self._forget(pending)
         pending.arrived = time.monotonic()
+        if self.gate is not None:
+            verdict = self.gate.quick(bytes(pending.head))
+            if isinstance(verdict, Refusal):
+                self._reply_and_close(pending, verdict)
+                return
+            if verdict == SLOW:
+                self._to_gate(pending)
+                return
+        self._to_workers(pending)
+
+    def _to_gate(self, pending: Pending) -> None:
+        assert self.gate is not None
+        with self._queued_lock:
+            busy = self._gated >= GATE_WORKERS + GATE_QUEUED
+            if not busy:
+                self._gated += 1
+        if busy:
+            self._reply_and_close(pending, self.gate.busy)
+            return
+        try:
+            self._gate_workers.submit(self._check, pending)
+        except RuntimeError:   # shut down
+            with self._queued_lock:
+                self._gated -= 1
+            self._close_socket(pending.sock)
+
+    def _check(self, pending: Pending) -> None:
+        """The gate's slow check, on one of its threads."""
+        assert self.gate is not None
+        try:
+            verdict = self.gate.slow(bytes(pending.head))
+        except Exception as exc:
+            if self.log is not None:
+                self.log(f"beam-probe: a check of a request from "
+                         f"{pending.source} failed: "
+                         f"{type(exc).__name__}: {exc}")
+            verdict = Refusal(BUSY_REPLY, "busy")
+        finally:
+            with self._queued_lock:
+                self._gated -= 1
+        if isinstance(verdict, Refusal):
+            self._reply_and_close(pending, verdict)
+        else:
+            self._to_workers(pending)
+
+    def _to_workers(self, pending: Pending) -> None:
+        """Hand a request to the workers (any thread: it is no longer
+        the loop's)."""
         with self._queued_lock:
             busy = self._queued >= WORKERS + MAX_QUEUED
             if not busy:
                 self._queued += 1
         if busy:
-            self._answer_and_close(pending, BUSY_REPLY, "busy")
+            self._reply_and_close(pending, Refusal(BUSY_REPLY, "busy"))
             return
         try:
             self._workers.submit(self._work, pending)
@@ -374,16 +474,21 @@ class Front:
 
     def _answer_and_close(self, pending: Pending, reply: bytes,
                           reason: str) -> None:
-        """A short answer from the loop itself, never waiting: what does
-        not fit in the socket's buffer at once is not sent."""
+        """A short answer from the loop itself, never waiting."""
         self._forget(pending)
+        self._reply_and_close(pending, Refusal(reply, reason))
+
+    def _reply_and_close(self, pending: Pending, refusal: Refusal) -> None:
+        """A short answer to a connection the loop no longer watches, never
+        waiting: what does not fit in the socket's buffer at once is not
+        sent."""
         try:
             if not pending.handshaking:
-                pending.sock.send(reply)
+                pending.sock.send(refusal.reply)
         except (OSError, ValueError):
             pass
         self._close_socket(pending.sock)
-        self.on_drop(reason)
+        self.on_drop(refusal.reason)
 
     @staticmethod
     def _close_socket(sock: Any) -> None:
@@ -418,4 +523,5 @@ def raise_file_limit(wanted: int = 65536) -> int:
     return int(soft)
 
 
-__all__ = ["Front", "Pending", "raise_file_limit"]
+__all__ = ["PASS", "SLOW", "Front", "Gate", "Pending", "Refusal",
+           "raise_file_limit", "short_reply"]

@@ -11,7 +11,8 @@ prometheus_client writes the exposition, negotiates OpenMetrics and
 compresses (its choose_encoder and gzip_accepted); front.py accepts and
 reads each request head on one selector thread, then hands it to a
 worker, where http.server's request handler parses and answers it. With
-a web configuration (webconfig.py), every path asks for basic auth.
+a web configuration's users (webconfig.py), every path asks for basic
+auth, checked at the front door before a worker is taken (gate.py).
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ from prometheus_client.exposition import (choose_encoder, generate_latest,
 
 from beam_probe import __version__
 from beam_probe.errors import ProbeError
-from beam_probe.exporter.auth import BUSY, OK, BasicAuth
-from beam_probe.exporter.config import Settings
+from beam_probe.exporter.auth import BasicAuth
+from beam_probe.exporter.config import Settings, is_plain_host
 from beam_probe.exporter.families import (Families, top_series, up_series,
                                           vm_series)
 from beam_probe.exporter.front import Front, Pending
+from beam_probe.exporter.gate import PasswordGate
 from beam_probe.exporter.targets import MODULES, Outcome, Pool
 from beam_probe.exporter.webconfig import WebConfig
 from beam_probe.node.address import full_node_name
@@ -97,7 +99,8 @@ class Own:
             "answered before their request was served: head_deadline (no "
             "whole request in time), shed_oldest (closed to make room for a "
             "newer one), too_large (431), busy (503), unauthorized (401), "
-            "auth_busy (503: no password check free).", ["reason"],
+            "auth_busy (503: the password checks' queue was full).",
+            ["reason"],
             registry=self.registry)
 
 
@@ -276,26 +279,6 @@ class Handler(BaseHTTPRequestHandler):
         self._send(code, (text + "\n").encode(), "text/plain; charset=utf-8",
                    headers)
 
-    def _allowed(self) -> bool:
-        """Whether the request may go on; if not, it is answered."""
-        auth = self.exporter.auth
-        if auth is None:
-            return True
-        verdict = auth.check(self.headers.get("Authorization"))
-        if verdict == OK:
-            return True
-        refused = self.exporter.own.http_refused
-        if verdict == BUSY:
-            refused.labels("auth_busy").inc()
-            self._text(503, "busy checking passwords: try again",
-                       [("Retry-After", "1")])
-        else:
-            refused.labels("unauthorized").inc()
-            self._text(401, "unauthorized",
-                       [("WWW-Authenticate",
-                         'Basic realm="beam-probe", charset="UTF-8"')])
-        return False
-
     def _metrics(self, collector: Any, compat: bool = False) -> None:
         # --compat: the text format always, as prometheus.erl before 6.0
         # wrote: OpenMetrics cannot hold a counter (context_switches,
@@ -318,9 +301,10 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- routes -----------------------------------------------------------
 
+    # Basic auth, where asked for, was checked before a worker was taken
+    # (gate.py): a request here has passed it.
+
     def do_HEAD(self) -> None:
-        if not self._allowed():
-            return
         # A HEAD of /probe would dial and scrape for nothing.
         if urlsplit(self.path).path == "/probe":
             self._text(405, "GET /probe")
@@ -328,8 +312,7 @@ class Handler(BaseHTTPRequestHandler):
             self._route()
 
     def do_GET(self) -> None:
-        if self._allowed():
-            self._route()
+        self._route()
 
     def _route(self) -> None:
         url = urlsplit(self.path)
@@ -381,6 +364,15 @@ class Handler(BaseHTTPRequestHandler):
         except (ValueError, ProbeError) as exc:
             exporter.own.refused.labels("malformed").inc()
             self._text(400, f"bad request: {exc}")
+            return
+        if not is_plain_host(node.partition("@")[2]):
+            # Refused before it is matched or looked up: the idna codec
+            # reads U+3002, U+FF0E and U+FF61 as dots, so a host wildcard
+            # would cross them (config.py).
+            exporter.own.refused.labels("not_allowed").inc()
+            self._text(403, f"{node}: a host is ASCII letters, digits, "
+                       "'-', '_' and '.' (an international name in its "
+                       "xn-- form); this one is not dialled")
             return
         rule = exporter.settings.rule_for(node)
         if rule is None:
@@ -472,10 +464,13 @@ def landing(settings: Settings, address: str,
 def make_server(exporter: Exporter, host: str, port: int) -> Front:
     handler = type("BoundHandler", (Handler,), {"exporter": exporter})
     web = exporter.web
+    gate = PasswordGate(exporter.auth, web.headers if web is not None
+                        else ()) if exporter.auth is not None else None
     front = Front((host, port),
                   lambda pending, front: handler(pending, pending.address,
                                                  front),
-                  tls=web.tls if web is not None else None, log=exporter.log)
+                  tls=web.tls if web is not None else None, log=exporter.log,
+                  gate=gate)
     refused = exporter.own.http_refused
     for reason in ("head_deadline", "shed_oldest", "too_large", "busy"):
         refused.labels(reason)
