@@ -16,18 +16,20 @@ from beam_probe.text.syntax import ERLANG, Syntax
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
-# Control characters (C0 but newline, DEL, C1) and the Unicode bidi
-# overrides: a registered name, node name or EPMD name can hold any of
+# Control characters (C0 but newline, DEL, C1) and every Unicode bidi
+# control (the marks LRM, RLM and ALM, the embeddings and overrides, the
+# isolates): a registered name, node name or EPMD name can hold any of
 # them, and raw they would move the cursor, recolour or rewrite the
-# operator's terminal, or reorder what it shows.
-_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f"
-                      "\u202a-\u202e\u2066-\u2069]")
+# operator's terminal, or reorder what it shows (a mark alone can reorder
+# a row's cells, Trojan Source style: issue 37). A wide character still
+# counts as one column in a table: left alone, it misaligns, never hides.
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[\x00-\x09\x0b-\x1f\x7f-\x9f{_BIDI}]")
 
 
 # In a cell, line breaks too: raw, a newline in a registered name started
 # a row of its own in a table, a forged one (issue 37).
-_CONTROL_IN_CELL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029"
-                              "\u202a-\u202e\u2066-\u2069]")
+_CONTROL_IN_CELL = re.compile(f"[\x00-\x1f\x7f-\x9f\u2028\u2029{_BIDI}]")
 
 
 def _escape(match: re.Match[str]) -> str:
