@@ -27,7 +27,7 @@ from beam_probe.erldist.terms import Atom
 from beam_probe.errors import OutputFailed
 from beam_probe.node.remote import attach
 from beam_probe.snapshots import format as snapfile
-from conftest import one_line, run_here
+from conftest import REPO, one_line, run_here
 
 NOBODY = 65534
 PRECIOUS = b"root's own file\n"
@@ -471,3 +471,269 @@ def test_a_link_in_a_folder_others_may_write_is_refused(target, tmp_path):
     r = run_here("alloc", target.node, "--raw", str(link), node=target)
     one_line(r, 11, "which another user may change", "not followed")
     assert victim.read_bytes() == PRECIOUS
+
+
+# --- issue 37, finding 6 after review: the walk is what is written through --
+#
+# The reviewer's race (/tmp/review_ad/race/run.py): the owner of a folder on
+# the way swapped a folder for a link (renameat2 RENAME_EXCHANGE) between
+# the check and the write, which reopened the path by its string; root's
+# file landed in a root-only folder, 1 try in ~2,800. Here the swap is made
+# deterministic: it happens right after the first look at the folder (an
+# lstat, stat or open of it, whichever the code makes), so a writer that
+# looks again by path is redirected every time, and one that writes
+# through the descriptors of its walk never is.
+
+SWAPPED = "bp_swapped"
+
+
+def _swap_after_look(base, monkeypatch):
+    """A folder ``BASE/att/bp_swapped`` (with an ``out.prom`` and a
+    ``snaps`` folder), and a function that runs a writer with the swap
+    armed: the folder is renamed to ``moved`` and a link to ``shut`` (a
+    0700 folder holding precious files of the same names) takes its place
+    as soon as it has been looked at. It returns ``moved``, having checked
+    that nothing in ``shut`` changed."""
+    att = base / "att"
+    (att / SWAPPED / "snaps").mkdir(parents=True)
+    (att / SWAPPED / "out.prom").write_bytes(b"old\n")
+    shut = base / "shut"
+    (shut / "snaps").mkdir(parents=True)
+    for name in ("out.prom", "new.prom", "h.jsonl"):
+        (shut / name).write_bytes(PRECIOUS)
+    os.chmod(shut, 0o700)
+    real = {name: getattr(os, name) for name in ("open", "stat", "lstat")}
+    swapped: list[bool] = []
+
+    def hooked(call):
+        def look(path, *args, **kwargs):
+            got = call(path, *args, **kwargs)
+            if not swapped and isinstance(path, (str, os.PathLike)) and \
+                    os.path.basename(os.fspath(path)) == SWAPPED:
+                swapped.append(True)
+                os.rename(att / SWAPPED, att / "moved")
+                os.symlink(shut, att / SWAPPED)
+            return got
+        return look
+
+    def run(writer):
+        with monkeypatch.context() as patch:
+            for name, call in real.items():
+                patch.setattr(os, name, hooked(call))
+            writer(str(att / SWAPPED))
+        assert swapped, "the folder was never looked at"
+        assert os.path.islink(att / SWAPPED)
+        assert sorted(os.listdir(shut)) == ["h.jsonl", "new.prom",
+                                            "out.prom", "snaps"]
+        assert os.listdir(shut / "snaps") == []
+        for name in ("out.prom", "new.prom", "h.jsonl"):
+            assert (shut / name).read_bytes() == PRECIOUS
+        return att / "moved"
+
+    return run
+
+
+def test_a_folder_swapped_for_a_link_after_the_look_is_not_written_through(
+        tmp_path, monkeypatch):
+    """Every writer of a file the user names: making a file, replacing
+    one, writing through a link of ours in place, appending, and a Folder
+    (existing, and made) for files of our naming. Each writes into the
+    folder it looked at (now ``moved``), never where the link leads."""
+    from beam_probe import files
+
+    def through_link(sub):
+        link = tmp_path / f"mine{len(os.listdir(tmp_path))}"
+        link.symlink_to(f"{sub}/out.prom")
+        files.write_whole(str(link), [b"in place\n"])
+
+    def append(sub):
+        fd, _ = files.open_append(f"{sub}/h.jsonl")
+        try:
+            os.write(fd, b"line\n")
+        finally:
+            os.close(fd)
+
+    def in_folder(sub, name="snaps"):
+        with files.Folder(f"{sub}/{name}") as folder:
+            folder.write("n.snapshot", [b"snap\n"])
+
+    cases = {
+        "new": (lambda sub: files.write_whole(f"{sub}/new.prom",
+                                              [b"new\n"]),
+                "new.prom", b"new\n"),
+        "replace": (lambda sub: files.write_whole(f"{sub}/out.prom",
+                                                  [b"whole\n"]),
+                    "out.prom", b"whole\n"),
+        "through-link": (through_link, "out.prom", b"in place\n"),
+        "append": (append, "h.jsonl", b"line\n"),
+        "folder": (in_folder, "snaps/n.snapshot", b"snap\n"),
+        "folder-made": (lambda sub: in_folder(sub, "made/here"),
+                        "made/here/n.snapshot", b"snap\n"),
+    }
+    for case, (writer, written, content) in cases.items():
+        base = tmp_path / case
+        base.mkdir()
+        moved = _swap_after_look(base, monkeypatch)(writer)
+        assert (moved / written).read_bytes() == content, case
+
+
+# --- what is written in place must be ours -----------------------------------
+
+@needs_root
+def test_a_link_of_ours_to_another_users_file_is_not_written_in_place(
+        target, tmp_path, shared_tmp):
+    """Our link leads to a file of nobody's: theirs to fill, not ours to
+    truncate; to a hard link of root's file in a sticky folder (anyone can
+    make one there where protected_hardlinks is off): truncating it would
+    empty the original. Appending to such a hard link is refused too."""
+    theirs = os.path.join(shared_tmp, "theirs.etf")
+    with open(theirs, "wb") as f:
+        f.write(PRECIOUS)
+    os.chown(theirs, NOBODY, NOBODY)
+    link = tmp_path / "out.etf"
+    link.symlink_to(theirs)
+    r = run_here("alloc", target.node, "--raw", str(link), node=target)
+    one_line(r, 11, f"cannot write {link}", f"{theirs} is a file of "
+             "another user (uid 65534)", "not written in place")
+    original = tmp_path / "original"
+    original.write_bytes(PRECIOUS)
+    hard = os.path.join(shared_tmp, "hard.etf")
+    os.link(original, hard)
+    link.unlink()
+    link.symlink_to(hard)
+    r = run_here("alloc", target.node, "--raw", str(link), node=target)
+    one_line(r, 11, f"{hard} has 1 other hard link(s)", "not written in "
+             "place")
+    r = run_here("watch", target.node, "--count", "1", "--format", "json",
+                 "-o", hard, node=target)
+    one_line(r, 11, hard, "other hard link(s)")
+    assert original.read_bytes() == PRECIOUS
+    assert open(theirs, "rb").read() == PRECIOUS
+
+
+def test_our_own_hard_link_in_a_closed_folder_is_written_in_place(tmp_path):
+    from beam_probe import files
+
+    real = tmp_path / "real.prom"
+    real.write_bytes(b"old\n")
+    os.link(real, tmp_path / "also.prom")
+    link = tmp_path / "link.prom"
+    link.symlink_to(real)
+    files.write_whole(str(link), [b"new\n"])
+    assert (tmp_path / "also.prom").read_bytes() == b"new\n"
+    assert link.is_symlink()
+
+
+# --- a link of ours to a name that does not exist yet ------------------------
+
+@pytest.mark.parametrize("shared", [False, True], ids=["closed", "sticky"])
+def test_a_link_of_ours_to_a_missing_name_makes_the_file(tmp_path,
+                                                         shared_tmp, shared):
+    """The file is made where the link leads, as write_whole makes a file
+    named directly: a temporary file renamed over the name, which never
+    follows a link planted there, so a shared folder is no risk either.
+    write_stream made nothing (ENOENT) where the folder was closed."""
+    from beam_probe import files
+
+    place = shared_tmp if shared else str(tmp_path / "closed")
+    os.makedirs(place, exist_ok=True)
+    aim = os.path.join(place, "made.prom")
+    link = tmp_path / "link.prom"
+    link.symlink_to(aim)
+    assert files.write_whole(str(link), [b"made\n"]) == 5
+    assert link.is_symlink()
+    info = os.lstat(aim)
+    assert stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+    assert stat.S_IMODE(info.st_mode) == 0o644
+    assert open(aim, "rb").read() == b"made\n"
+    assert sorted(os.listdir(place)) == ["made.prom"]
+
+
+def test_dev_stdout_is_written_to_whatever_it_is(tmp_path):
+    """/dev/stdout leads through /proc/self/fd/1 to "pipe:[N]", which no
+    path names, or to a file (another user's, where root runs under sudo
+    with the user's shell redirecting): the kernel follows /proc's links
+    to the open file itself, which is ours to write."""
+    code = ("from beam_probe import files\n"
+            "files.write_whole('/dev/stdout', [b'to stdout\\n'])\n")
+    piped = subprocess.run([sys.executable, "-c", code], cwd=REPO,
+                           capture_output=True, timeout=60)
+    assert piped.returncode == 0 and piped.stdout == b"to stdout\n", piped
+    out = tmp_path / "out"
+    out.write_bytes(b"x" * 100)
+    if os.geteuid() == 0:
+        # As under sudo: the file the user's shell opened is theirs.
+        os.chown(out, NOBODY, NOBODY)
+    with open(out, "r+b") as f:
+        done = subprocess.run([sys.executable, "-c", code], cwd=REPO,
+                              stdout=f, stderr=subprocess.PIPE, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == b"to stdout\n"
+
+
+# --- errors name the user's file ---------------------------------------------
+
+@needs_root
+def test_a_file_only_its_owner_may_replace_is_named_not_the_temporary(
+        shared_tmp):
+    """Another user (nobody) writing over root's file in a sticky folder:
+    rename(2) says EPERM, and the line says why (the caller names the
+    file: 'cannot write PATH: it belongs to...'); in a folder they may
+    not write, the error names their file. Never the temporary file, and
+    none is left behind."""
+    out = os.path.join(shared_tmp, "out.prom")
+    with open(out, "wb") as f:
+        f.write(PRECIOUS)
+    closed = os.path.join(shared_tmp, "closed")
+    os.mkdir(closed, 0o755)
+    code = ("import sys\n"
+            f"sys.path.insert(0, {REPO!r})\n"
+            "from beam_probe import files\n"
+            f"for path in {[out, closed + '/x.prom']!r}:\n"
+            "    try:\n"
+            "        files.write_whole(path, [b'x'])\n"
+            "    except OSError as exc:\n"
+            "        print(str(exc))\n")
+    for python in ("/usr/bin/python3", sys.executable):
+        try:
+            r = subprocess.run([python, "-c", code], user=NOBODY,
+                               group=NOBODY, extra_groups=[], cwd="/",
+                               capture_output=True, text=True, timeout=60)
+            break
+        except OSError:
+            continue
+    else:
+        pytest.skip("no Python that another user may run")
+    assert r.returncode == 0, r.stderr
+    assert ".beam_probe" not in r.stdout
+    assert r.stdout.splitlines() == [
+        "it belongs to another user (uid 0), in a sticky folder where only "
+        "they may replace it: not written",
+        f"[Errno 13] Permission denied: '{closed}/x.prom'"]
+    assert sorted(os.listdir(shared_tmp)) == ["closed", "out.prom"]
+    assert os.listdir(closed) == []
+    assert open(out, "rb").read() == PRECIOUS
+
+
+# --- bidi controls in table cells --------------------------------------------
+
+BIDI = "\u200e\u200f\u061c" + "".join(map(chr, range(0x202a, 0x202f))) \
+    + "".join(map(chr, range(0x2066, 0x206a)))
+
+
+def test_bidi_controls_are_escaped_in_table_cells(target, remote):
+    """A registered name may hold the marks and isolates that reorder a
+    line (Trojan Source): in a text table each is written as an escape,
+    so a row reads as its bytes are. (A wide character still counts as
+    one column: left alone.)"""
+    from beam_probe.text.tables import one_line as cell, printable
+
+    for mark in BIDI:
+        assert cell(f"a{mark}b") == f"a\\u{ord(mark):04x}b"
+        assert printable(f"a{mark}b") == f"a\\u{ord(mark):04x}b"
+    name = f"bp_bidi_{os.getpid()}\u2067evil\u2069\u200f"
+    remote.call("beam_probe_workload", "named", [Atom(name)])
+    r = run_here("proc-count", target.node, "memory", "10000", node=target)
+    assert r.returncode == 0, r.stderr
+    assert not any(mark in r.stdout for mark in BIDI)
+    assert f"bp_bidi_{os.getpid()}\\u2067evil\\u2069\\u200f" in r.stdout
