@@ -403,6 +403,10 @@ def test_slow_checks_have_threads_and_a_queue_of_their_own(monkeypatch):
         socks += extra
         for sock in extra:
             assert sock.recv(1000).startswith(b"HTTP/1.0 503 ")
+        # Told after the answer is sent: wait for the last one's word.
+        deadline = time.monotonic() + 10
+        while len(drops) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert drops == ["auth_busy"] * 3
         # The one worker is free: the gate's waiting heads hold none.
         quick = send("/quick")
@@ -482,7 +486,16 @@ def test_a_flood_of_wrong_passwords_never_delays_a_remembered_one(tmp_path):
                 except OSError:
                     answers.append(b"")
                 sock.close()
-            own = samples(s.get("metrics", _basic("p", "good"))[2].decode())
+            refused = 'beam_probe_exporter_http_refused_total{reason="%s"}'
+            deadline = time.monotonic() + 10
+            while True:
+                # Each refusal is counted just after its answer is sent.
+                own = samples(s.get("metrics", _basic("p", "good"))[2]
+                              .decode())
+                if own[refused % "unauthorized"] + own[refused % "auth_busy"] \
+                        >= len(answers) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert code == 200
@@ -491,7 +504,6 @@ def test_a_flood_of_wrong_passwords_never_delays_a_remembered_one(tmp_path):
     # dropped, and bcrypt did check some.
     assert set(answers) <= {b"HTTP/1.0 401", b"HTTP/1.0 503"}, \
         set(answers)
-    refused = 'beam_probe_exporter_http_refused_total{reason="%s"}'
     assert own[refused % "unauthorized"] == answers.count(b"HTTP/1.0 401") \
         >= 2
     assert own[refused % "auth_busy"] == answers.count(b"HTTP/1.0 503") >= 1
@@ -777,6 +789,9 @@ def test_past_the_workers_and_the_queue_a_request_is_503_at_once(
             answer = sock.recv(1000)
             assert answer.startswith(b"HTTP/1.0 503 ") and \
                 b"Retry-After: 1" in answer
+        deadline = time.monotonic() + 10   # told after the answer
+        while len(drops) < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert drops == ["busy"] * 6
         release.set()
         for sock in socks[:4]:
