@@ -131,6 +131,33 @@ def test_a_process_that_caps_its_heap_lives(node):
         gone(node, name)
 
 
+def test_a_cap_counting_shared_binaries_is_left_alone(node, otp):
+    """Round 5's review (finding 1 of its fix brief): on OTP 28 a
+    gen_server holding 20,001 80-byte slices of one 4 MB binary, capped
+    with include_shared_binaries => true (kill), was killed by inspect at
+    ten times the need inspect stated: the walk's references each count
+    the whole binary. On 27 and 28 it is left alone with the reason; OTP
+    25 drops the flag (a plain cap, with room here): walked. Alive, the
+    same pid, nothing left in its mailbox."""
+    name = "bp_cap_shared"
+    pid = call(node, "shared_capped", Atom(name), 8_000_000)
+    try:
+        for _ in range(2):
+            answer = inspect(node, name)
+            if otp == "25":
+                assert answer["state"] is None, answer["state"]
+                assert answer["parts"][0]["path"] == "State"
+            else:
+                assert "include_shared_binaries" in answer["state"], \
+                    answer["state"]
+                assert "8,000,000 words" in answer["state"]
+                assert answer["parts"][0]["path"] != "State"
+            assert whereis(node, name) == pid, "killed by inspect"
+            assert queue_of(node, name) == 0
+    finally:
+        gone(node, name)
+
+
 def test_thousands_of_handlers_share_one_budget(node):
     """Findings 7 and 15: a gen_event of 2,000 handlers was paused 5.2-5.9
     s (each handler walked with 64 terms at least) and a concurrent

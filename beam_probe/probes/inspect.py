@@ -490,6 +490,16 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
             "it brings on size its heaps for up to 4 times its old heap "
             "and 7 times what its young heap then holds (measured), and "
             "past the cap it would be killed; nothing was sent to it")
+    elif why == "shared_binaries" and limits is not None:
+        shared = limits.count("binaries") * wordsize
+        state_note = (
+            f"not measured inside: its heap is capped (max_heap_size "
+            f"{limits.count('cap'):,} words) with include_shared_binaries, "
+            "which counts each reference to a shared binary at the whole "
+            f"binary's size ({shared / 2**20:,.1f} MiB of them now), and "
+            "our walk makes references of its own: no room is known to be "
+            "enough (one holding slices of a 4 MB binary was killed at ten "
+            "times the need, OTP 28), so nothing was sent to it")
     elif why == "young_heap" and limits is not None:
         young = limits.count("young") * wordsize
         state_note = (

@@ -27,7 +27,7 @@
 -export([capped/3, handlers/2, long_list/2, many_keys/2, hib_plain/1,
          hib_plain_loop/1, fun_spawned/1, ticker_start/0, ticker_stop/0,
          promote/1, caller_start/1, caller_stop/0, handle_call/2,
-         nested/2]).
+         nested/2, shared_capped/2, keys_behind_queue/3]).
 
 -record(state, {cache = #{} :: map(),
                 log = [] :: list(),
@@ -85,6 +85,13 @@ init(#{seen := _} = Handler) ->
 handle_call({max_heap, Words}, _From, State) ->
     process_flag(max_heap_size, #{size => Words, kill => true,
                                   error_logger => false}),
+    {reply, ok, State};
+handle_call({max_heap_shared, Words}, _From, State) ->
+    %% OTP 25 accepts include_shared_binaries and drops it; 27 and 28
+    %% count the process's shared binaries against the cap.
+    process_flag(max_heap_size, #{size => Words, kill => true,
+                                  error_logger => false,
+                                  include_shared_binaries => true}),
     {reply, ok, State};
 handle_call({put_many, N}, _From, State) ->
     [put(I, I) || I <- lists:seq(1, N)],
@@ -277,6 +284,39 @@ capped(Name, Words, Max) ->
                                        end}, []),
     true = erlang:garbage_collect(P),
     ok = gen_server:call(P, {max_heap, Max}),
+    P.
+
+%% A gen_server registered Name holding 20,001 80-byte slices of one
+%% 4 MB binary (the review's shape), capped at Max words (kill) with
+%% include_shared_binaries => true.
+-spec shared_capped(atom(), pos_integer()) -> pid().
+shared_capped(Name, Max) ->
+    {ok, P} = gen_server:start({local, Name}, ?MODULE,
+                               {shape, fun() ->
+                                               Whole = binary:copy(<<7>>,
+                                                                   4000000),
+                                               [binary:part(Whole, I * 100,
+                                                            80)
+                                                || I <- lists:seq(0, 20000)]
+                                       end}, []),
+    true = erlang:garbage_collect(P),
+    ok = gen_server:call(P, {max_heap_shared, Max}),
+    P.
+
+%% A plain process registered Name whose dictionary has Keys keys, with
+%% Queued small messages waiting in its mailbox (the review's shape).
+-spec keys_behind_queue(atom(), pos_integer(), pos_integer()) -> pid().
+keys_behind_queue(Name, Keys, Queued) ->
+    Self = self(),
+    P = spawn(fun() ->
+                      [put(I, I) || I <- lists:seq(1, Keys)],
+                      erlang:garbage_collect(),
+                      Self ! {self(), keys_put},
+                      receive stop -> ok end
+              end),
+    receive {P, keys_put} -> ok end,
+    true = register(Name, P),
+    [P ! x || _ <- lists:seq(1, Queued)],
     P.
 
 %% A gen_event manager registered Name with N handlers, each a small map
