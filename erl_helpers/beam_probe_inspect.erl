@@ -1155,7 +1155,8 @@ walker(Options) ->
             mailbox := walk() | {too_long, non_neg_integer()}
                      | {too_large, non_neg_integer()},
             dictionary := walk() | none | {too_large, non_neg_integer()}
-                        | {too_many, non_neg_integer()},
+                        | {too_many, non_neg_integer()}
+                        | {keys_unknown, pos_integer()},
             pause_us := non_neg_integer(),
             timed_out := boolean() | exited,
             handlers := #{total := non_neg_integer(),
@@ -1237,8 +1238,19 @@ process(Target, Resolve, Walker, Options) ->
             %% waiting message adds ~88 bytes). An estimate, high rather
             %% than low. Up to 16,384 keys the dictionary is read (get/0
             %% inside, or a copy from outside: a list of 32K words).
-            Keys = erlang:max(0, (Memory - Heap * Wordsize - Queue * 96
-                                  - 1024) div Wordsize),
+            %% Waiting messages are not taken off: their size varies (a
+            %% small one ~88 bytes, and taking 96 each hid a key a
+            %% message: the review's 150,000 keys behind 250,000 messages
+            %% were estimated at none, and copied), so with a queue the
+            %% estimate only says "few" when even the queue's memory
+            %% counted as keys stays under the bound; past it the count
+            %% is unknown and the dictionary is not read.
+            Keys = erlang:max(0, (Memory - Heap * Wordsize - 1024)
+                              div Wordsize),
+            TooMany = case Queue of
+                          0 -> {too_many, Keys};
+                          _ -> {keys_unknown, Queue}
+                      end,
             %% Copying from outside: the dictionary (plain processes; OTP
             %% 25 to 26.1 also to tell a hibernating process's kind and
             %% find its callback module, copied once for both) and the
@@ -1251,7 +1263,7 @@ process(Target, Resolve, Walker, Options) ->
                             {dictionary, D} -> D;
                             undefined -> [];
                             false when Heap > CopyMost -> {too_large, Heap};
-                            false -> {too_many, Keys}
+                            false -> TooMany
                         end
                 end,
             {FirstCall, Copied} =
@@ -1686,7 +1698,7 @@ process(Target, Resolve, Walker, Options) ->
                         end,
                     Base#{parts => Parts, dictionary =>
                               case {Dict, Keys =< 16384} of
-                                  {none, false} -> {too_many, Keys};
+                                  {none, false} -> TooMany;
                                   _ -> Dict
                               end,
                           pause_us => Pause, timed_out => TimedOut,

@@ -280,6 +280,25 @@ def test_a_million_keys_are_not_listed(node):
         gone(node, "bp_keys")
 
 
+def test_waiting_messages_do_not_hide_keys(node):
+    """Round 5's review (finding 2 of its fix brief): the key count was
+    estimated from outside with 96 bytes taken off a waiting message, and
+    a small one costs ~88, so each message hid about a key: 150,000 keys
+    behind 250,000 messages were estimated at none and the dictionary was
+    copied whole. 30,000 keys (over the bound of 16,384) behind 60,000
+    messages: the dictionary is not read, and the answer says why."""
+    name = "bp_keys_queue"
+    call(node, "keys_behind_queue", Atom(name), 30_000, 60_000)
+    try:
+        answer = inspect(node, name)
+        assert not any(p["path"].startswith("get()")
+                       for p in answer["parts"]), answer["parts"][:3]
+        assert "60,000 waiting messages" in answer["dictionary"], \
+            answer["dictionary"]
+    finally:
+        gone(node, name)
+
+
 def test_a_gen_server_hibernating_into_its_own_loop_is_sent_nothing(node):
     """Finding 10: a gen_server that hibernates into a plain loop of its
     module's was sent system messages that stayed in its mailbox for

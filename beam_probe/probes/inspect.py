@@ -72,6 +72,7 @@ A_HANDLER = Atom("handler")
 A_TOO_LONG = Atom("too_long")
 A_TOO_LARGE = Atom("too_large")
 A_TOO_MANY = Atom("too_many")
+A_KEYS_UNKNOWN = Atom("keys_unknown")
 A_OTHER_HANDLERS = Atom("other_handlers")
 A_NOT_MEASURED = Atom("not_measured")
 # After a part's kind when its words are its own only.
@@ -444,6 +445,13 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
                            "list of every key (a million keys stalled a "
                            "scheduler 61-112 ms and grew the process by "
                            "258 MB)")
+    elif isinstance(dictionary, tuple) and dictionary[0] == A_KEYS_UNKNOWN:
+        dictionary_note = (f"not read: its {count(where, dictionary[1]):,} "
+                           "waiting messages take memory outside its heap "
+                           "as keys do, so whether it has under "
+                           f"{DICTIONARY_MOST:,} keys cannot be told from "
+                           "outside, and reading it makes a list of every "
+                           "key")
     mailbox = reply["mailbox"]
     mailbox_note = None
     if isinstance(mailbox, dict):
