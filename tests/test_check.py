@@ -248,6 +248,20 @@ def test_exit_codes(target):
         assert "Traceback" not in r.stderr
 
 
+def test_thresholds_are_echoed_as_written(target):
+    # Issue 38: --warn binary=100MB was echoed as 95.4MiB, a figure the user
+    # never wrote. The text is echoed; the number is still what compares.
+    key, limit = thresholds.parse("binary=100MB")
+    assert limit == 100e6 and thresholds.show(key, limit) == "100MB"
+    r = check(target, "--warn", "binary=1KB", "--crit", "max_queue= 50k")
+    assert r.returncode == 1 and r.stdout.startswith("BEAM WARNING"), r.stdout
+    assert ">= 1KB (warning)" in r.stdout, r.stdout
+    assert "KiB (warning)" not in r.stdout
+    # perfdata stays numeric, as Nagios reads it.
+    assert re.search(r"'binary'=\d+B;1000;;0;", r.stdout), r.stdout
+    assert re.search(r"'max_queue'=\d+;;50000;0;", r.stdout), r.stdout
+
+
 @pytest.mark.parametrize("spec, expected", [
     ("binary=5m", ("binary", 5e6)), ("binary=5MB", ("binary", 5e6)),
     ("binary=5MiB", ("binary", 5 * 2**20)), ("max_queue=2M", ("max_queue", 2e6)),

@@ -42,6 +42,20 @@ class ThresholdError(ValueError):
     """A threshold that cannot be understood: the check is UNKNOWN."""
 
 
+class Limit(float):
+    """A parsed threshold that remembers how the user wrote it: the number
+    is what values are compared with, the text what we echo (issue 38: a
+    user who wrote binary=100MB was shown 95.4MiB, a figure they never
+    gave)."""
+
+    text: str
+
+    def __new__(cls, value: float, text: str) -> "Limit":
+        limit = super().__new__(cls, value)
+        limit.text = text
+        return limit
+
+
 def parse(spec: str) -> tuple[str, float]:
     """'binary=500MB' -> ('binary', 500000000.0)."""
     key, sep, text = spec.partition("=")
@@ -63,13 +77,13 @@ def parse(spec: str) -> tuple[str, float]:
         if number > 100:
             raise ThresholdError(f"{key} is a percentage: {text.strip()} "
                                  "can never be reached")
-        return key, number
+        return key, Limit(number, text.strip())
     table = _BYTE_UNITS if kind == BYTES else _COUNT_UNITS
     if unit not in table:
         expected = ("bytes (e.g. 500MB, 1GiB)" if kind == BYTES
                     else "a count (e.g. 1000, 50k)")
         raise ThresholdError(f"{key} takes {expected}, not {text!r}")
-    return key, number * table[unit]
+    return key, Limit(number * table[unit], text.strip())
 
 
 def parse_all(specs: tuple[str, ...] | list[str]) -> dict[str, float]:
@@ -115,7 +129,10 @@ def evaluate(values: dict[str, Any], warn: dict[str, float],
 
 
 def show(key: str, value: float) -> str:
-    """A value as a person reads it: 12MB, 3.5%, 1234."""
+    """A value as a person reads it: 12MB, 3.5%, 1234; a threshold as the
+    user wrote it."""
+    if isinstance(value, Limit):
+        return value.text
     kind = KEYS.get(key, COUNT)
     if kind == PERCENT:
         return f"{value:g}%"
