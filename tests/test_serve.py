@@ -189,10 +189,10 @@ def test_a_scrape_gives_the_nodes_figures_that_promtool_accepts(nodes, otp):
 
 
 @needs_promtool
-def test_compat_adds_the_pre_6_names_and_top_names_processes(nodes):
+def test_compat_adds_the_pre_6_names_and_top_names_processes(nodes, otp):
     from beam_probe.exporter.families import COMPAT
 
-    node = nodes.start("25")
+    node = nodes.start(otp)
     with serving("--target", node.node, "--compat",
                  env=serve_env(node.cookie)) as s:
         _, _, body = s.get("probe?" + urllib.parse.urlencode(
@@ -207,9 +207,20 @@ def test_compat_adds_the_pre_6_names_and_top_names_processes(nodes):
                 "erlang_vm_statistics_context_switches",
                 "erlang_vm_statistics_runtime_milliseconds",
                 "erlang_vm_statistics_run_queues_length_total",
-                "erlang_vm_ets_tables", "erlang_vm_dets_tables"):
+                "erlang_vm_ets_tables", "erlang_vm_dets_tables",
+                # RabbitMQ 3.8-3.13's table counts (issue 38).
+                "erlang_vm_memory_ets_tables",
+                "erlang_vm_memory_dets_tables"):
         assert old in compat, old
     assert compat["erlang_vm_process_count"] == compat["erlang_vm_processes"]
+    assert compat["erlang_vm_memory_ets_tables"] > 10     # a node's own
+    assert (compat["erlang_vm_memory_ets_tables"]
+            == compat["erlang_vm_ets_tables"])
+    assert (compat["erlang_vm_memory_dets_tables"]
+            == compat["erlang_vm_dets_tables"])
+    text = body.decode()
+    assert "# TYPE erlang_vm_memory_ets_tables gauge" in text
+    assert "# HELP erlang_vm_memory_dets_tables Erlang VM DETS Tables " in text
     # promtool objects to the old names, and to nothing else.
     problems = promtool_problems(body.decode())
     assert problems and all(p.split()[0] in set(COMPAT.values())

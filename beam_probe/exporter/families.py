@@ -175,6 +175,16 @@ COMPAT: dict[str, str] = {
         "erlang_vm_statistics_wallclock_time_milliseconds",
     "erlang_vm_statistics_run_queues_length":
         "erlang_vm_statistics_run_queues_length_total",
+    # RabbitMQ 3.8-3.13 write these (prometheus.erl before 6.0, its memory
+    # collector): gauges of the ETS and DETS tables' counts (issue 38).
+    "erlang_vm_ets_tables": "erlang_vm_memory_ets_tables",
+    "erlang_vm_dets_tables": "erlang_vm_memory_dets_tables",
+}
+# The help prometheus.erl gave a pre-6.0 name, where it differs in kind
+# from the 6.x one's.
+COMPAT_HELP: dict[str, str] = {
+    "erlang_vm_memory_ets_tables": "Erlang VM ETS Tables count.",
+    "erlang_vm_memory_dets_tables": "Erlang VM DETS Tables count.",
 }
 
 VERDICTS = ("in_use", "fragmentation", "peak", "outside")
@@ -244,6 +254,7 @@ class Families:
         family = self._families.get(name)
         if family is None:
             kind, doc, labels = SPECS[spec_of or name]
+            doc = COMPAT_HELP.get(name, doc)
             names = [*self.extra, *labels]
             if spec_of is not None and (kind == COUNTER
                                         or not name.endswith("_total")):
