@@ -433,7 +433,9 @@ def test_leak_hunt_hunts_every_node_and_keeps_a_file_each(scene_cluster,
     assert [row["node"] for row in result["nodes"]] == [
         n.node for n in (entry, _before, _after)]
     assert all("suspects" in row["diff"] for row in result["nodes"])
-    one_line((0, "", r.stderr), 0, "9 snapshots kept in", str(save))
+    start, _, end = r.stderr.partition("\n")       # where, then how many
+    assert start.startswith(f"beam-probe: snapshots go to {save} "), start
+    one_line((0, "", end), 0, "9 snapshots kept in", str(save))
     assert result["across"]["nodes"] == 3
 
 

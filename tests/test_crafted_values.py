@@ -262,8 +262,10 @@ def test_a_crafted_value_is_one_line_and_exit_8(target, tmp_path,
     monkeypatch.setenv("BEAM_PROBE_CACHE", folder)
     r = run_here(*_args(command, target, tmp_path), node=target)
     if command[0] == "leak-hunt":
-        # A hunt says where it kept what it took first.
-        kept, _, rest = r.stderr.partition("\n")
+        # A hunt says where its files go, then where it kept what it took.
+        start, _, rest = r.stderr.partition("\n")
+        assert "snapshots go to" in start, r.stderr
+        kept, _, rest = rest.partition("\n")
         assert "snapshot kept in" in kept, r.stderr
         r.stderr = rest
     line = one_line(r, 8, "bad reply", key)
@@ -389,8 +391,10 @@ def test_a_hostile_member_is_its_row(pair, tmp_path, monkeypatch, case):
         assert rows[entry.node]["status"] == "OK", rows[entry.node]
         return
     if command[0] == "leak-hunt":
-        # A hunt says where it kept its files first.
-        kept, _, rest = r.stderr.partition("\n")
+        # A hunt says where its files go, then where it kept them.
+        start, _, rest = r.stderr.partition("\n")
+        assert "snapshots go to" in start, r.stderr
+        kept, _, rest = rest.partition("\n")
         assert "snapshots kept in" in kept, r.stderr
         r.stderr = rest
         assert rows[entry.node]["diff"] is not None

@@ -330,3 +330,39 @@ def test_proc_count_ties_hold_across_pieces(nodes):
             assert [row for row in ours_rows if row in reference_rows] == \
                 [row for row in reference_rows if row in ours_rows]
             assert len(set(ours_rows) & set(reference_rows)) >= n - 1
+
+
+# -- leak-hunt: where its snapshots are kept, and for how long ---------------
+
+
+def test_leak_hunt_names_its_folder_as_it_starts(target, tmp_path):
+    # Issue 38: a hunt of hours named its folder only at the end. Now the
+    # first line on stderr says where the snapshots go and that they stay
+    # until deleted; the last says how many were kept there.
+    import os
+
+    from conftest import run_cli
+
+    # A child process: TMPDIR is read once per interpreter.
+    env = {"HOME": target.home, "TMPDIR": str(tmp_path)}
+    r = run_cli("leak-hunt", target.node, "--interval", "0",
+                "--snapshots", "2", "--gc", "none", env=env)
+    assert r.returncode == 0, r.stderr
+    (folder,) = tmp_path.glob("beam-probe-hunt-*")
+    start, end = r.stderr.strip().splitlines()
+    assert start == (f"beam-probe: snapshots go to {folder} and stay until "
+                     "you delete them (a temporary folder: the system may "
+                     "clear it)"), start
+    assert end == f"beam-probe: 2 snapshots kept in {folder}", end
+    assert len(os.listdir(folder)) == 2
+    save = tmp_path / "kept"
+    r = run_here("leak-hunt", target.node, "--interval", "0",
+                 "--snapshots", "2", "--gc", "none", "--save", str(save),
+                 env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines()[0] == (
+        f"beam-probe: snapshots go to {save} and stay until you delete "
+        "them"), r.stderr
+    help_text = " ".join(run_here("leak-hunt", "--help").stdout.split())
+    assert "They stay until you delete them" in help_text, help_text
+    assert "named on stderr as the hunt starts" in help_text

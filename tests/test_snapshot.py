@@ -268,7 +268,8 @@ def test_a_leak_hunt_keeps_and_diffs_what_it_took_when_the_node_goes(
             proc.wait()
     assert proc.returncode == 7, err
     (folder,) = tmp_path.glob("beam-probe-hunt-*")
-    kept, lost = err.strip().splitlines()
+    start, kept, lost = err.strip().splitlines()
+    assert start.startswith(f"beam-probe: snapshots go to {folder} ")
     assert kept == f"beam-probe: 2 snapshots kept in {folder}"
     assert lost.startswith("beam-probe: connection lost")
     result = json.loads(out)

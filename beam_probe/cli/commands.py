@@ -684,10 +684,13 @@ def leak_hunt(remote: Any, request: SimpleNamespace,
     Takes --snapshots snapshots (3) --interval seconds apart, each after
     the collection --gc asks for (holders), then prints the diff of the
     first, the second and the last: the suspects first, each with the
-    command to look closer. The snapshots are kept (in --save DIR, else
-    a new folder of the temporary directory, named on stderr); Ctrl-C, or
-    a node that goes mid-way, still diffs what was taken when there are
-    two or more.
+    command to look closer. The snapshots are kept in --save DIR, else a
+    new folder of the temporary directory ($TMPDIR, else /tmp), named on
+    stderr as the hunt starts and again as it ends. They stay until you
+    delete them: beam-probe never removes them, though the system may
+    clear its temporary directory (at boot, or files unused for days,
+    as systemd-tmpfiles does). Ctrl-C, or a node that goes mid-way,
+    still diffs what was taken when there are two or more.
 
     \b
     Examples:
@@ -704,7 +707,8 @@ def leak_hunt(remote: Any, request: SimpleNamespace,
         result = snapshots.leak_hunt(remote, request.snapshots,
                                      request.interval, request.gc,
                                      request.save, request.jobs,
-                                     request.max_gc, progress)
+                                     request.max_gc, progress,
+                                     kept_in=_name_place)
     except EndedEarly as ended:
         _name_kept(ended.result)
         if ended.result["diff"] is None:
@@ -727,7 +731,8 @@ def _cluster_hunt(remote: Any, request: SimpleNamespace,
         result = leak_hunt_cluster(
             remote, request.snapshots, request.interval, request.gc,
             request.save, request.jobs, request.max_gc,
-            request.cluster_nodes, request.include_hidden, progress)
+            request.cluster_nodes, request.include_hidden, progress,
+            kept_in=_name_place)
     except EndedEarly as ended:
         kept(ended.result)
         if not any(row.get("diff") for row in ended.result["nodes"]):
@@ -735,6 +740,17 @@ def _cluster_hunt(remote: Any, request: SimpleNamespace,
         raise
     kept(result)
     return result
+
+
+def _name_place(folder: str, temporary: bool) -> None:
+    """Where the snapshots go and for how long, on stderr before the first
+    (issue 38: a hunt of hours must not leave the operator guessing)."""
+    from beam_probe.cli.tty import note_line
+
+    note_line(f"beam-probe: snapshots go to {folder} and stay until you "
+              "delete them"
+              + (" (a temporary folder: the system may clear it)"
+                 if temporary else ""))
 
 
 def _name_kept(result: Mapping[str, Any]) -> None:

@@ -273,15 +273,18 @@ def leak_hunt_cluster(remote: Remote, count: int, interval: float, gc: str,
                       save: str | None, jobs: int, max_gc: int | None,
                       nodes: Sequence[str] | None, include_hidden: bool,
                       progress: Progress = _quiet,
-                      sleep: Callable[[float], None] = time.sleep
+                      sleep: Callable[[float], None] = time.sleep,
+                      kept_in: Callable[[str, bool], None] | None = None
                       ) -> ClusterLeakHunt:
     """The three-snapshot method on every node at once: ``count`` rounds
     ``interval`` seconds apart, each a snapshot of every member, then each
     node's first, second and last compared, and the groups across the
     nodes. What was taken is kept (``save``, else a new temporary
     folder); Ctrl-C or the entry node failing still compares what was
-    taken, as leak_hunt does."""
+    taken, as leak_hunt does; ``kept_in`` as leak_hunt's."""
     with _folder(save) if save else hunt_folder(None) as place:
+        if kept_in is not None:
+            kept_in(place.path, not save)
         return _leak_hunt_cluster(remote, count, interval, gc, place, jobs,
                                   max_gc, nodes, include_hidden, progress,
                                   sleep)

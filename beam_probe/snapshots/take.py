@@ -191,7 +191,9 @@ def snapshot(remote: Remote, path: str, gc: str, jobs: int,
 def leak_hunt(remote: Remote, count: int, interval: float, gc: str,
               save: str | None, jobs: int, max_gc: int | None,
               progress: Callable[[str], None],
-              sleep: Callable[[float], None] = time.sleep) -> dict[Any, Any]:
+              sleep: Callable[[float], None] = time.sleep,
+              kept_in: Callable[[str, bool], None] | None = None
+              ) -> dict[Any, Any]:
     """The three-snapshot method in one go: ``count`` snapshots
     ``interval`` seconds apart, each after the chosen collection, then the
     diff of the first, the second and the last.
@@ -200,8 +202,12 @@ def leak_hunt(remote: Remote, count: int, interval: float, gc: str,
     temporary directory (the result's "saved"): a node dying of memory is
     when the evidence matters most. Ctrl-C keeps what was taken and diffs
     it when there are two or more; so does a node that fails mid-way, and
-    then EndedEarly carries that diff and the node's error."""
+    then EndedEarly carries that diff and the node's error. ``kept_in``
+    is told the folder (and whether it is a temporary one) before the
+    first snapshot."""
     with hunt_folder(save) as place:
+        if kept_in is not None:
+            kept_in(place.path, not save)
         return _hunt(remote, count, interval, gc, place, bool(save), jobs,
                      max_gc, progress, sleep)
 
