@@ -366,6 +366,8 @@ def _app(node: LocalNode, size=(130, 40), **kw: Any):
 def test_keys_sort_open_filter_pause(nodes, otp):
     from textual.widgets import DataTable
 
+    from beam_probe.live.app import FILTER_SETTLE
+
     from beam_probe.text import top as words
 
     busy = nodes.start(otp)
@@ -404,7 +406,23 @@ def test_keys_sort_open_filter_pause(nodes, otp):
             assert "what it holds: " in opened  # inspect's
             await pilot.press("escape")
             await _until(pilot, lambda: len(app.screen_stack) == 1)
-            # A filter, then Escape clears it.
+            # A filter applies as it is typed (issue 38): no Enter. One
+            # character is not applied (it would match nearly every
+            # process); two are.
+            await pilot.press("slash", "c")
+            await pilot.pause(FILTER_SETTLE * 3)
+            assert feed.filter == "" and app.view["filter"] == ""
+            await pilot.press(*"ode_serv")
+            await _until(pilot, lambda: app.view["filter"] == "code_serv")
+            assert [r["name"] for r in words.rows(app.view)] == [
+                "code_server"]
+            assert app.query_one("#filter").display   # still typing
+            await pilot.press("backspace", "backspace")
+            await _until(pilot, lambda: app.view["filter"] == "code_se")
+            await pilot.press("escape")
+            await _until(pilot, lambda: app.view["filter"] == "" and
+                         len(words.rows(app.view)) > 1)
+            # Enter applies at once and closes the field; Escape clears.
             await pilot.press("slash", *"code_serv", "enter")
             await _until(pilot, lambda: app.view["filter"] == "code_serv")
             assert [r["name"] for r in words.rows(app.view)] == [

@@ -20,7 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Input, OptionList, Static
 
 from beam_probe.errors import ProbeError
-from beam_probe.probes.top import MAX_FILTER, MAX_ROWS
+from beam_probe.probes.top import MAX_FILTER, MAX_ROWS, MIN_FILTER
 from beam_probe.text import top as words
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from beam_probe.probes.results import TopView
     from beam_probe.probes.top import TopFeed
     from beam_probe.text.syntax import Syntax
+    from textual.timer import Timer
 
 # Below this the header and a few rows no longer fit: the view says so
 # rather than draw them cut.
@@ -35,6 +36,11 @@ MIN_WIDTH, MIN_HEIGHT = 60, 12
 # Lines that are not rows: the header (up to five lines for one node),
 # the table's heading and the footer.
 CHROME = 9
+# The filter applies as it is typed, once the typing pauses this long:
+# each change is a pass over every process on the node (seconds with a
+# million), so a name typed costs one or two passes, never one a key, and
+# the refresh thread never runs two at once (its wake coalesces).
+FILTER_SETTLE = 0.4
 
 
 class TextScreen(ModalScreen[None]):
@@ -168,6 +174,7 @@ class TopApp(App[None]):
         self.drawn = 0  # frames drawn (tests wait on it)
         self.failure: Exception | None = None
         self._columns: list[str] = []
+        self._settle: Timer | None = None  # a filter typed, not yet applied
         self._wake = threading.Event()
         self._stop = threading.Event()
 
@@ -177,8 +184,9 @@ class TopApp(App[None]):
         yield Static(id="small")
         yield DataTable(id="processes", cursor_type="row", zebra_stripes=True)
         yield Input(id="filter", max_length=MAX_FILTER,
-                    placeholder="filter by name (Enter applies, Escape "
-                                "clears)")
+                    placeholder="filter by name: applies as you type, from "
+                                f"{MIN_FILTER} characters (Enter closes, "
+                                "Escape clears)")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -319,9 +327,28 @@ class TopApp(App[None]):
         field.value = self.feed.filter
         field.focus()
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        from beam_probe.probes.top import MIN_FILTER
+    def on_input_changed(self, event: Input.Changed) -> None:
+        """A filter being typed: applied once the typing pauses."""
+        if event.input.id != "filter":
+            return
+        if self._settle is not None:
+            self._settle.stop()
+        self._settle = self.set_timer(FILTER_SETTLE, self._apply_typed)
 
+    def _apply_typed(self) -> None:
+        self._settle = None
+        field = self.query_one("#filter", Input)
+        if not field.display:  # closed meanwhile (Enter, Escape)
+            return
+        text = field.value[:MAX_FILTER]
+        # One character would match nearly every process (probes/top.py):
+        # the filter in force stays until there are two.
+        if 0 < len(text) < MIN_FILTER or text == self.feed.filter:
+            return
+        self.feed.filter = text
+        self._again()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
         text = event.value[:MAX_FILTER]
         if 0 < len(text) < MIN_FILTER:
             self.notify(f"a filter is at least {MIN_FILTER} characters")
@@ -338,6 +365,9 @@ class TopApp(App[None]):
             self._again()
 
     def _close_filter(self) -> None:
+        if self._settle is not None:
+            self._settle.stop()
+            self._settle = None
         field = self.query_one("#filter", Input)
         field.display = False
         self.query_one("#processes", DataTable).focus()
