@@ -96,8 +96,8 @@ def main(ctx: click.Context) -> None:
     """Find memory leaks in a running Erlang or Elixir node, from outside.
 
     beam-probe attaches as a hidden distribution node, runs only stock OTP
-    code on the target (nothing is loaded there), and reports. New here?
-    `beam-probe demo` is a guided tour on a node of its own.
+    code on the target (nothing of ours is loaded there), and reports. New
+    here? `beam-probe demo` is a guided tour on a node of its own.
 
     \b
     The leak hunt, in order:
