@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from beam_probe.probes.trace_gc import skipped_why
+from beam_probe.probes.trace_gc import (VERDICT_MIN, VERDICT_WINDOW,
+                                        skipped_why)
 from beam_probe.text.syntax import Syntax
 from beam_probe.text.tables import cell_text, human_bytes, table
 
@@ -71,19 +72,31 @@ def summary_text(summary: dict[Any, Any], syntax: Syntax) -> str:
                  "than the node's tracer could forward (exit 14)")
     if not summary["processes"]:
         return head + "; none of the traced processes collected"
-    flag = any(p["leak_suspected"] for p in summary["processes"])
     rows = [(p["pid"], _who(p, syntax), p["minor"], p["major"],
              human_bytes(p["reclaimed"]), f"{p['time_us'] / 1000:.2f} ms",
-             human_bytes(p["heap_after_last"]), p["longest_rise"])
-            + (("LEAK SUSPECTED" if p["leak_suspected"] else "",) if flag
-               else ())
+             human_bytes(p["heap_after_last"]), p["longest_rise"],
+             _verdict(p))
             for p in summary["processes"]]
     return head + "\n" + table(
         ("pid", "process", "minor", "major", "freed", "gc time",
-         "heap after last", "rises") + (("",) if flag else ()), rows,
-        "llrrrrrrl"[:9 if flag else 8], syntax) + (
-        "\nrises: the longest run of major collections each leaving a "
-        "larger heap; memwatch suspects a leak at 5")
+         "heap after last", "rises", "verdict"), rows, "llrrrrrrl",
+        syntax) + (
+        f"\nverdict: the heap left by the last {VERDICT_WINDOW} major "
+        f"collections (at least {VERDICT_MIN}) rising beyond its own "
+        "spread (watch's trend rule, counted in collections); rises: the "
+        "longest run of major collections each leaving a larger heap, "
+        "shown, not judged on")
+
+
+def _verdict(process: dict[Any, Any]) -> str:
+    trend = process.get("trend")
+    if trend:
+        return (f"LEAK SUSPECTED: +{human_bytes(trend['growth'])} over "
+                f"{trend['majors']} majors")
+    if not process.get("judged"):
+        return (f"too few majors to judge ({process['major']} of "
+                f"{VERDICT_MIN})")
+    return "steady"
 
 
 __all__ = ["line", "summary_text"]
