@@ -189,10 +189,24 @@ def test_a_scrape_gives_the_nodes_figures_that_promtool_accepts(nodes, otp):
 
 
 @needs_promtool
-def test_compat_adds_the_pre_6_names_and_top_names_processes(nodes, otp):
+def test_compat_adds_the_pre_6_names_and_top_names_processes(nodes, otp,
+                                                             tmp_path):
+    from beam_probe.erldist.terms import Atom
     from beam_probe.exporter.families import COMPAT
+    from beam_probe.node.remote import attach
 
-    node = nodes.start(otp)
+    # One DETS table open, held by a process of the node's own, so the
+    # DETS counts are 1 and not a default 0.
+    dets = str(tmp_path / "one.dets")
+    node = nodes.start(otp, eval_expr=(
+        "spawn(fun() -> {ok, _} = dets:open_file(bpt_i_dets, "
+        f"[{{file, \"{dets}\"}}]), receive stop -> ok end end)"))
+    with attach(node.node, node.cookie.encode()) as remote:
+        deadline = time.monotonic() + 60
+        while remote.call("ets", "info", [Atom("dets_registry"),
+                                          Atom("size")]) != 1:
+            assert time.monotonic() < deadline, "the DETS table never opened"
+            time.sleep(0.1)
     with serving("--target", node.node, "--compat",
                  env=serve_env(node.cookie)) as s:
         _, _, body = s.get("probe?" + urllib.parse.urlencode(
@@ -217,7 +231,7 @@ def test_compat_adds_the_pre_6_names_and_top_names_processes(nodes, otp):
     assert (compat["erlang_vm_memory_ets_tables"]
             == compat["erlang_vm_ets_tables"])
     assert (compat["erlang_vm_memory_dets_tables"]
-            == compat["erlang_vm_dets_tables"])
+            == compat["erlang_vm_dets_tables"] == 1)
     text = body.decode()
     assert "# TYPE erlang_vm_memory_ets_tables gauge" in text
     assert "# HELP erlang_vm_memory_dets_tables Erlang VM DETS Tables " in text
