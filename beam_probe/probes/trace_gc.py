@@ -68,7 +68,9 @@ VERDICT_MIN = TREND_MIN
 VERDICT_NOISE = 64 * 1024
 # Once a process's verdict is given it is re-judged every this many majors
 # only (to keep its largest growth): Theil-Sen's 780 pairs cost ~0.06 ms,
-# and a leaking process may collect thousands of times a second.
+# and a leaking process may collect thousands of times a second. Measured
+# (2 cores, 20,000 majors): 3.5 us a major of a wandering heap, 23 us of
+# a growing one.
 REJUDGE_EVERY = 16
 
 _GC_KINDS = {"gc_minor_start": ("minor", 0), "gc_minor_end": ("minor", 1),
