@@ -1752,6 +1752,7 @@ process(Target, Resolve, Walker, Options) ->
             largest := [{term(), term(), non_neg_integer(),
                          non_neg_integer()}],
             seen := non_neg_integer(), late := boolean(),
+            unread := {non_neg_integer(), non_neg_integer()},
             changed := boolean(), wordsize := pos_integer()} |
           {error, no_such_table | private}.
 table(Spec, Walker, Options) ->
@@ -1809,37 +1810,248 @@ table(Spec, Walker, Options) ->
                     %% table changed while it was read: its size moved, or
                     %% a key listed had no object when it was looked up.
                     %%
-                    %% Keys first, a chunk of at most 500 by ets:select/3
-                    %% (each a short operation): a pattern that names the
-                    %% key alone, one clause an arity, leaves a compressed
-                    %% table's objects packed (1,000 objects of 60 KB
-                    %% packed: 58 ms, against 2.2 s for element(Keypos,
-                    %% '$_'), which unpacks each; an arity past Keypos + 15
-                    %% is read so).
-                    KeySpec = [{erlang:list_to_tuple(
-                                  [case Position of
-                                       Keypos -> '$1';
-                                       _ -> '_'
-                                   end || Position <- lists:seq(1, Arity)]),
-                                [], ['$1']}
-                               || Arity <- lists:seq(Keypos, Keypos + 15)]
-                        ++ [{'_', [], [{element, Keypos, '$_'}]}],
-                    %% A bag's key comes once an object: each read once
-                    %% (a key's objects lie together, so a key repeated
-                    %% across two chunks is the last of the one before).
+                    %% Keys first. A set's (and an ordered_set's) by
+                    %% ets:select/3 in chunks of at most 500, each a short
+                    %% operation, but only keys a guard proves small: an
+                    %% atom, a number under 2^64, a pid, port, reference or
+                    %% binary (a large one is shared, not copied: ets's
+                    %% guards have no is_bitstring), [], or
+                    %% a tuple of at most 4 of those. Any other key comes
+                    %% back as a marker in its place, and is listed by a
+                    %% second select, with a limit of one, that lists
+                    %% only those, in the same order; a batch then takes
+                    %% keys until it holds as many as it reads objects or
+                    %% 256K words of keys (listed 500 a chunk whatever
+                    %% their size, 600 keys of 320 KB took the node +410
+                    %% MB). A pattern that names the key alone, one
+                    %% clause an arity, leaves a compressed table's
+                    %% objects packed (1,000 objects of 60 KB packed:
+                    %% 58 ms, against 2.2 s for element(Keypos, '$_'),
+                    %% which unpacks each; an arity past Keypos + 15 is
+                    %% read so).
+                    Marker = erlang:make_ref(),
+                    Atomic =
+                        fun(X) ->
+                                {'orelse', {is_atom, X}, {is_pid, X},
+                                 {is_port, X}, {is_reference, X},
+                                 {is_binary, X}, {is_float, X},
+                                 {'andalso', {is_integer, X},
+                                  {'<', {abs, X}, 18446744073709551616}}}
+                        end,
+                    Small =
+                        fun(X) ->
+                                {'orelse', Atomic(X), {'=:=', X, []},
+                                 {'andalso', {is_tuple, X},
+                                  erlang:list_to_tuple(
+                                    ['orelse', {'=:=', {size, X}, 0}
+                                     | [erlang:list_to_tuple(
+                                          ['andalso', {'=:=', {size, X}, S}
+                                           | [Atomic({element, I, X})
+                                              || I <- lists:seq(1, S)]])
+                                        || S <- lists:seq(1, 4)]])}}
+                        end,
+                    Heads = [erlang:list_to_tuple(
+                               [case Position of
+                                    Keypos -> '$1';
+                                    _ -> '_'
+                                end || Position <- lists:seq(1, Arity)])
+                             || Arity <- lists:seq(Keypos, Keypos + 15)],
+                    Element = {element, Keypos, '$_'},
+                    %% Made when first used and not kept among the walk's
+                    %% bindings (the spec is ~50K words, and the walk
+                    %% collects in full each batch).
+                    KeySpec = fun() -> lists:append(
+                                [[{Head, [Small('$1')], ['$1']},
+                                  {Head, [], [{const, Marker}]}]
+                                 || Head <- Heads])
+                        ++ [{'_', [Small(Element)], [Element]},
+                            {'_', [], [{const, Marker}]}] end,
+                    LargeSpec = fun() ->
+                                        [{Head, [{'not', Small('$1')}],
+                                          ['$1']} || Head <- Heads]
+                                            ++ [{'_',
+                                                 [{'not', Small(Element)}],
+                                                 [Element]}]
+                                end,
+                    %% A bag's keys come from ets:first/1 and ets:next/2,
+                    %% once a key: a select yields a key once an object,
+                    %% and a hash table's select gives a whole slot at
+                    %% once, whatever its limit (a million objects under
+                    %% one key were a million keys copied). Unfixed,
+                    %% next/2 fails on a key deleted meanwhile: the walk
+                    %% stops there and says the table changed.
                     Bag = Type =:= bag orelse Type =:= duplicate_bag,
-                    NextKeys =
-                        fun(Result, Prev) ->
-                                case Result of
-                                    '$end_of_table' ->
-                                        {[], '$end_of_table', Prev};
-                                    {Raw, Cont} when Bag ->
-                                        {lists:delete(Prev, lists:usort(Raw)),
-                                         Cont, lists:last(Raw)};
-                                    {Raw, Cont} ->
-                                        {Raw, Cont, Prev}
+                    Pull =
+                        fun(start) ->
+                                case ets:first(Found) of
+                                    '$end_of_table' -> {[], done};
+                                    Key -> {[Key], {next, Key}}
+                                end;
+                           ({next, Key}) ->
+                                try ets:next(Found, Key) of
+                                    '$end_of_table' -> {[], done};
+                                    Next -> {[Next], {next, Next}}
+                                catch
+                                    error:badarg ->
+                                        case ets:info(Found, id) of
+                                            undefined -> erlang:error(badarg);
+                                            _ -> {[], changed}
+                                        end
+                                end;
+                           (Ended) ->
+                                {[], Ended}
+                        end,
+                    BagFill =
+                        fun BagFill(Source, Got, N, Words, Room)
+                              when N >= Room; Words >= 262144;
+                                   Source =:= done; Source =:= changed ->
+                                {Got, Source};
+                            BagFill(Source, Got, N, Words, Room) ->
+                                {Keys, Source2} = Pull(Source),
+                                BagFill(Source2, Keys ++ Got,
+                                        N + erlang:length(Keys),
+                                        Words + lists:sum(
+                                                  lists:map(
+                                                    fun erts_debug:flat_size/1,
+                                                    Keys)),
+                                        Room)
+                        end,
+                    %% A set's: the small keys of a chunk taken as they
+                    %% are, and each marker's key from the second select.
+                    Careful =
+                        fun Careful([], Bulk, Large, _, Got, _, _) ->
+                                {Got, {[], Bulk, Large}};
+                            Careful(Chunk, Bulk, Large, Room, Got, N, Words)
+                              when N >= Room; Words >= 262144 ->
+                                {Got, {Chunk, Bulk, Large}};
+                            Careful([M | Chunk], Bulk, {[], Listing}, Room,
+                                    Got, N, Words) when M =:= Marker ->
+                                Listed = case Listing of
+                                             start ->
+                                                 ets:select(Found,
+                                                            LargeSpec(), 1);
+                                             {cont, C} ->
+                                                 ets:select(C);
+                                             done ->
+                                                 '$end_of_table'
+                                         end,
+                                case Listed of
+                                    {Larges, C2} ->
+                                        Careful([M | Chunk], Bulk,
+                                                {Larges, {cont, C2}}, Room,
+                                                Got, N, Words);
+                                    _ ->
+                                        %% Gone since the chunk was read.
+                                        Careful(Chunk, Bulk, {[], done},
+                                                Room, Got, N, Words)
+                                end;
+                            Careful([M | Chunk], Bulk, {[K | Ks], Listing},
+                                    Room, Got, N, Words) when M =:= Marker ->
+                                Careful(Chunk, Bulk, {Ks, Listing}, Room,
+                                        [K | Got], N + 1,
+                                        Words + erts_debug:flat_size(K));
+                            Careful([K | Chunk], Bulk, Large, Room, Got, N,
+                                    Words) ->
+                                Careful(Chunk, Bulk, Large, Room, [K | Got],
+                                        N + 1, Words)
+                        end,
+                    SetFill =
+                        fun SetFill({[], done, _}, _) ->
+                                {[], done};
+                            SetFill({[], Bulk, Large}, Room) ->
+                                Listed = case Bulk of
+                                             start ->
+                                                 ets:select(
+                                                   Found, KeySpec(),
+                                                   erlang:min(500, Budget));
+                                             {cont, C} ->
+                                                 ets:select(C)
+                                         end,
+                                case Listed of
+                                    {Chunk, C2} ->
+                                        SetFill({Chunk, {cont, C2}, Large},
+                                                Room);
+                                    _ ->
+                                        {[], done}
+                                end;
+                            SetFill({Chunk, Bulk, Large} = Source, Room) ->
+                                case lists:member(Marker, Chunk) of
+                                    false ->
+                                        {Take, Rest} =
+                                            lists:split(
+                                              erlang:min(
+                                                Room, erlang:length(Chunk)),
+                                              Chunk),
+                                        {Take, {Rest, Bulk, Large}};
+                                    true ->
+                                        case Careful(Chunk, Bulk, Large,
+                                                     Room, [], 0, 0) of
+                                            {[], Source2}
+                                              when Source2 =/= Source ->
+                                                SetFill(Source2, Room);
+                                            Taken ->
+                                                Taken
+                                        end
+                                end;
+                            SetFill(Ended, _) ->
+                                {[], Ended}
+                        end,
+                    Fill =
+                        fun(Source, Room) when Bag ->
+                                BagFill(Source, [], 0, 0, Room);
+                           (Source, Room) ->
+                                SetFill(Source, Room)
+                        end,
+                    %% A bag's key holds any number of objects, and
+                    %% ets:lookup/2 copies them all (a million under one
+                    %% key: the node +216 MB, whatever the budget); a
+                    %% select on the key with a limit copies them all too
+                    %% (its continuation keeps the slot's rest). So once
+                    %% the table holds more objects than a batch may, a
+                    %% key's objects are counted first (select_count/2
+                    %% copies nothing, and yields), and a key is read
+                    %% only with as many as a batch may hold: the most
+                    %% words an object took so far, or the table's mean
+                    %% as stored. A key with more is counted, not read,
+                    %% and the answer says how many objects so.
+                    %% A key holding an atom a pattern reads as a
+                    %% variable ('_', '$1') is counted by a match over
+                    %% the table: more than its own, never fewer.
+                    Templates = [erlang:make_tuple(Arity, '_')
+                                 || Arity <- lists:seq(Keypos, Keypos + 15)],
+                    KeyposList = lists:duplicate(16, Keypos),
+                    Nils = lists:duplicate(16, []),
+                    Trues = lists:duplicate(16, [true]),
+                    Portion =
+                        fun Portion([], _, _, Take, Skip) ->
+                                {lists:reverse(Take), [], Skip};
+                            Portion([Key | Keys], Allow, Left, Take, Skip) ->
+                                %% The key placed in each arity's
+                                %% pattern in compiled passes (a
+                                %% comprehension here took ~0.8 ms a key).
+                                N = ets:select_count(
+                                      Found,
+                                      lists:zip3(
+                                        lists:zipwith3(
+                                          fun erlang:setelement/3,
+                                          KeyposList, Templates,
+                                          lists:duplicate(16, Key)),
+                                        Nils, Trues)),
+                                if
+                                    N > Allow ->
+                                        Portion(Keys, Allow, Left, Take,
+                                                [N | Skip]);
+                                    N > Left ->
+                                        {lists:reverse(Take), [Key | Keys],
+                                         Skip};
+                                    true ->
+                                        Portion(Keys, Allow, Left - N,
+                                                [Key | Take], Skip)
                                 end
                         end,
+                    Stored = erlang:max(
+                               1, lists:max([0 | [W || {memory, W} <- Info]])
+                                   div erlang:max(1, Before)),
                     %% Then their objects, a batch at a time, each object
                     %% copied to us as it is once read (ets:lookup/2 in a
                     %% compiled pass): the batch is sized by the most
@@ -1851,20 +2063,28 @@ table(Spec, Walker, Options) ->
                     %% compressed table stores 16 times less than it
                     %% reads) took a node from 497 MB to 2,868 MB.
                     Walk =
-                        fun Walk(Keys, Cont, Prev, Batch, Seen, Gone, Acc) ->
+                        fun Walk(Pending, Source, Batch, Seen, Gone, Unread,
+                                 Acc) ->
                                 Late = erlang:monotonic_time(millisecond)
                                     > Deadline,
+                                {Keys, Source2} =
+                                    case Pending of
+                                        _ when Late; Seen >= Budget ->
+                                            {[], Source};
+                                        [] ->
+                                            Fill(Source,
+                                                 erlang:min(Batch,
+                                                            Budget - Seen));
+                                        _ ->
+                                            {Pending, Source}
+                                    end,
                                 case Keys of
-                                    _ when Late -> {Acc, Seen, true, Gone};
-                                    _ when Seen >= Budget ->
-                                        {Acc, Seen, false, Gone};
-                                    [] when Cont =:= '$end_of_table' ->
-                                        {Acc, Seen, false, Gone};
+                                    _ when Late ->
+                                        {Acc, Seen, true, Gone, Unread};
                                     [] ->
-                                        {Fresh, Cont2, Prev2} =
-                                            NextKeys(ets:select(Cont), Prev),
-                                        Walk(Fresh, Cont2, Prev2, Batch, Seen,
-                                             Gone, Acc);
+                                        {Acc, Seen, false,
+                                         Gone orelse Source2 =:= changed,
+                                         Unread};
                                     _ ->
                                         %% The last batch is garbage now:
                                         %% a full collection gives it back
@@ -1874,11 +2094,29 @@ table(Spec, Walker, Options) ->
                                         %% the node rose 130 MB for a table
                                         %% read at 8 MB a batch.
                                         erlang:garbage_collect(),
-                                        {Take, Rest} =
-                                            lists:split(
-                                              erlang:min(Batch,
-                                                         erlang:length(Keys)),
-                                              Keys),
+                                        Most = erlang:max(
+                                                 1, erlang:element(3, Acc)),
+                                        Allow = erlang:max(
+                                                  1, 262144 div erlang:max(
+                                                                  Most,
+                                                                  Stored)),
+                                        {Take, Rest, Skipped} =
+                                            case Bag andalso
+                                                ets:info(Found, size)
+                                                > Allow of
+                                                true ->
+                                                    Portion(Keys, Allow,
+                                                            Allow, [], []);
+                                                false ->
+                                                    {Take0, Rest0} =
+                                                        lists:split(
+                                                          erlang:min(
+                                                            Batch,
+                                                            erlang:length(
+                                                              Keys)),
+                                                          Keys),
+                                                    {Take0, Rest0, []}
+                                            end,
                                         Lookups = lists:zipwith(
                                                     fun ets:lookup/2,
                                                     lists:duplicate(
@@ -1888,41 +2126,52 @@ table(Spec, Walker, Options) ->
                                         Objs = lists:sublist(
                                                  lists:append(Lookups),
                                                  Budget - Seen),
-                                        Acc2 = Inspect(
-                                                 {objects,
-                                                  lists:zip(
-                                                    lists:zipwith(
-                                                      fun erlang:element/2,
-                                                      lists:duplicate(
-                                                        erlang:length(Objs),
-                                                        Keypos),
-                                                      Objs),
-                                                    Objs),
-                                                  Keypos, Acc}),
-                                        Most = erlang:max(
-                                                 1, erlang:element(3, Acc2)),
+                                        Acc2 =
+                                            case Objs of
+                                                [] ->
+                                                    Acc;
+                                                _ ->
+                                                    Inspect(
+                                                      {objects,
+                                                       lists:zip(
+                                                         lists:zipwith(
+                                                           fun erlang:element/2,
+                                                           lists:duplicate(
+                                                             erlang:length(
+                                                               Objs),
+                                                             Keypos),
+                                                           Objs),
+                                                         Objs),
+                                                       Keypos, Acc})
+                                            end,
+                                        Most2 = erlang:max(
+                                                  1, erlang:element(3, Acc2)),
+                                        {UnreadKeys, UnreadObjects} = Unread,
                                         %% A key listed, its object gone
                                         %% by the time it was read: the
                                         %% table changed under the walk.
-                                        Walk(Rest, Cont, Prev,
+                                        Walk(Rest, Source2,
                                              erlang:max(1, erlang:min(
                                                              500,
                                                              262144
-                                                             div Most)),
+                                                             div Most2)),
                                              Seen + erlang:length(Objs),
                                              Gone orelse
                                                  lists:member([], Lookups),
+                                             {UnreadKeys
+                                              + erlang:length(Skipped),
+                                              UnreadObjects
+                                              + lists:sum(Skipped)},
                                              Acc2)
                                 end
                         end,
                     Walked =
                         try
-                            {First, Cont0, Prev0} =
-                                NextKeys(ets:select(Found, KeySpec,
-                                                    erlang:min(500, Budget)),
-                                         erlang:make_ref()),
-                            Walk(First, Cont0, Prev0, 1, 0, false,
-                                 {#{}, [], 0})
+                            Walk([], case Bag of
+                                         true -> start;
+                                         false -> {[], start, {[], start}}
+                                     end,
+                                 1, 0, false, {0, 0}, {#{}, [], 0})
                         catch
                             %% Deleted while we read it.
                             error:badarg -> gone
@@ -1930,7 +2179,8 @@ table(Spec, Walker, Options) ->
                     case Walked of
                         gone ->
                             {error, no_such_table};
-                        {{Families, Top, _}, Seen, Late, Vanished} ->
+                        {{Families, Top, _}, Seen, Late, Vanished,
+                         Unread} ->
                             After = ets:info(Found, size),
                             #{table => Found, info => Info,
                               families => [{F, C, W, B,
@@ -1940,6 +2190,7 @@ table(Spec, Walker, Options) ->
                               largest => [{K, F, W, B}
                                           || {_, K, F, W, B} <- Top],
                               seen => Seen, late => Late,
+                              unread => Unread,
                               changed => After =/= Before orelse Vanished,
                               wordsize => erlang:system_info(wordsize)}
                     end

@@ -45,9 +45,11 @@ HELPER = "beam_probe_inspect"
 # walked).
 DEFAULT_BUDGET = 1_000
 MAX_BUDGET = 1_000_000
-# A table is read by our worker (the table stays usable): keys in chunks
-# of at most 500 with ets:select/3, objects by ets:lookup/2 in batches
-# of about 2 MB as read (at most 500), three levels of each
+# A table is read by our worker (the table stays usable): keys by
+# ets:select/3 a slot at a time (a bag's by ets:next/2), as many a batch as
+# it reads objects or 256K words of keys, objects by ets:lookup/2 in
+# batches of about 2 MB as read (at most 500; a bag's key with more
+# objects than that is counted, not read), three levels of each
 # searched for binaries (~70-130 us an object here: 20,000 objects of a
 # 10M-object table took 1.6-2.8 s).
 DEFAULT_TABLE_BUDGET = 20_000
@@ -631,8 +633,15 @@ def _read_table(node: str, raw: Any) -> TableInspection:
     size = count(f"{where}'s size", info.get("size"))
     stored = count(f"{where}'s memory", info.get("memory")) * wordsize
     seen = reply.count("seen")
+    raw_unread = reply["unread"]
+    if not (isinstance(raw_unread, tuple) and len(raw_unread) == 2):
+        raise BadReply(f"{where}: a malformed unread count")
+    unread = (count(where, raw_unread[0]), count(where, raw_unread[1]))
     # A table that grew while we read it: we saw more than it had.
     size = max(size, seen)
+    # What could be read: a sample's figures are scaled to it, never to
+    # the objects of the keys counted and not read.
+    readable = max(size - unread[1], seen)
     families = []
     for item in reply.list("families"):
         if not (isinstance(item, tuple) and len(item) == 5
@@ -646,8 +655,9 @@ def _read_table(node: str, raw: Any) -> TableInspection:
     # are scaled to the table's own memory figure, which is what it holds.
     compressed = info.get("compressed") is True
     read = sum(f[2] for f in families)
-    factor = size / seen if seen else 1.0
-    scale = (stored / (read * factor)) if compressed and read else 1.0
+    factor = readable / seen if seen else 1.0
+    scale = (stored * readable / size / (read * factor)
+             if compressed and read else 1.0)
     out: list[TableFamily] = []
     for family, n, words, binary, pin in families:
         out.append({"family": _family(family),
@@ -675,15 +685,20 @@ def _read_table(node: str, raw: Any) -> TableInspection:
                                                           Pid) else None,
             "size": size, "memory": stored, "compressed": compressed,
             "families": out, "largest": largest,
-            "sampled": seen < size,
-            "seen": seen, "fraction": round(seen / size, 4) if size else 1.0,
+            "sampled": seen < readable,
+            "seen": seen,
+            "fraction": round(seen / readable, 4) if readable else 1.0,
             "late": reply["late"] is True,
             # The table's size moved while it was read, or a key listed
             # had no object when read: objects written meanwhile were
             # seen or not, and an unfixed walk of a set or a bag may miss
             # a key or meet one twice if the table was resized (ets's
             # "Table traversal").
-            "changed": reply["changed"] is True}
+            "changed": reply["changed"] is True,
+            # A bag's keys holding more objects than a batch may read at
+            # once (ets:lookup/2 copies all of a key's objects): counted,
+            # not read; the figures above leave them out.
+            "unread_keys": unread[0], "unread_objects": unread[1]}
 
 
 class NoSuchTable(NoSuchProcess):

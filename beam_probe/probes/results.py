@@ -844,6 +844,8 @@ class TableInspection(TypedDict):
     fraction: float
     late: bool
     changed: bool
+    unread_keys: int
+    unread_objects: int
 
 
 class DumpProcess(TypedDict):

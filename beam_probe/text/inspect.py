@@ -103,7 +103,8 @@ def table_text(result: TableInspection, syntax: Syntax) -> str:
         + (", compressed: sizes as stored" if result["compressed"] else "")
         + ")"]
     if result["sampled"]:
-        lines.append(f"sampled: {result['seen']:,} of {result['size']:,} "
+        readable = result["size"] - result.get("unread_objects", 0)
+        lines.append(f"sampled: {result['seen']:,} of {readable:,} "
                      f"objects read ({result['fraction']:.1%}), the figures "
                      "scaled to the whole"
                      + (" (stopped at the deadline)" if result["late"]
@@ -111,6 +112,12 @@ def table_text(result: TableInspection, syntax: Syntax) -> str:
                      + ("; an ordered_set is read from its lowest key, so "
                         "its sample is its first keys'" if result["type"]
                         == "ordered_set" else ""))
+    if result.get("unread_keys"):
+        lines.append(f"not read: {result['unread_objects']:,} objects under "
+                     f"{result['unread_keys']:,} key"
+                     f"{'s' if result['unread_keys'] != 1 else ''} holding "
+                     "more than one batch may read (about 2 MB): counted, "
+                     "left out of the figures")
     if result.get("changed"):
         lines.append("the table changed while it was read: objects written "
                      "meanwhile are counted or not, and a few may be missed "

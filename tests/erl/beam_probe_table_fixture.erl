@@ -13,8 +13,8 @@
 %% longest collection and run without a yield system_monitor reported.
 -module(beam_probe_table_fixture).
 
--export([packed/3, churn/2, churn/3, churn_stop/1, kind/2, watch_start/1,
-         watch_stop/0]).
+-export([packed/3, churn/2, churn/3, churn_stop/1, kind/2, one_key/4,
+         big_keys/3, watch_start/1, watch_stop/0]).
 
 -spec packed(atom(), pos_integer(), pos_integer()) -> non_neg_integer().
 packed(Name, Objects, Length) ->
@@ -43,6 +43,49 @@ kind(Name, Type) ->
                   receive never -> ok end
           end),
     receive {kind, Size} -> Size end.
+
+%% A bag or duplicate_bag with Objects objects {k, I, a tuple of Words
+%% I's} under the one key k, and 100 objects {K, K} under keys of their
+%% own: ets:lookup(T, k) copies every object of k at once. (A bag checks
+%% each insert against the key's objects: 30,000 take ~3 s to make.)
+-spec one_key(atom(), bag | duplicate_bag, pos_integer(),
+              non_neg_integer()) -> non_neg_integer().
+one_key(Name, Type, Objects, Words) ->
+    Self = self(),
+    spawn(fun() ->
+                  T = ets:new(Name, [named_table, public, Type]),
+                  one_key_insert(T, 1, Objects, Words),
+                  ets:insert(T, [{K, K} || K <- lists:seq(1, 100)]),
+                  erlang:garbage_collect(),
+                  Self ! {one_key, ets:info(T, size)},
+                  receive never -> ok end
+          end),
+    receive {one_key, Size} -> Size end.
+
+one_key_insert(_, From, To, _) when From > To ->
+    ok;
+one_key_insert(T, From, To, Words) ->
+    Last = erlang:min(To, From + 9999),
+    ets:insert(T, [{k, I, erlang:make_tuple(Words, I)}
+                   || I <- lists:seq(From, Last)]),
+    one_key_insert(T, Last + 1, To, Words).
+
+%% A set of Keys objects {Key, K} whose keys are lists of Length small
+%% integers (2 words an element: 20,000 of them are 320 KB a key), and
+%% 100 objects {K, K} with small keys among them.
+-spec big_keys(atom(), pos_integer(), pos_integer()) -> non_neg_integer().
+big_keys(Name, Keys, Length) ->
+    Self = self(),
+    spawn(fun() ->
+                  T = ets:new(Name, [named_table, public, set]),
+                  [ets:insert(T, {[K | lists:seq(2, Length)], K})
+                   || K <- lists:seq(1, Keys)],
+                  ets:insert(T, [{K, K} || K <- lists:seq(1, 100)]),
+                  erlang:garbage_collect(),
+                  Self ! {big_keys, ets:info(T, memory)},
+                  receive never -> ok end
+          end),
+    receive {big_keys, Words} -> Words end.
 
 %% A table of Objects keys, each {Key, Payload of 50 words}; its writer
 %% inserts the next key and deletes the oldest, Objects apart, and every
