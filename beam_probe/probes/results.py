@@ -508,6 +508,15 @@ class Collection(TypedDict):
     duration_us: float
 
 
+class TraceTrend(TypedDict):
+    """The rise that made trace-gc's verdict: over how many majors, the
+    heap's growth (bytes), its slope (bytes a major), Mann-Kendall's z."""
+    majors: int
+    growth: int
+    per_major: float
+    z: float
+
+
 class TracedProcess(TypedDict):
     pid: str
     name: Optional[str]
@@ -518,7 +527,9 @@ class TracedProcess(TypedDict):
     time_us: float
     heap_after_last: int
     collections: int
-    longest_rise: int
+    longest_rise: int  # memwatch's count, shown; not the verdict
+    judged: bool  # enough major collections for a verdict
+    trend: Optional[TraceTrend]
     leak_suspected: bool
 
 
@@ -1028,5 +1039,6 @@ __all__ = ["AllocInstance", "AllocReport", "AllocType", "BinLeak", "Carriers", "
            "ProcCount", "ProcCountAllSummary", "ProcInfo", "ProcWindow",
            "ProcessRow", "RiseJson", "Sample", "SnapshotSummary",
            "SnapshotTaken", "Suspects", "TopDown", "TopFrame", "TopHeader", "TopProcesses",
-           "TopRow", "TopView", "TraceHeader", "TraceSummary",
+           "TopRow", "TopView", "TraceHeader", "TraceSummary", "TraceTrend",
+           "TracedProcess",
            "ValueRow", "Verdict", "VmFigures", "WatchSummary"]
