@@ -137,6 +137,42 @@ BUSY_REPLY = short_reply(503, "Service Unavailable: every worker is busy",
 TOO_LARGE_REPLY = short_reply(431, "Request Header Fields Too Large")
 
 
+class Bounded:
+    """Threads with a queue of a bound: a task past it is refused at once,
+    never queued without end (the workers and the gate's checkers)."""
+
+    def __init__(self, threads: int, queued: int, name: str) -> None:
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix=name)
+        self._bound = threads + queued
+        self._taken = 0           # handed over, not yet done
+        self._lock = threading.Lock()
+
+    def take(self, task: Callable[[Pending], None],
+             pending: Pending) -> str:
+        """'taken', 'busy' (past the bound) or 'closed' (shut down)."""
+        with self._lock:
+            if self._taken >= self._bound:
+                return "busy"
+            self._taken += 1
+
+        def run() -> None:
+            try:
+                task(pending)
+            finally:
+                with self._lock:
+                    self._taken -= 1
+        try:
+            self._executor.submit(run)
+        except RuntimeError:   # shut down
+            with self._lock:
+                self._taken -= 1
+            return "closed"
+        return "taken"
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
 class Front:
     """Listens on ``address`` and hands each whole request head to
     ``handle(pending, front)`` on a worker thread. ``tls``: a server
@@ -174,14 +210,10 @@ class Front:
         # Oldest first: insertion order is accept order.
         self._pending: OrderedDict[Pending, None] = OrderedDict()
         self._by_source: dict[str, OrderedDict[Pending, None]] = {}
-        self._workers = ThreadPoolExecutor(
-            WORKERS, thread_name_prefix="beam-probe-http")
-        self._queued = 0          # handed to workers, not yet done
-        self._queued_lock = threading.Lock()
+        self._workers = Bounded(WORKERS, MAX_QUEUED, "beam-probe-http")
         self.gate = gate
-        self._gate_workers = ThreadPoolExecutor(
-            GATE_WORKERS, thread_name_prefix="beam-probe-gate")
-        self._gated = 0           # handed to the gate's threads, not done
+        self._checkers = Bounded(GATE_WORKERS, GATE_QUEUED,
+                                 "beam-probe-gate")
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._stopped.set()
@@ -236,8 +268,8 @@ class Front:
         self.socket.close()
         self._wake_r.close()
         self._wake_w.close()
-        self._workers.shutdown(wait=False, cancel_futures=True)
-        self._gate_workers.shutdown(wait=False, cancel_futures=True)
+        self._workers.shutdown()
+        self._checkers.shutdown()
 
     # -- accepting ----------------------------------------------------------
 
@@ -383,18 +415,10 @@ class Front:
 
     def _to_gate(self, pending: Pending) -> None:
         assert self.gate is not None
-        with self._queued_lock:
-            busy = self._gated >= GATE_WORKERS + GATE_QUEUED
-            if not busy:
-                self._gated += 1
-        if busy:
+        taken = self._checkers.take(self._check, pending)
+        if taken == "busy":
             self._reply_and_close(pending, self.gate.busy)
-            return
-        try:
-            self._gate_workers.submit(self._check, pending)
-        except RuntimeError:   # shut down
-            with self._queued_lock:
-                self._gated -= 1
+        elif taken == "closed":
             self._close_socket(pending.sock)
 
     def _check(self, pending: Pending) -> None:
@@ -408,9 +432,6 @@ class Front:
                          f"{pending.source} failed: "
                          f"{type(exc).__name__}: {exc}")
             verdict = Refusal(BUSY_REPLY, "busy")
-        finally:
-            with self._queued_lock:
-                self._gated -= 1
         if isinstance(verdict, Refusal):
             self._reply_and_close(pending, verdict)
         else:
@@ -419,18 +440,10 @@ class Front:
     def _to_workers(self, pending: Pending) -> None:
         """Hand a request to the workers (any thread: it is no longer
         the loop's)."""
-        with self._queued_lock:
-            busy = self._queued >= WORKERS + MAX_QUEUED
-            if not busy:
-                self._queued += 1
-        if busy:
+        taken = self._workers.take(self._work, pending)
+        if taken == "busy":
             self._reply_and_close(pending, Refusal(BUSY_REPLY, "busy"))
-            return
-        try:
-            self._workers.submit(self._work, pending)
-        except RuntimeError:   # shut down
-            with self._queued_lock:
-                self._queued -= 1
+        elif taken == "closed":
             self._close_socket(pending.sock)
 
     def _work(self, pending: Pending) -> None:
@@ -445,8 +458,6 @@ class Front:
                 self.log(f"beam-probe: a request from {pending.source} "
                          f"failed: {type(exc).__name__}: {exc}")
         finally:
-            with self._queued_lock:
-                self._queued -= 1
             self._close_socket(pending.sock)
 
     # -- closing ------------------------------------------------------------
