@@ -557,3 +557,69 @@ def test_top_refuses_what_no_node_can_send(nodes, otp, tmp_path,
                 assert r.stdout == "", (case, value, r.stdout)
                 if value.startswith("2^"):
                     assert f"of {int(value[2:]) + 1} bits" in line, line
+
+
+# --- what the last review of issue 37 sent top and the process rows --------
+
+def test_odd_shapes_in_top_and_the_rows_are_bad_replies(nodes, tmp_path,
+                                                       monkeypatch):
+    """A sort of 2^20000 (ValueError in str()), an info keyed by a list
+    (TypeError in dict(), every command's rows) ended top and proc-count
+    with exit 1: now a bad reply, exit 8. A memory kind past the total
+    (OverflowError in the bar, or a bar of 10^10 characters) is drawn
+    as a full bar."""
+    node = nodes.start("25")
+    cases = [
+        (("top", "--once", "--interval", "0.5", "-N", "3"),
+         "beam_probe_top", "pass",
+         "{F, S} = R, {F#{sort := 1 bsl 20000}, S}",
+         ("sorted by", "of 20001 bits")),
+        (("proc-count", "memory", "3"), "beam_probe_scan", "proc_count",
+         "Rows = maps:get(rows, R), R#{rows := Rows#{infos := "
+         "[[{[1], 2}] || _ <- maps:get(infos, Rows)]}}",
+         ("infos",)),
+    ]
+    for command, module, function, tamper, words in cases:
+        folder = str(tmp_path / f"cache-{len(os.listdir(tmp_path))}")
+        plant(node, folder, module, function, tamper)
+        monkeypatch.setenv("BEAM_PROBE_CACHE", folder)
+        r = run_here(command[0], node.node, *command[1:], node=node)
+        one_line(r, 8, "bad reply", *words)
+    folder = str(tmp_path / "cache-memory")
+    plant(node, folder, "beam_probe_top", "pass",
+          "{F, S} = R, H = maps:get(header, F), "
+          "M = [{K, case K of total -> 1; processes -> 1 bsl 63; _ -> V end}"
+          " || {K, V} <- maps:get(memory, H)], "
+          "{F#{header := H#{memory := M}}, S}")
+    monkeypatch.setenv("BEAM_PROBE_CACHE", folder)
+    r = run_here("top", node.node, "--once", "--interval", "0.5", "-N", "3",
+                 node=node)
+    assert r.returncode == 0, r.stderr
+    (line,) = [x for x in r.stdout.splitlines()
+               if x.lstrip().startswith("processes ")]
+    assert "·" not in line and len(line) < 200, line
+
+
+@pytest.mark.parametrize("release", ["27", "28"])
+def test_a_label_nested_past_the_writer_is_cut(nodes, release):
+    """Any process may put/2 a label nested 450 deep, and OTP 26.2+ lets
+    top and proc-count read it: writing it took more of Python's stack
+    than reading it (RecursionError, exit 1). Past 64 levels it is
+    written '...'."""
+    node = nodes.start(release)
+    with attach(node.node, node.cookie.encode()) as remote:
+        ok, tokens, _end = remote.call("erl_scan", "string", [
+            "D = lists:foldl(fun(_, A) -> {A} end, deep_label, "
+            "lists:seq(1, 450)), "
+            "P = spawn(fun() -> put('$process_label', D), "
+            "receive stop -> ok end end)."])
+        ok, exprs = remote.call("erl_parse", "parse_exprs", [tokens])
+        assert ok == Atom("ok"), exprs
+        remote.call("erl_eval", "exprs", [exprs, []])
+    for command in (("top", "--once", "--interval", "0.5", "-N", "500",
+                     "--sort", "memory"),
+                    ("proc-count", "memory", "500")):
+        r = run_here(command[0], node.node, *command[1:], node=node)
+        assert r.returncode == 0, r.stderr
+        # Its name is its label, cut by each command's own rule.
+        assert "{{{{{{{{" in r.stdout, r.stdout

@@ -201,21 +201,26 @@ def integers(term: Any) -> list[int]:
     return list(term)
 
 
-def format_term(term: Any) -> str:
-    """Render a decoded term roughly as Erlang's ``~p`` would, on one line."""
+def format_term(term: Any, _depth: int = 0) -> str:
+    """Render a decoded term roughly as Erlang's ``~p`` would, on one line;
+    what is nested past MAX_FORMAT_DEPTH is written ``...``."""
     if isinstance(term, bool):
         return "true" if term else "false"
     if isinstance(term, Atom):
         return _format_atom(term)
+    if _depth >= MAX_FORMAT_DEPTH and isinstance(
+            term, (tuple, list, FrozenList, ImproperList, dict)):
+        return "..."
+    inner = _depth + 1
     if isinstance(term, tuple) and not isinstance(term, FrozenList):
-        return "{" + ",".join(format_term(t) for t in term) + "}"
+        return "{" + ",".join(format_term(t, inner) for t in term) + "}"
     if isinstance(term, (list, FrozenList)):
-        return "[" + ",".join(format_term(t) for t in term) + "]"
+        return "[" + ",".join(format_term(t, inner) for t in term) + "]"
     if isinstance(term, ImproperList):
-        head = ",".join(format_term(t) for t in term.items)
-        return f"[{head}|{format_term(term.tail)}]"
+        head = ",".join(format_term(t, inner) for t in term.items)
+        return f"[{head}|{format_term(term.tail, inner)}]"
     if isinstance(term, dict):
-        pairs = ",".join(f"{format_term(k)} => {format_term(v)}"
+        pairs = ",".join(f"{format_term(k, inner)} => {format_term(v, inner)}"
                          for k, v in term.items())
         return "#{" + pairs + "}"
     if isinstance(term, bytes):
@@ -231,6 +236,15 @@ def format_term(term: Any) -> str:
         # ValueError), and a peer can send one of millions.
         return f"<an integer of {term.bit_length()} bits>"
     return repr(term)
+
+
+# Terms nested deeper than this are written "...": the decoder takes
+# terms some 490 levels deep, and writing one needs more of Python's
+# stack than reading it, so a label of 450 nested tuples (any process
+# may put/2 one, and OTP 26.2+ lets us read it) ended top and proc-count
+# in RecursionError (issue 37's last review). No label worth reading is
+# nested 64 deep.
+MAX_FORMAT_DEPTH = 64
 
 
 # Integers up to this many bits (308 digits) are written out.

@@ -99,6 +99,13 @@ def check_request(attribute: str | None = None, n: int | None = None,
     check_jobs(jobs)
 
 
+def _item_key(key: Any) -> bool:
+    """Whether ``key`` is what process_info names an item by: an atom, or
+    a tuple of atoms ({dictionary, '$initial_call'})."""
+    return isinstance(key, Atom) or isinstance(key, tuple) and all(
+        isinstance(part, Atom) for part in key)
+
+
 def label(fields: dict[Any, Any]) -> str | None:
     """What a process says it is, from the dictionary keys describe/1
     read: its label (proc_lib:set_label/1), else its process_name
@@ -143,8 +150,12 @@ def rows(raw: Any, key: str, order: bool = False) -> list[Any]:
                             "different lengths")
     if not all(isinstance(pid, Pid) for pid in pids):
         raise BadReply("beam_probe_scan:describe's pids are not all pids")
+    # Keyed by process_info's items, atoms or {dictionary, Key}: a list or
+    # a map where a key goes cannot be a dict's key (dict() raised
+    # TypeError, exit 1, in every command's rows).
     if not all(isinstance(info, Atom) or isinstance(info, list) and all(
-            isinstance(item, tuple) and len(item) == 2 for item in info)
+            isinstance(item, tuple) and len(item) == 2
+            and _item_key(item[0]) for item in info)
             for info in infos):
         raise BadReply("beam_probe_scan:describe's infos are not all "
                        "lists of pairs")

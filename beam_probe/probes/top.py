@@ -156,9 +156,12 @@ def read_frame(node: str, reply: Reply, filter_text: str = "",
             == len(done):
         raise ProtocolError(f"{reply.helper}'s columns are of different "
                             "lengths")
-    sort = str(reply["sort"])
-    if sort not in SORTS:
-        raise BadReply(f"{reply.helper} sorted by {sort[:40]!r}")
+    sort = reply["sort"]
+    if not isinstance(sort, Atom) or sort not in SORTS:
+        # Read as an atom first: str() of a crafted 2^20000 raised
+        # ValueError, exit 1 (issue 37's last review).
+        raise BadReply(f"{reply.helper} sorted by {shown(sort)}")
+    sort = str(sort)
     window_us = reply["window_us"]
     window_s = None if window_us == A_NONE else \
         reply.count("window_us") / 1e6

@@ -46,7 +46,11 @@ def count(n: int | float | None) -> str:
 
 
 def bar(part: int, whole: int, width: int = BAR_WIDTH) -> str:
-    filled = round(width * part / whole) if whole else 0
+    # Within the bar whatever the figures: a kind past the total (a node
+    # never sends one, a crafted reply did) made 2^63 / 1 an
+    # OverflowError, or a bar of 10^10 characters.
+    filled = min(width, max(0, round(width * min(part, whole) / whole))) \
+        if whole > 0 else 0
     return "█" * filled + "·" * (width - filled)
 
 
