@@ -1830,23 +1830,32 @@ table(Spec, Walker, Options) ->
                     %% which unpacks each; an arity past Keypos + 15 is
                     %% read so).
                     Marker = erlang:make_ref(),
+                    %% A guard's term (the key, or one of its elements)
+                    %% proved small: named Guarded, not X, as 'X' is an
+                    %% atom of erl_internal's that the light-touch test
+                    %% would take for one of our variables reaching the
+                    %% node.
                     Atomic =
-                        fun(X) ->
-                                {'orelse', {is_atom, X}, {is_pid, X},
-                                 {is_port, X}, {is_reference, X},
-                                 {is_binary, X}, {is_float, X},
-                                 {'andalso', {is_integer, X},
-                                  {'<', {abs, X}, 18446744073709551616}}}
+                        fun(Guarded) ->
+                                {'orelse', {is_atom, Guarded},
+                                 {is_pid, Guarded}, {is_port, Guarded},
+                                 {is_reference, Guarded},
+                                 {is_binary, Guarded}, {is_float, Guarded},
+                                 {'andalso', {is_integer, Guarded},
+                                  {'<', {abs, Guarded},
+                                   18446744073709551616}}}
                         end,
                     Small =
-                        fun(X) ->
-                                {'orelse', Atomic(X), {'=:=', X, []},
-                                 {'andalso', {is_tuple, X},
+                        fun(Guarded) ->
+                                {'orelse', Atomic(Guarded),
+                                 {'=:=', Guarded, []},
+                                 {'andalso', {is_tuple, Guarded},
                                   erlang:list_to_tuple(
-                                    ['orelse', {'=:=', {size, X}, 0}
+                                    ['orelse', {'=:=', {size, Guarded}, 0}
                                      | [erlang:list_to_tuple(
-                                          ['andalso', {'=:=', {size, X}, S}
-                                           | [Atomic({element, I, X})
+                                          ['andalso',
+                                           {'=:=', {size, Guarded}, S}
+                                           | [Atomic({element, I, Guarded})
                                               || I <- lists:seq(1, S)]])
                                         || S <- lists:seq(1, 4)]])}}
                         end,
