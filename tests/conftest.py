@@ -503,3 +503,9 @@ def shared_tmp():
         yield top
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+# The broker fixtures (issue 38): ``rabbit``, a real RabbitMQ, and
+# ``broker_shapes``, nodes shaped like one; tests/rabbit.py says how to use
+# them. Imported last: it imports from this module.
+from rabbit import broker_shapes, rabbit  # noqa: E402,F401
