@@ -26,7 +26,8 @@ receive loop registered as ``bpt_refc_holder``: 5,000 refc binaries of
 waiting), the tables ``bpt_queue_metrics`` (keyed by ``#resource{}``),
 ``bpt_queue_stat_pairs`` (keyed by ``{#resource{}, Stat}``) and an unnamed
 one ``ets`` lists as ``bpt_unnamed_metrics`` (``.unnamed_table``, its id
-as the node prints it). ``start_broker_shapes(node)`` does the same on a
+as the node prints it), and ``bpt_struct_keyed``, keyed by an Elixir
+struct (``%Broker.Queue{vhost: "/", name: "q1"}``, made without Elixir). ``start_broker_shapes(node)`` does the same on a
 node a test started itself.
 """
 

@@ -85,6 +85,10 @@ def test_broker_shapes_are_what_they_claim(broker_shapes):
         assert remote.call("ets", "info", [unnamed, Atom("name")]
                            ) == Atom("bpt_unnamed_metrics")
         assert remote.call("ets", "info", [unnamed, Atom("size")]) == 200
+        (key,) = remote.call("ets", "lookup", [Atom("bpt_struct_keyed"), {
+            Atom("__struct__"): Atom("Elixir.Broker.Queue"),
+            Atom("vhost"): b"/", Atom("name"): b"q1"}])[0][:1]
+        assert key[Atom("__struct__")] == Atom("Elixir.Broker.Queue")
 
 
 def test_a_real_rabbitmq_has_queues_with_a_backlog(rabbit):
@@ -179,3 +183,19 @@ def test_an_unnamed_table_is_found_by_its_name(broker_shapes):
     # Found, or one line saying which id to give.
     assert result.returncode == 0 or "#Ref<" in result.stderr, \
         result.stderr
+
+
+@pytest.mark.xfail(strict=False, reason="issue 38 item 3")
+def test_a_struct_keyed_table_is_written_as_each_language_writes_it(
+        broker_shapes):
+    node = broker_shapes.node
+    erlang = run_here("inspect", node.node, "--table", "bpt_struct_keyed",
+                      "--syntax", "erlang", node=node)
+    assert erlang.returncode == 0, erlang.stderr
+    assert "'Elixir.Broker.Queue'" in erlang.stdout
+    elixir = run_here("inspect", node.node, "--table", "bpt_struct_keyed",
+                      "--syntax", "elixir", node=node)
+    assert elixir.returncode == 0, elixir.stderr
+    assert "%Broker.Queue{" in elixir.stdout
+    for result in (erlang, elixir):
+        assert "Atom(" not in result.stdout

@@ -20,7 +20,10 @@
 %%           (named_table, set): {{#resource{}, Stat}, Count}, keyed by a
 %%           pair of the record and an atom, 600 rows; and an UNNAMED
 %%           table that ets:all/0 lists as bpt_unnamed_metrics, with the
-%%           rows of bpt_queue_metrics.
+%%           rows of bpt_queue_metrics; bpt_struct_keyed (named_table,
+%%           set), 200 rows keyed by an Elixir struct,
+%%           %Broker.Queue{vhost: "/", name: "q1"} (a map with
+%%           '__struct__' => 'Elixir.Broker.Queue'; no Elixir needed).
 %% Nothing here is loaded on a node beam-probe is tested as a user's
 %% would be, only on nodes the tests start (and on the tests' RabbitMQ,
 %% for backlog/3).
@@ -140,6 +143,13 @@ make_tables() ->
     true = ets:insert(Pairs, [{{Resource, Stat}, 0}
                               || {Resource, _} <- Rows,
                                  Stat <- [messages, publish, deliver]]),
+    %% An Elixir struct is a map with '__struct__': keys as an Elixir
+    %% broker's are, made without Elixir on the node.
+    Structs = ets:new(bpt_struct_keyed, [set, named_table, public]),
+    true = ets:insert(Structs, [{#{'__struct__' => 'Elixir.Broker.Queue',
+                                   vhost => <<"/">>, name => Name},
+                                 Stats}
+                                || {#resource{name = Name}, Stats} <- Rows]),
     Unnamed.
 
 queue_resource(I) ->
