@@ -10,13 +10,18 @@
    when a pass takes over a quarter of it: the refresh must fit in it),
    and the memory the keeper holds between refreshes, and paused (it
    hibernates once the refreshes stop for a quarter of its idle time).
+   With --binaries REFS, also: SIZE processes each holding REFS slices
+   of one binary (each slice a reference process_info(P, binary) lists),
+   a refresh sorted by binary against a proc-count binary_memory pass
+   (recon's figure: sizes summed, no binary counted once): what ranking
+   every process by the bytes it holds, each binary once, costs.
 2. `beam-probe top` itself in a real terminal (tmux, 120x40) against an
    idle node at the default interval for SECONDS (default 60): its CPU
    time over that span as a share of one core. Target: below 5%.
 
 Run:
     python tests/bench_top.py [--sizes 100000,1000000] [--runs 7]
-        [--seconds 60]
+        [--seconds 60] [--binaries 10]
 """
 
 from __future__ import annotations
@@ -37,10 +42,10 @@ from beam_probe.probes.processes import proc_count
 from beam_probe.probes.top import TopFeed
 
 
-def proc_count_on_node(remote) -> float:
-    """One proc-count pass (memory, 40), timed on the node."""
+def proc_count_on_node(remote, attribute: str = "memory") -> float:
+    """One proc-count pass (ATTRIBUTE, 40), timed on the node."""
     form, bindings = remote.guarded(
-        SCAN, "proc_count", (Atom("memory"), 40, 0, *COUNT_LOCALS),
+        SCAN, "proc_count", (Atom(attribute), 40, 0, *COUNT_LOCALS),
         remote.watch(), 300)
     micros, _value = remote.call("timer", "tc", [
         Atom("erl_eval"), Atom("expr"), _expr_args(form, bindings)],
@@ -102,6 +107,33 @@ def refresh_cost(size: int, runs: int) -> float:
         return ratio if fits else float("inf")
 
 
+def binary_cost(size: int, refs: int, runs: int) -> float:
+    """top sorted by binary against proc-count binary_memory, on a node
+    of ``size`` processes holding ``refs`` references each: the node's
+    time of each, medians, taken alternately."""
+    with loaded_node(0) as (node, remote, _count):
+        remote.call("beam_probe_binaries", "holders", [size, refs, 4096],
+                    timeout=600)
+        count = remote.call("erlang", "system_info",
+                            [Atom("process_count")])
+        feed = TopFeed(lambda: remote, interval=2.0, n=40,
+                       sort="binary_memory")
+        feed.open()
+        feed.refresh()
+        proc_count_on_node(remote, "binary_memory")
+        top_pass, count_node = [], []
+        for _ in range(runs):
+            view = feed.refresh()
+            assert not view["down"], view["down"]
+            top_pass.append(view["frames"][0]["pass_ms"] / 1000)
+            count_node.append(proc_count_on_node(remote, "binary_memory"))
+        p, cn = statistics.median(top_pass), statistics.median(count_node)
+        print(f"{count:>9} processes, {refs} references each: on the node, "
+              f"top's pass by binary {p * 1000:.0f} ms, proc-count "
+              f"binary_memory's {cn * 1000:.0f} ms: {p / cn:.2f}x")
+        return p / cn
+
+
 def killed_mid_pass(node, remote, passes: list[float]) -> float:
     """A feed's connection cut a third into a pass (as kill -9 cuts it):
     how long until its keeper is gone from the node."""
@@ -159,8 +191,15 @@ def main() -> int:
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--binaries", type=int, default=0, metavar="REFS")
+    parser.add_argument("--only-binaries", action="store_true")
     args = parser.parse_args()
     print(f"{os.cpu_count()} cores")
+    if args.binaries:
+        for s in args.sizes.split(","):
+            binary_cost(int(s), args.binaries, args.runs)
+        if args.only_binaries:
+            return 0
     ratios = [refresh_cost(int(s), args.runs)
               for s in args.sizes.split(",") if s]
     share = view_cpu(args.seconds)

@@ -66,8 +66,12 @@ def _summary(values: dict[str, Any]) -> str:
             f"({values['binary_share']:g}%), total "
             f"{show('total', values['total'])}, process_count "
             f"{values['process_count']:,}, top binary_memory "
-            f"{show('top_binary_memory', values['top_binary_memory'])}, "
-            f"max_queue {values['max_queue']}, atom_use "
+            f"{show('top_binary_memory', values['top_binary_memory'])} "
+            # Which figure (issue 38): the bytes one process holds, never
+            # recon's per-reference sum, which a threshold on a process
+            # would meet at 800 times the node's memory.
+            "(each binary once), "
+            f"max_queue {values['max_queue']:,}, atom_use "
             f"{values['atom_use']:g}%, top ets "
             f"{show('top_ets_memory', values['top_ets_memory'])}, "
             f"alloc_usage_min {values['alloc_usage_min']:g}%"

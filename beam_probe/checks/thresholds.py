@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from beam_probe.text.tables import human_bytes
+
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 STATUS_NAMES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL",
                 UNKNOWN: "UNKNOWN"}
@@ -129,20 +131,17 @@ def evaluate(values: dict[str, Any], warn: dict[str, float],
 
 
 def show(key: str, value: float) -> str:
-    """A value as a person reads it: 12MB, 3.5%, 1234; a threshold as the
-    user wrote it."""
+    """A value as a person reads it: 12.0 MiB, 3.5%, 1,234; a threshold
+    as the user wrote it."""
     if isinstance(value, Limit):
         return value.text
     kind = KEYS.get(key, COUNT)
     if kind == PERCENT:
         return f"{value:g}%"
     if kind == BYTES:
-        # beam-probe's one rule for showing bytes, in every command: binary
-        # units (KiB = 1024 bytes), as erlang:memory() counts. Thresholds
-        # may be written in either (see parse).
-        for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20),
-                           ("KiB", 2**10)):
-            if value >= size:
-                return f"{value / size:.1f}{unit}".replace(".0" + unit, unit)
-        return f"{int(value)}B"
-    return f"{int(value)}"
+        # beam-probe's one rule for showing bytes, in every command (issue
+        # 38): binary units with one decimal, as erlang:memory() counts,
+        # by the function every table uses. Thresholds may be written in
+        # either (see parse).
+        return human_bytes(value)
+    return f"{int(value):,}"

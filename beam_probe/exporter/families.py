@@ -136,7 +136,8 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         GAUGE, "The largest processes by memory (rank 1 is the largest).",
         ("rank", "process")),
     "beam_probe_top_process_binary_memory_bytes": (
-        GAUGE, "The largest holders of refc binaries (recon's "
+        GAUGE, "The largest holders of refc binaries: the bytes each "
+        "holds, each binary once (not recon's per-reference "
         "binary_memory).", ("rank", "process")),
     "beam_probe_top_process_message_queue_length": (
         GAUGE, "The longest message queues.", ("rank", "process")),

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from beam_probe.text.node import (DISTINCT_NOTE, labels_note, process_rows,
+from beam_probe.text.node import (DISTINCT_NOTE, figure, heading,
+                                  labels_note, process_rows,
                                   verdict_text)
 from beam_probe.text.syntax import Syntax
 from beam_probe.text.tables import human_bytes, table
@@ -67,9 +68,11 @@ def proc_count_text(result: ClusterProcCount, syntax: Syntax) -> str:
     else:
         distinct = attribute == "binary_memory"
         lines.append(table(
-            ("node", "pid", attribute, *(("distinct",) if distinct else ()),
+            ("node", "pid", heading(attribute),
+             *(("distinct",) if distinct else ()),
              "name", "current function", "initial call"),
-            _with_node(process_rows(result["processes"], "value", syntax),
+            _with_node(process_rows(result["processes"], "value", syntax,
+                                    attribute),
                        result["processes"]),
             "llrrlll" if distinct else "llrlll", syntax))
         note = labels_note(result, [
@@ -131,7 +134,8 @@ def proc_window_text(result: ClusterProcWindow, syntax: Syntax) -> str:
         lines.append(table(
             ("node", "pid", "increase", "name", "current function",
              "initial call"),
-            _with_node(process_rows(result["processes"], "delta", syntax),
+            _with_node(process_rows(result["processes"], "delta", syntax,
+                                    attribute),
                        result["processes"]), "llrlll", syntax))
     else:
         lines.append(f"no process's {attribute} changed over the window on "
@@ -139,16 +143,17 @@ def proc_window_text(result: ClusterProcWindow, syntax: Syntax) -> str:
     if result["born"]:
         lines += ["", "born inside the window (value at the end, largest "
                       "first):",
-                  table(("node", "pid", attribute, "name",
+                  table(("node", "pid", heading(attribute), "name",
                          "current function", "initial call"),
                         _with_node(process_rows(result["born"], "value",
-                                                syntax), result["born"]),
+                                                syntax, attribute),
+                                   result["born"]),
                         "llrlll", syntax)]
     if result["dead"]:
         lines += ["", "dead inside the window (value at the start, largest "
                       "first):",
-                  table(("node", "pid", attribute),
-                        [(p["node"], p["pid"], p["value"])
+                  table(("node", "pid", heading(attribute)),
+                        [(p["node"], p["pid"], figure(attribute, p["value"]))
                          for p in result["dead"]], "llr", syntax)]
     return "\n".join(lines)
 
@@ -167,7 +172,7 @@ def ets_text(result: ClusterEts, syntax: Syntax) -> str:
                     "memory", "type", "access"),
                    [(t["node"], t["name"], t["id"], t["owner"],
                      syntax.name(t["owner_name"]) or t["owner_group"],
-                     t["size"], human_bytes(t["memory"]), t["type"],
+                     f"{t['size']:,}", human_bytes(t["memory"]), t["type"],
                      t["protection"]) for t in result["largest"]],
                    "lllllrrll", syntax)]
     return "\n".join(lines)

@@ -42,13 +42,43 @@ def _name(p: ProcessRow, syntax: Syntax) -> str:
     return syntax.code(label) if label else ""
 
 
+# One rule for a process's figures in every text table (issue 38: proc-
+# count printed raw bytes where top printed MiB): bytes in binary units
+# with one decimal (human_bytes, as every other table), words and counts
+# as counts with thousands separators. process_info's heap and stack
+# sizes are words, and stay words (the header says so): the rows carry no
+# word size to make bytes of them, and a count is exact. JSON keeps the
+# raw integers, recon's own.
+BYTE_ATTRIBUTES = frozenset(("memory", "binary_memory", "binary_distinct"))
+WORD_ATTRIBUTES = frozenset(("total_heap_size", "heap_size", "stack_size"))
+
+
+def figure(attribute: str, value: int | None) -> str:
+    """A process's ``attribute`` as a table shows it: 1.5 MiB, 12,345."""
+    if value is None:
+        return ""
+    if attribute in BYTE_ATTRIBUTES:
+        return human_bytes(value)
+    return f"{value:,}"
+
+
+def heading(attribute: str) -> str:
+    """The column's title: the attribute, and its unit where it is words."""
+    return f"{attribute} (words)" if attribute in WORD_ATTRIBUTES \
+        else attribute
+
+
 def process_rows(processes: Sequence[ProcessRow], key: str,
-                 syntax: Syntax) -> list[tuple[str, ...]]:
+                 syntax: Syntax, attribute: str = ""
+                 ) -> list[tuple[str, ...]]:
     """Table rows: pid, the number (by binary_memory, then the distinct
     bytes), name (or label), current function, initial call; a process
-    that exited before it could be described says so."""
-    return [(p["pid"], p[key],
-             *((p["binary_distinct"],) if "binary_distinct" in p else ()),
+    that exited before it could be described says so. The number is
+    written as ``attribute`` is (figure); bin-leak's deltas, counts of
+    references, with no attribute."""
+    return [(p["pid"], figure(attribute, p[key]),
+             *((figure("binary_distinct", p["binary_distinct"]),)
+               if "binary_distinct" in p else ()),
              _name(p, syntax),
              p["current_function"] or "", p["initial_call"] or "")
             for p in processes]
@@ -133,9 +163,9 @@ def proc_count_text(result: ProcCount, syntax: Syntax) -> str:
                 f"{result['scanned']:,} processes")
     distinct = attribute == "binary_memory"
     text = header + "\n\n" + table(
-        ("pid", attribute, *(("distinct",) if distinct else ()), "name",
-         "current function", "initial call"),
-        process_rows(result["processes"], "value", syntax),
+        ("pid", heading(attribute), *(("distinct",) if distinct else ()),
+         "name", "current function", "initial call"),
+        process_rows(result["processes"], "value", syntax, attribute),
         "lrrlll" if distinct else "lrlll", syntax)
     notes = [DISTINCT_NOTE] if distinct else []
     notes += [n for n in (labels_note(result),) if n]
@@ -179,8 +209,8 @@ def proc_window_text(result: ProcWindow, syntax: Syntax) -> str:
         "",
         table(("pid", "increase", "name", "current function",
                "initial call"),
-              process_rows(result["processes"], "delta", syntax), "lrlll",
-              syntax)
+              process_rows(result["processes"], "delta", syntax, attribute),
+              "lrlll", syntax)
         if any(p["delta"] for p in result["processes"]) else
         f"no process's {attribute} changed over the window (an idle node): "
         "nothing to rank",
@@ -188,15 +218,17 @@ def proc_window_text(result: ProcWindow, syntax: Syntax) -> str:
     if result["born"]:
         lines += ["", "born inside the window (value at the end, largest "
                       "first):",
-                  table(("pid", attribute, "name", "current function",
-                         "initial call"),
-                        process_rows(result["born"], "value", syntax),
+                  table(("pid", heading(attribute), "name",
+                         "current function", "initial call"),
+                        process_rows(result["born"], "value", syntax,
+                                     attribute),
                         "lrlll", syntax)]
     if result["dead"]:
         lines += ["", "dead inside the window (value at the start, largest "
                       "first):",
-                  table(("pid", attribute),
-                        [(p["pid"], p["value"]) for p in result["dead"]],
+                  table(("pid", heading(attribute)),
+                        [(p["pid"], figure(attribute, p["value"]))
+                         for p in result["dead"]],
                         "lr", syntax)]
     note = labels_note(result)
     return "\n".join(lines + (["", f"({note})"] if note else []))
@@ -291,7 +323,7 @@ def alloc_text(result: AllocReport, syntax: Syntax) -> str:
         rows.append((t["type"], human_bytes(t["used"]),
                      human_bytes(t["used_max"]),
                      human_bytes(t["allocated"]), f"{t['usage']:.0%}",
-                     mbcs["carriers"], sbcs["carriers"],
+                     f"{mbcs['carriers']:,}", f"{sbcs['carriers']:,}",
                      f"{mbcs['blocks'] + sbcs['blocks']:,}",
                      human_bytes(mbcs["average_block"]),
                      human_bytes(sbcs["average_block"])))
@@ -311,7 +343,8 @@ def ets_text(result: EtsReport, syntax: Syntax) -> str:
             f"{result['tables']} ETS tables by {result['sort']} (all tables "
             f"{human_bytes(result['total_memory'])})")
     rows = [(t["name"], t["id"], t["owner"],
-             syntax.name(t["owner_name"]) or t["owner_group"], t["size"],
+             syntax.name(t["owner_name"]) or t["owner_group"],
+             f"{t['size']:,}",
              human_bytes(t["memory"]), t["type"], t["protection"])
             for t in result["largest"]]
     return head + "\n" + table(("table", "id", "owner", "owner is",
@@ -327,7 +360,7 @@ class EveryProcess:
         self.head, self.syntax = head, syntax
         distinct = head["attribute"] == "binary_memory"
         self.align = "lrrlll" if distinct else "lrlll"
-        self.headers = ("pid", head["attribute"],
+        self.headers = ("pid", heading(head["attribute"]),
                         *(("distinct",) if distinct else ()), "name",
                         "current function", "initial call")
 
@@ -336,7 +369,8 @@ class EveryProcess:
                 f"{self.head['attribute']}, largest first")
 
     def rows(self, chunk: list[ProcessRow]) -> list[tuple[str, ...]]:
-        return process_rows(chunk, "value", self.syntax)
+        return process_rows(chunk, "value", self.syntax,
+                            self.head["attribute"])
 
     def footer(self, summary: dict[Any, Any]) -> str:
         return f"{summary['sent']:,} of {summary['scanned']:,} processes"

@@ -72,9 +72,10 @@ def summary_text(summary: dict[Any, Any], syntax: Syntax) -> str:
                  "than the node's tracer could forward (exit 14)")
     if not summary["processes"]:
         return head + "; none of the traced processes collected"
-    rows = [(p["pid"], _who(p, syntax), p["minor"], p["major"],
+    rows = [(p["pid"], _who(p, syntax), f"{p['minor']:,}",
+             f"{p['major']:,}",
              human_bytes(p["reclaimed"]), f"{p['time_us'] / 1000:.2f} ms",
-             human_bytes(p["heap_after_last"]), p["longest_rise"],
+             human_bytes(p["heap_after_last"]), f"{p['longest_rise']:,}",
              _verdict(p))
             for p in summary["processes"]]
     return head + "\n" + table(
