@@ -29,7 +29,8 @@ from beam_probe.node.replies import Reply, count, escaped
 from beam_probe.probes.info import atom_names, refused, target
 
 if TYPE_CHECKING:
-    from beam_probe.probes.results import (InspectPart, InspectPin,
+    from beam_probe.probes.results import (InspectBinaries, InspectPart,
+                                           InspectPin,
                                            ProcessInspection,
                                            TableFamily, TableInspection,
                                            TableObject)
@@ -62,6 +63,16 @@ MAILBOX_MOST = 10_000
 # Copied into our worker (a plain process's dictionary, a mailbox) only
 # from a process of at most this many words (8 MB on 64 bits).
 COPY_MOST = 1_000_000
+# The refc binaries a process refers to (process_info(P, binary), a copy
+# of 6 words a reference, at most a reference per 6 words of its heap)
+# are read from a heap of at most this many words (32 MB on 64 bits), so
+# a broker's queue (16-24 MB of heap) is: 109,864 references were copied
+# in 4-8 ms and summed on the node in 23-35 ms, 345,285 in 14-22 ms and
+# 285-314 ms (OTP 25, 2 cores). Only figures come back. The helper says
+# why in full.
+BINARIES_MOST = 4_194_304
+# How many of the largest binaries' sizes come back (the helper's 5).
+LARGEST_BINARIES = 5
 # A dictionary is read (inside the process, or copied from outside) only
 # up to this many keys, estimated from outside without a copy: get/0 of a
 # million keys stalled a scheduler 61-112 ms and grew its process by 258
@@ -109,6 +120,56 @@ _WHY = {
 }
 
 
+# RabbitMQ's own view of what its queues hold, suggested where the process
+# is its (its gen_server2 loop, a rabbit_ module among its names): the
+# broker counts what we cannot read from outside.
+BROKER_VIEW = ("rabbitmqctl list_queues name memory message_bytes_ram",
+               "rabbitmq-diagnostics memory_breakdown")
+# Frames that are no process's own loop: where proc_lib starts it, and
+# the BIFs it may be in.
+_NOT_A_LOOP = ("proc_lib", "erlang")
+
+
+def loop_of(info: dict[str, Any]) -> str | None:
+    """The module whose loop the process runs, from outside: the
+    outermost frame of its current stack that is not proc_lib's start
+    (a gen_server's is gen_server, RabbitMQ's queues' gen_server2, a
+    plain loop's its own module), else its current function's module.
+    None while it hibernates (its stack is gone) or when nothing says."""
+    current = info.get("current_function")
+    if current == (Atom("erlang"), Atom("hibernate"), 3):
+        return None
+    stack = info.get("current_stacktrace")
+    modules = [frame[0] for frame in stack if isinstance(frame, tuple)
+               and frame and isinstance(frame[0], Atom)] \
+        if isinstance(stack, list) else []
+    own = [m for m in modules if str(m) not in _NOT_A_LOOP]
+    if own:
+        return str(own[-1])
+    if isinstance(current, tuple) and current and \
+            isinstance(current[0], Atom):
+        return str(current[0])
+    return None
+
+
+def looks_like_rabbit(loop: str | None, info: dict[str, Any],
+                      started: Any) -> bool:
+    """RabbitMQ's process: its loop is gen_server2, or a rabbit module
+    names it (registered name, '$initial_call', a frame of its stack)."""
+    if loop == "gen_server2":
+        return True
+    names: list[Any] = [info.get("registered_name"), started]
+    for key in ("current_function", "initial_call"):
+        if isinstance(info.get(key), tuple) and info[key]:
+            names.append(info[key][0])
+    stack = info.get("current_stacktrace")
+    for frame in stack if isinstance(stack, list) else []:
+        if isinstance(frame, tuple) and frame:
+            names.append(frame[0])
+    return any(isinstance(name, Atom) and (str(name) == "rabbit" or str(
+        name).startswith("rabbit_")) for name in names)
+
+
 def check_bounds(depth: int, width: int, budget: int | None,
                  table: bool) -> None:
     if not 0 <= depth <= MAX_DEPTH:
@@ -146,7 +207,8 @@ def _options(depth: int, width: int, budget: int,
     return {Atom("depth"): depth, Atom("width"): width,
             Atom("budget"): budget, Atom("walk_ms"): max(50, wait_ms // 2),
             Atom("wait_ms"): wait_ms, Atom("mailbox_most"): MAILBOX_MOST,
-            Atom("copy_most"): COPY_MOST}
+            Atom("copy_most"): COPY_MOST,
+            Atom("binaries_most"): BINARIES_MOST}
 
 
 # -- paths ------------------------------------------------------------------
@@ -181,7 +243,29 @@ def key_text(key: Any, elixir: bool) -> str:
             return f"'{text}{more}'" if elixir else f'"{text}{more}"'
         return f'"{text}{more}"' if elixir else f'<<"{text}{more}">>'
     if isinstance(key, tuple) and len(key) == 2 and key[0] == Atom("kind"):
-        return f"<{key[1]}>"
+        return _term_of_kind(key[1], elixir)
+    return "<key>"
+
+
+def _term_of_kind(kind: Any, elixir: bool) -> str:
+    """A term known by its kind alone, as the node's shell writes one of
+    that kind with its values left out: a tuple led by an atom (a record)
+    as ``{resource, ...}``, since the shell prints a record so where its
+    definition is not loaded (ets:tab2list/1 of RabbitMQ's tables in a
+    remote shell shows ``{resource,<<"/">>,queue,<<"q1">>}``) and we do
+    not know it; an Elixir struct as ``%MyApp.Key{...}``, or as Erlang
+    prints that map; any other kind as ``<binary>``."""
+    if isinstance(kind, tuple) and len(kind) == 2 and \
+            isinstance(kind[1], Atom):
+        what, tag = kind
+        if what == Atom("record"):
+            return "{" + key_text(tag, elixir) + ", ...}"
+        if what == Atom("struct"):
+            if elixir:
+                return "%" + key_text(tag, True) + "{...}"
+            return "#{'__struct__' => " + format_term(tag) + ", ...}"
+    if isinstance(kind, Atom):
+        return f"<{kind}>"
     return "<key>"
 
 
@@ -461,7 +545,9 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
     elif isinstance(mailbox, tuple) and mailbox[0] == A_TOO_LONG:
         mailbox_note = (f"{count(where, mailbox[1]):,} messages: over "
                         f"{MAILBOX_MOST:,}, only its length is read "
-                        "(reading copies every message)")
+                        "(reading copies every message, and no call of "
+                        "OTP 25-28 reads the first few alone, so none is "
+                        "sampled)")
     elif isinstance(mailbox, tuple) and mailbox[0] == A_TOO_LARGE:
         mailbox_note = (f"not read: the process holds "
                         f"{count(where, mailbox[1]):,} bytes, and reading a "
@@ -487,6 +573,9 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
             if held else 0.0
     pinned.sort(key=lambda pin: -pin["referenced_bytes"])
     timed_out = reply["timed_out"]
+    loop = loop_of(info)
+    started = reply["started"] if "started" in reply else None
+    binaries, binaries_note = _binaries(reply, info, wordsize)
     state_note = None
     why = str(reply["why"])
     limits = reply.map("limits") if "limits" in reply else None
@@ -519,6 +608,12 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
             "memory again on the node, measured); it moves to its old heap "
             "at its next collection, whatever brings it on: try again "
             "then; nothing was sent to it")
+    elif why != "gen" and loop == "gen_server2":
+        state_note = ("its loop state cannot be read from outside: its "
+                      "loop is RabbitMQ's gen_server2, whose sys handler "
+                      "runs a replace_state fun without a catch before "
+                      "RabbitMQ 3.12.1 (a fun that throws crashed a "
+                      "queue), so it is never asked")
     elif why != "gen":
         state_note = ("its loop state cannot be read from outside: "
                       + _WHY.get(why, why))
@@ -562,6 +657,13 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
             "elements a term of --budget")
         state_note = unmeasured_note if state_note is None \
             else f"{state_note}; {unmeasured_note}"
+    # What was not measured is never a figure: a state not read (refused,
+    # timed out, failed) leaves its terms unknown, and its binaries are
+    # the node's list's, each once, where that was read.
+    read = why == "gen" and failed is None and timed_out is False
+    held_bytes = total_bytes if read else None
+    held_binary = total_binary if read else \
+        binaries["bytes"] if binaries is not None else None
     name = info.get("registered_name")
     current = info.get("current_function")
     initial = info.get("initial_call")
@@ -573,15 +675,59 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
             "current_function": mfa(current) if current else None,
             "initial_call": mfa(initial) if initial else None,
             "parts": parts, "pinned": pinned,
-            "total": {"bytes": total_bytes, "binary_bytes": total_binary,
+            "total": {"bytes": held_bytes, "binary_bytes": held_binary,
                       "memory": count(f"{where}'s memory", memory),
                       "message_queue_len": count(f"{where}'s queue", queue),
                       "binary_distinct": distinct,
                       "sampled": sampled,
                       "pause_ms": round(reply.count("pause_us") / 1000, 1),
-                      "unmeasured": unmeasured + skipped},
+                      "unmeasured": unmeasured + skipped,
+                      "heap_bytes": count(f"{where}'s heap", info.get(
+                          "total_heap_size")) * wordsize,
+                      "young_heap_bytes": count(f"{where}'s young heap",
+                                                info.get("heap_size"))
+                      * wordsize},
             "state": state_note, "dictionary": dictionary_note,
-            "mailbox": mailbox_note}
+            "mailbox": mailbox_note,
+            "loop": loop, "binaries": binaries,
+            "binaries_note": binaries_note,
+            "see_also": list(BROKER_VIEW)
+            if looks_like_rabbit(loop, info, started) else []}
+
+
+def _binaries(reply: Reply, info: dict[str, Any], wordsize: int
+              ) -> tuple["InspectBinaries | None", str | None]:
+    """The refc binaries the process refers to, as the node summed them
+    from its list (process_info(P, binary)), or why they were not."""
+    where = f"{reply.helper}'s binaries"
+    raw = reply["binaries"] if "binaries" in reply else Atom("unknown")
+    if isinstance(raw, dict):
+        found = Reply(where, raw)
+        # A list of sizes all under 256 travels as a string (STRING_EXT).
+        sent = found["largest"]
+        largest = [ord(c) for c in sent] if isinstance(sent, str) else \
+            found.list("largest")
+        if len(largest) > LARGEST_BINARIES:
+            raise BadReply(f"{where}: {len(largest)} largest where "
+                           f"{LARGEST_BINARIES} at most were asked for")
+        out: InspectBinaries = {
+            "references": found.count("references"),
+            "count": found.count("count"), "bytes": found.count("bytes"),
+            "alone_bytes": found.count("alone"),
+            "largest": [count(where, size) for size in largest]}
+        if out["count"] > out["references"] or \
+                out["alone_bytes"] > out["bytes"] or \
+                sum(out["largest"]) > out["bytes"]:
+            raise BadReply(f"{where}: figures that contradict each other")
+        return out, None
+    if isinstance(raw, tuple) and len(raw) == 2 and raw[0] == A_TOO_LARGE:
+        heap = count(where, raw[1]) * wordsize
+        return None, (f"not measured: its heap is {heap:,} bytes, over "
+                      f"{BINARIES_MOST * wordsize:,}, and the node's list "
+                      "of the binaries it refers to (6 words a reference, "
+                      "at most one per 6 words of heap) is copied whole to "
+                      "be read")
+    return None, "not measured: the process exited before they were read"
 
 
 def _refused(why: Any, spec: str, node: str) -> NoReturn:
@@ -591,17 +737,23 @@ def _refused(why: Any, spec: str, node: str) -> NoReturn:
     refused(why, spec, node, "inspect")
 
 
-def _family(family: Any) -> str:
-    """A key family as Erlang writes it: {user, _} for tuple keys led by
-    user, #session{} for records tagged session, else the key's type."""
+def _family(family: Any, elixir: bool = False) -> str:
+    """A key family as the node writes it: {user, ...} for tuple keys led
+    by user ({{resource, ...}, ...} for keys led by a record: see
+    _term_of_kind), #session{} for a table of records tagged session (its
+    key past the first element: the table declares itself a record's by
+    its keypos), else the key's type (<integer>; an Elixir struct's
+    name). Elixir's forms where ``elixir``."""
     if isinstance(family, tuple) and len(family) == 2:
         kind, what = family
         if kind == Atom("tuple"):
-            return "{" + key_text(what, False) + ", ...}"
+            return "{" + key_text(what, elixir) + ", ...}"
         if kind == Atom("record"):
+            if elixir:
+                return "{" + key_text(what, True) + ", ...}"
             return f"#{format_term(what)}{{}}"
         if kind == Atom("type"):
-            return f"<{_kind(what)}>"
+            return _term_of_kind(what, elixir)
     return format_term(family)[:60]
 
 
@@ -617,12 +769,31 @@ def table(remote: Remote, spec: str, width: int = 10,
     if isinstance(raw, tuple) and len(raw) == 2 and raw[0] == A_ERROR:
         if raw[1] == Atom("no_such_table"):
             raise NoSuchTable(f"no table {spec} on {remote.node}")
+        if isinstance(raw[1], tuple) and len(raw[1]) == 3 and \
+                raw[1][0] == Atom("several"):
+            _several(spec, remote.node, raw[1])
         if raw[1] == Atom("private"):
             raise UsageError(f"table {spec} is private: only its owner can "
                              "read it")
         raise RemoteError(f"inspect failed: {format_term(raw[1])}"[:300])
     with _malformed(f"{HELPER}:table"):
         return _read_table(remote.node, raw)
+
+
+def _several(spec: str, node: str, several: Any) -> NoReturn:
+    """Several tables, none a named_table, share the name: which ids to
+    give, in one line (a usage error: the name does not say which)."""
+    where = f"{HELPER}:table's tables"
+    total = count(where, several[1])
+    ids = several[2] if isinstance(several[2], list) else []
+    shown = [text for text in ids[:10] if isinstance(text, str)
+             and _TABLE_ID.fullmatch(text)]
+    if total < 2 or not shown:
+        raise BadReply(f"{where}: a malformed list of tables")
+    more = f" and {total - len(shown):,} more" if total > len(shown) else ""
+    raise UsageError(f"{total:,} tables on {node} are named {spec}, none "
+                     f"of them a named_table: give one's id instead, "
+                     f"{', '.join(shown)}{more}")
 
 
 def _read_table(node: str, raw: Any) -> TableInspection:
@@ -661,6 +832,7 @@ def _read_table(node: str, raw: Any) -> TableInspection:
     out: list[TableFamily] = []
     for family, n, words, binary, pin in families:
         out.append({"family": _family(family),
+                    "family_elixir": _family(family, True),
                     "count": round(n * factor),
                     "bytes": round(words * factor * scale),
                     "binary_bytes": round(binary * factor),
@@ -673,7 +845,9 @@ def _read_table(node: str, raw: Any) -> TableInspection:
         if not (isinstance(item, tuple) and len(item) == 4):
             raise BadReply(f"{where}: a malformed object")
         largest.append({"key": key_text(item[0], False),
+                        "key_elixir": key_text(item[0], True),
                         "family": _family(item[1]),
+                        "family_elixir": _family(item[1], True),
                         "bytes": round(count(where, item[2]) * wordsize
                                        * scale),
                         "binary_bytes": count(where, item[3])})

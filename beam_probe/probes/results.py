@@ -788,8 +788,11 @@ class InspectPin(TypedDict):
 
 
 class InspectTotal(TypedDict):
-    bytes: int
-    binary_bytes: int
+    # None where not measured: a state that was not read (refused, timed
+    # out) leaves what its terms hold unknown; its binaries are then the
+    # node's list's figure (``binaries``), where that was read.
+    bytes: Optional[int]
+    binary_bytes: Optional[int]
     memory: int
     message_queue_len: int
     # The refc binaries the process refers to, each once (the node's own
@@ -800,6 +803,21 @@ class InspectTotal(TypedDict):
     # Parts whose figures are lower bounds: past the budget in a heap too
     # large to size in one call, or a list longer than it counts.
     unmeasured: NotRequired[int]
+    # total_heap_size and heap_size (the young heap) in bytes, read from
+    # outside (a live process; a dump has its own figures).
+    heap_bytes: NotRequired[int]
+    young_heap_bytes: NotRequired[int]
+
+
+class InspectBinaries(TypedDict):
+    """The refc binaries a process refers to, from the node's list
+    (process_info(P, binary)), summed on the node, whatever its loop."""
+
+    references: int    # entries in the list (a binary once per reference)
+    count: int         # binaries, each once
+    bytes: int         # their bytes, each once
+    alone_bytes: int   # of those whose reference count is 1: this process's
+    largest: List[int]  # the largest few, bytes
 
 
 class ProcessInspection(TypedDict):
@@ -816,6 +834,14 @@ class ProcessInspection(TypedDict):
     state: Optional[str]
     dictionary: Optional[str]
     mailbox: Optional[str]
+    # The module whose loop it runs, from its stack (gen_server,
+    # gen_server2, a plain loop's own); None while it hibernates.
+    loop: NotRequired[Optional[str]]
+    binaries: NotRequired[Optional[InspectBinaries]]
+    binaries_note: NotRequired[Optional[str]]  # why not measured
+    # Commands of the application's own that see what we cannot
+    # (RabbitMQ's, for its processes).
+    see_also: NotRequired[List[str]]
 
 
 class TablePins(TypedDict):
@@ -825,7 +851,9 @@ class TablePins(TypedDict):
 
 
 class TableFamily(TypedDict):
+    # As the node writes it: Erlang's form, and Elixir's.
     family: str
+    family_elixir: str
     count: int
     bytes: int
     binary_bytes: int
@@ -834,7 +862,9 @@ class TableFamily(TypedDict):
 
 class TableObject(TypedDict):
     key: str
+    key_elixir: str
     family: str
+    family_elixir: str
     bytes: int
     binary_bytes: int
 
@@ -1033,7 +1063,7 @@ __all__ = ["AllocInstance", "AllocReport", "AllocType", "BinLeak", "Carriers", "
            "Change", "CheckNode", "CheckReport", "CheckValues",
            "Collection", "DeadRow", "DeltaRow", "Diff", "EtsReport",
            "EtsTable", "GroupChange", "InspectPart", "InspectPin",
-           "InspectTotal", "ProcessInspection", "TableFamily",
+           "InspectTotal", "InspectBinaries", "ProcessInspection", "TableFamily",
            "TableInspection", "TableObject", "TablePins", "KeptGroup", "LeakHunt", "Memory",
            "MemoryResult", "MsegCache", "NodeHealth", "Ping", "PlotData",
            "ProcCount", "ProcCountAllSummary", "ProcInfo", "ProcWindow",

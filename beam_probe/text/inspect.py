@@ -42,25 +42,69 @@ def _path(path: str) -> str:
     return path if len(path) <= PATH_WIDTH else path[:PATH_WIDTH - 3] + "..."
 
 
+def _figure(value: int | None) -> str:
+    """A size, or "not measured" where there is none: never 0 B for what
+    was not read."""
+    return "not measured" if value is None else human_bytes(value)
+
+
+def _holds(result: ProcessInspection) -> str:
+    total = result["total"]
+    if total["bytes"] is None:
+        # Its binaries, where the node listed them, on the next line.
+        return ("what it holds: its terms not measured (its state was not "
+                "read: see state below)")
+    return ("what it holds: " + ("at least " if total.get("unmeasured")
+                                 else "")
+            + f"{human_bytes(total['bytes'])} of terms and "
+            f"{_figure(total['binary_bytes'])} of refc binaries kept alive"
+            + ("; sampled: an estimate from part of it" if total["sampled"]
+               else "")
+            + (f"; the process paused {total['pause_ms']:g} ms"
+               if total["pause_ms"] else ""))
+
+
+def _binaries(result: ProcessInspection) -> str | None:
+    """The node's list of the process's refc binaries, summed there."""
+    if "binaries" not in result:
+        return None  # a dump's answer: its own figures
+    found = result["binaries"]
+    if found is None:
+        return f"refc binaries: {result.get('binaries_note') or 'not measured'}"
+    if not found["count"]:
+        return "refc binaries: none referred to"
+    largest = ", ".join(human_bytes(size) for size in found["largest"])
+    return (f"refc binaries: {found['count']:,} referred to"
+            + (f" ({found['references']:,} references)"
+               if found["references"] != found["count"] else "")
+            + f", {human_bytes(found['bytes'])} each once, "
+            f"{human_bytes(found['alone_bytes'])} of them held by it alone"
+            f" (reference count 1); the largest {largest}")
+
+
 def process_text(result: ProcessInspection, syntax: Syntax) -> str:
     total = result["total"]
     name = syntax.name(result["name"]) or ""
     key = "path_elixir" if syntax.elixir else "path"
+    loop = result.get("loop")
+    kind = result["kind"] if result["kind"] != "plain" or not loop \
+        else f"{syntax.name(loop) if syntax.elixir else loop} loop"
+    heap = (f", heap {human_bytes(total['heap_bytes'])} (young "
+            f"{human_bytes(total['young_heap_bytes'])})"
+            if "heap_bytes" in total and "young_heap_bytes" in total else "")
     lines = [
         f"{result['node']}: {syntax.code(result['pid'])} {name}".rstrip()
-        + f" ({result['kind']}; process memory "
-        f"{human_bytes(total['memory'])}, "
+        + f" ({kind}; process memory "
+        f"{human_bytes(total['memory'])}{heap}, "
         f"{total['message_queue_len']:,} messages)",
-        "what it holds: " + ("at least " if total.get("unmeasured") else "")
-        + f"{human_bytes(total['bytes'])} of terms and "
-        f"{human_bytes(total['binary_bytes'])} of refc binaries kept alive"
-        + ("; sampled: an estimate from part of it" if total["sampled"]
-           else "")
-        + (f"; the process paused {total['pause_ms']:g} ms"
-           if total["pause_ms"] else "")]
-    if total["binary_distinct"] is None and total["binary_bytes"]:
+        _holds(result)]
+    binaries = _binaries(result)
+    if binaries:
+        lines.append(binaries)
+    if total["binary_distinct"] is None and total["binary_bytes"] and \
+            total["bytes"] is not None:
         lines.append("binary figures count a binary once per reference to "
-                     "it (the process's heap is over 8 MB: its list of "
+                     "it (the process's heap is over 32 MB: its list of "
                      "binaries was not read to count each once)")
     rows = []
     for part in result["parts"]:
@@ -91,6 +135,9 @@ def process_text(result: ProcessInspection, syntax: Syntax) -> str:
         note = result[what]
         if note:
             lines.append(f"{what}: {note}")
+    if result.get("see_also"):
+        lines.append("the broker's own view of what it holds: "
+                     + "; ".join(result.get("see_also", [])))
     return "\n".join(lines)
 
 
@@ -122,7 +169,9 @@ def table_text(result: TableInspection, syntax: Syntax) -> str:
         lines.append("the table changed while it was read: objects written "
                      "meanwhile are counted or not, and a few may be missed "
                      "or counted twice (the walk does not fix the table)")
-    rows = [(printable(f["family"]), f"{f['count']:,}",
+    family = "family_elixir" if syntax.elixir else "family"
+    key = "key_elixir" if syntax.elixir else "key"
+    rows = [(printable(f[family]), f"{f['count']:,}",  # type: ignore[literal-required]
              human_bytes(f["bytes"]), human_bytes(f["binary_bytes"]),
              f"{f['pinned']['count']:,}" if f["pinned"]["count"] else "",
              human_bytes(f["pinned"]["referenced_bytes"])
@@ -135,7 +184,8 @@ def table_text(result: TableInspection, syntax: Syntax) -> str:
         lines.append("")
         lines.append("largest objects:")
         lines.append(table(("key", "family", "bytes", "binary"),
-                           [(printable(o["key"]), printable(o["family"]),
+                           [(printable(o[key]),  # type: ignore[literal-required]
+                             printable(o[family]),  # type: ignore[literal-required]
                              human_bytes(o["bytes"]),
                              human_bytes(o["binary_bytes"]))
                             for o in result["largest"]], "llrr"))

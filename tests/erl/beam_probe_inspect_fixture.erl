@@ -28,12 +28,16 @@
          hib_plain_loop/1, fun_spawned/1, ticker_start/0, ticker_stop/0,
          promote/1, caller_start/1, caller_stop/0, handle_call/2,
          nested/2, shared_capped/2, keys_behind_queue/3]).
+%% Issue 38 (items 2 and 3): see tests/test_inspect_outside.py.
+-export([outside_start/0, holder_loop/1, table_keeper/0]).
 
 -record(state, {cache = #{} :: map(),
                 log = [] :: list(),
                 name = <<"cache">> :: binary()}).
 -record(session, {id, user, token}).
 -record(conn, {socket, buffer = <<>>}).
+%% RabbitMQ's name of a queue, an exchange, a vhost's thing.
+-record(resource, {virtual_host, kind, name}).
 
 start() ->
     {ok, _} = gen_server:start({local, bp_cache}, ?MODULE, cache, []),
@@ -479,3 +483,56 @@ caller(Manager, Calls, Failed, Longest) ->
 caller_stop() ->
     bp_caller ! {stop, self()},
     receive {called, Figures} -> Figures end.
+
+%% Issue 38, items 2 and 3: what inspect answers from outside, and keys
+%% written as the node writes them.
+%%   bp_holder: a plain receive loop (spawn/3, no sys) holding 5,000
+%%     refc binaries of 4,000 bytes, the first 1,000 also held by
+%%     bp_holder_peer: 20,000,000 bytes each once, 16,000,000 of them
+%%     held by it alone; the largest 4,000 bytes;
+%%   bp_backlog: a plain loop that never receives, with 12,000 messages
+%%     waiting (over inspect's MAILBOX_MOST);
+%%   tables keyed {#resource{}, Stat} as RabbitMQ's metrics tables are:
+%%     bp_resources (named_table), bp_resources_unnamed (one table, not
+%%     named_table), bp_resources_twice (two tables, neither named_table).
+-spec outside_start() -> ok.
+outside_start() ->
+    Binaries = [<<I:32, 0:(8 * 3996)>> || I <- lists:seq(1, 5000)],
+    Peer = spawn(?MODULE, holder_loop, [lists:sublist(Binaries, 1000)]),
+    register(bp_holder_peer, Peer),
+    register(bp_holder, spawn(?MODULE, holder_loop, [Binaries])),
+    Backlog = spawn(?MODULE, holder_loop, [[]]),
+    register(bp_backlog, Backlog),
+    [Backlog ! {waiting, I} || I <- lists:seq(1, 12000)],
+    Self = self(),
+    register(bp_keeper, spawn(fun() -> Self ! keeper_ready,
+                                       table_keeper() end)),
+    receive keeper_ready -> ok end,
+    wait_tables(),
+    ok.
+
+wait_tables() ->
+    case ets:info(bp_resources, size) of
+        undefined -> timer:sleep(10), wait_tables();
+        _ -> ok
+    end.
+
+%% Holds what it was given; reads only `stop` (so bp_backlog's messages
+%% stay).
+-spec holder_loop(list()) -> ok.
+holder_loop(Held) ->
+    receive
+        stop -> erlang:length(Held), ok
+    end.
+
+-spec table_keeper() -> ok.
+table_keeper() ->
+    Rows = [{{#resource{virtual_host = <<"/">>, kind = queue,
+                        name = <<"q", (integer_to_binary(I))/binary>>},
+              Stat}, I}
+            || I <- lists:seq(1, 20), Stat <- [messages, memory]],
+    Named = ets:new(bp_resources, [named_table, public, set]),
+    Unnamed = ets:new(bp_resources_unnamed, [public, set]),
+    Twice = [ets:new(bp_resources_twice, [public, set]) || _ <- [1, 2]],
+    [ets:insert(T, Rows) || T <- [Named, Unnamed | Twice]],
+    receive stop -> ok end.
