@@ -4,7 +4,7 @@
 %% which arrive as funs. The rules at the top of beam_probe_lib.erl hold.
 -module(beam_probe_scan).
 
--export([bin_leak/9, proc_count/9, proc_count_all/11, proc_window/10,
+-export([bin_leak/10, proc_count/9, proc_count_all/11, proc_window/10,
          proc_info/2, health/7]).
 
 -type memory() :: beam_probe_lib:memory().
@@ -15,9 +15,13 @@
 %% only the processes that hold any (one that holds none cannot free any),
 %% count again. At most MaxGc processes are collected, those holding most
 %% first; DryRun collects none and says how many would be. Rows: the N
-%% largest falls, most first, processes that died meanwhile left out.
+%% largest falls, most first, processes that died meanwhile left out,
+%% each with the bytes it still holds, each binary once (Distinct,
+%% distinct/1): recon's fall is a count of references, and says nothing
+%% of what is left (issue 38).
 -spec bin_leak(pos_integer(), non_neg_integer(), boolean(),
-               non_neg_integer(), fun(), fun(), fun(), fun(), fun()) ->
+               non_neg_integer(), fun(), fun(), fun(), fun(), fun(),
+               fun()) ->
           #{scanned := non_neg_integer(),
             holders := non_neg_integer(),
             collected := non_neg_integer(),
@@ -25,7 +29,8 @@
             memory_before := memory(),
             memory_after := memory(),
             rows := rows()}.
-bin_leak(N, MaxGc, DryRun, Jobs, Pmap, Top, Describe, Others, Settled) ->
+bin_leak(N, MaxGc, DryRun, Jobs, Pmap, Top, Describe, Distinct, Others,
+         Settled) ->
     CountHolders =
         fun(Pids) ->
                 Infos = lists:zipwith(fun erlang:process_info/2, Pids,
@@ -80,12 +85,13 @@ bin_leak(N, MaxGc, DryRun, Jobs, Pmap, Top, Describe, Others, Settled) ->
                            [{{{'-', '$1', '$2'}, '$3'}}]}])),
             %% keysort is stable: reversed first, equal falls list the later
             %% process first, as recon's reverse(keysort(...)) does.
+            Rows = Describe(lists:sublist(lists:keysort(1,
+                                                        lists:reverse(Deltas)),
+                                          N)),
             Summary#{collected => erlang:length(Victims),
                      memory_after => MemoryAfter,
-                     rows => Describe(lists:sublist(
-                                        lists:keysort(1,
-                                                      lists:reverse(Deltas)),
-                                        N))}
+                     rows => Rows#{distinct =>
+                                       Distinct(maps:get(pids, Rows))}}
     end.
 
 %% recon's proc_count: the N processes with the largest Attribute. Each

@@ -141,3 +141,24 @@ def test_text_tables_write_units_and_counts(sliced):
                     node=node).stdout
     assert re.search(r"^pid +total_heap_size \(words\) ", text, re.M), text
     assert _row(text, heaps["processes"][0]["pid"])[1] == f"{words:,}"
+
+
+def test_bin_leak_keeps_recons_count_and_shows_what_is_left(nodes, otp):
+    """recon's delta is a count of references; beside it, the bytes the
+    process still holds after the collection, each binary once."""
+    node = nodes.start(otp)
+    with attach(node.node, node.cookie.encode(), timeout=30) as remote:
+        holder = str(remote.call("beam_probe_binaries", "keeps_one",
+                                 [SLICES, MIB]))
+    result = _json(node, "bin-leak", node.node, "1")
+    (first,) = result["processes"]
+    assert (first["pid"], first["delta"], first["binary_distinct"]) == \
+        (holder, 1 - SLICES, HELD)
+    # A second process, collected by the first run: its text row.
+    with attach(node.node, node.cookie.encode(), timeout=30) as remote:
+        holder = str(remote.call("beam_probe_binaries", "keeps_one",
+                                 [SLICES, MIB]))
+    text = run_here("bin-leak", node.node, "1", node=node).stdout
+    # pid, delta, distinct, name, ...
+    assert _row(text, holder)[1:3] == ["-999", "1.0 MiB"], text
+    assert "distinct: the bytes each still holds" in text

@@ -99,7 +99,8 @@ def test_demo_tours_every_step_and_says_what_its_output_shows():
                       steps["bin-leak"])
     assert freed and _bytes(freed.group(1)) > 0
     rows = _rows(steps["bin-leak"])
-    assert rows[0][2] == "demo_cache" and int(rows[0][1]) < 0
+    # (pid, delta, distinct, name, ...): recon's count of references.
+    assert rows[0][3] == "demo_cache" and int(rows[0][1]) < 0
     assert all(int(rows[0][1]) <= int(row[1]) for row in rows)
 
     # 4. About its 20 keys, each pinning a 64 KiB request.

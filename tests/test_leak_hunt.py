@@ -95,7 +95,8 @@ def test_cli_bin_leak_json_shape(leaky):
         j["memory_after"])
     first = j["processes"][0]
     assert set(first) == {"pid", "delta", "name", "label",
-                          "current_function", "initial_call", "exited"}
+                          "current_function", "initial_call", "exited",
+                          "binary_distinct"}
     assert first["exited"] is False
     assert first["pid"].startswith("<0.") and first["delta"] < 0
     assert first["current_function"].startswith("beam_probe_workload:")

@@ -212,7 +212,8 @@ def _bin_leak_args(n: int, max_gc: int | None, dry_run: bool,
                    jobs: int) -> tuple[Any, ...]:
     return (n, NO_GC_LIMIT if max_gc is None else max_gc, dry_run, jobs,
             Local("pmap", LIB), Local("top", LIB), Local("describe", LIB),
-            Local("others", LIB), Local("settled", LIB))
+            Local("distinct", LIB), Local("others", LIB),
+            Local("settled", LIB))
 
 
 def read_bin_leak(node: str, reply: Reply, dry_run: bool = False

@@ -61,6 +61,9 @@ class DeltaRow(TypedDict):
     current_function: Optional[str]
     initial_call: Optional[str]
     exited: bool
+    # bin-leak: the bytes it still holds after the collection, each
+    # binary once (delta is recon's count of references).
+    binary_distinct: NotRequired[int]
 
 
 ProcessRow = Mapping[str, Any]  # a ValueRow or a DeltaRow, read by key
@@ -322,6 +325,7 @@ class NodeDeltaRow(TypedDict):
     current_function: Optional[str]
     initial_call: Optional[str]
     exited: bool
+    binary_distinct: NotRequired[int]  # bin-leak (DeltaRow)
 
 
 class NodeDeadRow(TypedDict):
@@ -553,10 +557,6 @@ class SnapshotTaken(TypedDict):
     time: str
     gc: str
     processes: int
-    # proc_lib processes left proc_lib:init_p/N, their heap past the cap
-    # (bytes) on copying a dictionary for '$initial_call' (OTP 25).
-    dictionaries_unread: int
-    dictionary_heap_cap: int
     ets_tables: int
     ports: int
 
@@ -571,11 +571,6 @@ class SnapshotSummary(TypedDict):
     ets_tables: int
     ports: int
     atoms: int
-    # As SnapshotTaken's (a crash dump's as a live node of its release
-    # would have read it); None where a file does not say (files before
-    # issue 38).
-    dictionaries_unread: Optional[int]
-    dictionary_heap_cap: Optional[int]
 
 
 GroupChange = TypedDict("GroupChange", {

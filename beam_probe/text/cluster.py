@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from beam_probe.text.node import (DISTINCT_NOTE, figure, heading,
+from beam_probe.text.node import (BIN_LEAK_NOTE, DISTINCT_NOTE, figure,
+                                  heading,
                                   labels_note, process_rows,
                                   verdict_text)
 from beam_probe.text.syntax import Syntax
@@ -108,11 +109,15 @@ def bin_leak_text(result: ClusterBinLeak, syntax: Syntax) -> str:
         lines.append("no process dropped a refc binary reference when "
                      "collected: nothing held one idle")
     else:
+        distinct = any("binary_distinct" in p for p in result["processes"])
         lines.append(table(
-            ("node", "pid", "delta", "name", "current function",
-             "initial call"),
+            ("node", "pid", "delta", *(("distinct",) if distinct else ()),
+             "name", "current function", "initial call"),
             _with_node(process_rows(result["processes"], "delta", syntax),
-                       result["processes"]), "llrlll", syntax))
+                       result["processes"]),
+            "llrrlll" if distinct else "llrlll", syntax))
+        if distinct:
+            lines += ["", f"({BIN_LEAK_NOTE})"]
     return "\n".join(lines)
 
 

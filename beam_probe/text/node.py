@@ -89,6 +89,12 @@ DISTINCT_NOTE = ("binary_memory counts a refc binary once per reference, "
                  "as recon does; distinct counts each binary once")
 
 
+# Under bin-leak's table: recon's delta is a count, distinct what is left.
+BIN_LEAK_NOTE = ("delta: refc binary references the collection freed, as "
+                 "recon counts; distinct: the bytes each still holds, each "
+                 "binary once")
+
+
 def labels_note(result: Any, nodes: Sequence[str] | None = None
                 ) -> str | None:
     """Once, under a table of processes from a node before OTP 26.2,
@@ -144,10 +150,14 @@ def bin_leak_text(result: BinLeak, syntax: Syntax) -> str:
         lines.append("no process dropped a refc binary reference when "
                      "collected: nothing held one idle")
     else:
-        lines.append(table(("pid", "delta", "name", "current function",
-                            "initial call"),
+        distinct = any("binary_distinct" in p for p in result["processes"])
+        lines.append(table(("pid", "delta",
+                            *(("distinct",) if distinct else ()), "name",
+                            "current function", "initial call"),
                            process_rows(result["processes"], "delta", syntax),
-                           "lrlll", syntax))
+                           "lrrlll" if distinct else "lrlll", syntax))
+        if distinct:
+            lines += ["", f"({BIN_LEAK_NOTE})"]
     note = labels_note(result)
     return "\n".join(lines + (["", f"({note})"] if note else []))
 

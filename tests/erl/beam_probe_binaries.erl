@@ -9,7 +9,7 @@
 %% Loaded only into nodes the tests and benchmarks start.
 -module(beam_probe_binaries).
 
--export([slices/2, holders/3, flood/2]).
+-export([slices/2, holders/3, flood/2, keeps_one/2]).
 
 %% A process holding Count slices of 100 bytes of one binary of Size
 %% bytes (a slice of 64 bytes or less is copied whole when sent: no
@@ -65,3 +65,31 @@ hold(Parts) ->
 -spec flood(pid(), non_neg_integer()) -> ok.
 flood(Pid, Count) ->
     lists:foreach(fun(I) -> Pid ! {waiting, I} end, lists:seq(1, Count)).
+
+%% A process that received Count slices of one binary of Size bytes and
+%% kept the first: until it collects, it still references the binary
+%% Count times (what bin-leak's collection frees: Count - 1 references),
+%% and holds the binary's Size bytes after. Its heap and binary heap are
+%% set large, so that nothing collects it before bin-leak does.
+-spec keeps_one(pos_integer(), pos_integer()) -> pid().
+keeps_one(Count, Size) ->
+    Self = erlang:self(),
+    Holder = erlang:spawn_opt(
+               fun() ->
+                       receive
+                           {take, [Kept | _]} ->
+                               Self ! {holding, erlang:self()},
+                               hold([Kept])
+                       end
+               end,
+               [{min_heap_size, 100000}, {min_bin_vheap_size, 1 bsl 28}]),
+    Maker = erlang:spawn(
+              fun() ->
+                      Binary = binary:copy(<<7>>, Size),
+                      Holder ! {take, [binary:part(Binary, I, 100)
+                                       || I <- lists:seq(1, Count)]},
+                      Self ! {made, erlang:self()}
+              end),
+    receive {made, Maker} -> ok end,
+    receive {holding, Holder} -> ok end,
+    Holder.
