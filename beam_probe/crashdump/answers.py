@@ -169,8 +169,7 @@ def proc_count(dump: Dump, attribute: str, n: int) -> ProcCount:
                 dump, DeadProcess(dump, section), sizes)[0]
     # Labels (process_label, process_name) are not read from a dump.
     return {"node": node_name(dump), "attribute": attribute,
-            "scanned": scanned, "processes": rows, "labels_read": False,
-            "unnamed": None}
+            "scanned": scanned, "processes": rows, "labels_read": False}
 
 
 def largest_tables(tables: list[f.EtsFields], n: int, sort: str

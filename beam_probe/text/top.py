@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from beam_probe.text.node import unnamed_note
 from beam_probe.text.syntax import Syntax
 from beam_probe.text.tables import (human_bytes, human_duration, one_line,
                                     table)
@@ -16,7 +15,8 @@ from beam_probe.text.tables import (human_bytes, human_duration, one_line,
 if TYPE_CHECKING:
     from beam_probe.probes.results import TopFrame, TopRow, TopView
 
-# Column titles by sort key.
+# Column titles by sort key. BINARY (binary_memory) is each binary
+# once: the node's pass counts it so (beam_probe_top.erl), not recon.
 TITLES = {"memory": "MEMORY", "binary_memory": "BINARY",
           "reductions": "REDS", "message_queue_len": "MSGQ"}
 # The kinds of erlang:memory() drawn as bars, each a share of the total.
@@ -207,19 +207,7 @@ def frame_text(view: TopView, syntax: Syntax) -> str:
         return "\n".join(lines + ["no node answered"])
     body = table(columns(view), [cells(view, row, syntax) for row in shown],
                  align(view))
-    return "\n".join(lines + ["", body] + unnamed_lines(view))
-
-
-def unnamed_lines(view: TopView) -> list[str]:
-    """Under the table, each node's rows left without the names in their
-    dictionary (before OTP 26.2: proc-count's note)."""
-    out = []
-    for frame in view["frames"]:
-        note = unnamed_note(frame)
-        if note:
-            out.append(f"({frame['node']}: {note})" if _many(view)
-                       else f"({note})")
-    return [""] * bool(out) + out
+    return "\n".join(lines + ["", body])
 
 
 def align(view: TopView) -> str:
@@ -242,9 +230,12 @@ def help_text() -> str:
         "",
         "Each refresh is one pass over the node's processes, made on the",
         "node by a process of ours that ends when top does; only the rows",
-        "shown cross. Reductions are those done since the last refresh;",
-        "answering top's reads costs a process about one each (a row shown",
-        "is read three times a refresh), so an idle one shows a few."))
+        "shown cross. BINARY is the refc binary bytes a process holds,",
+        "each binary once (recon's binary_memory counts one a reference:",
+        "proc-count binary_memory shows both). Reductions are those done",
+        "since the last refresh; answering top's reads costs a process",
+        "about one each (a row shown is read three times a refresh), so an",
+        "idle one shows a few."))
 
 
 
