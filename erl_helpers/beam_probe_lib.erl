@@ -40,8 +40,13 @@
 %% interpreted fun per row; columns are made by compiled calls.
 -type rows() :: #{values := [integer()],
                   pids := [pid()],
-                  infos := [[{atom(), term()}] | undefined],
+                  infos := [[{atom() | {dictionary, atom()}, term()}]
+                            | undefined],
                   labels := boolean(),
+                  names := keys | copies,
+                  unread := #{rows := [{pid(), non_neg_integer()}],
+                              per_copy := pos_integer(),
+                              budget := pos_integer()},
                   distinct => [non_neg_integer()]}.
 
 
@@ -378,32 +383,189 @@ top(Pairs, N) ->
 
 %% The rows to show for [{Value, Pid}], in the same order: registered
 %% name, current function and initial call of each; 'undefined' for a
-%% process that has exited since. Where the node reads one dictionary key
-%% at a time (OTP 26.2+; badarg before), also the keys that say what a
-%% process is: its label ('$process_label', proc_lib:set_label/1 on OTP
-%% 27+), proc_lib's '$initial_call' (proc_lib:init_p/5 says nothing), and
-%% process_name, which RabbitMQ and others put there ({rabbit_amqqueue_
-%% process, <<"lq.104">>}). Never the whole dictionary (it may be large,
-%% and it is copied whole) or the mailbox. labels says whether they could
-%% be read.
+%% process that has exited since. Also, for every release, the keys of
+%% its dictionary that say what a process is: its label
+%% ('$process_label', proc_lib:set_label/1 on OTP 27+), proc_lib's
+%% '$initial_call' (proc_lib:init_p/5 says nothing), and process_name,
+%% which RabbitMQ and others put there ({rabbit_amqqueue_process,
+%% <<"lq.104">>}), each as a {{dictionary, Key}, Value} item.
+%%
+%% Where the node reads one dictionary key at a time (OTP 26.2+; badarg
+%% before), those three keys are read alone (labels: true). Before, only
+%% the whole dictionary can be had, and process_info(P, dictionary)
+%% copies it whole and flat (shared subterms copied once per reference:
+%% a 2.7 KB process gave a 6 MB copy, measured). Nothing tells its size
+%% before the copy, but without sharing it lives on the process's heap,
+%% so total_heap_size (read first, no copy) bounds it. So a dictionary is
+%% copied only from a process whose heap is at most ?per copy (64 MiB:
+%% a RabbitMQ queue's heap is 16-24 MB, its dictionary ~1 KB; a tester's
+%% process held 317 MB), and only while the copies of this command have
+%% cost less than the budget (256 MiB), each charged what its copy really
+%% was (erlang:external_size/1 of it: a BIF, no module to load, and it
+%% counts a refc binary's bytes, which the copy does not, so it errs on
+%% the side of charging more). The three keys are taken out at once
+%% (lists:keyfind/3) and the copy is garbage; after a large one this
+%% process collects, so the node never holds two. Unlike inspect's
+%% COPY_MOST (1M words, 8 MB), which keeps the whole dictionary on our
+%% side to show it, a name keeps three small values, so the per-copy cap
+%% admits a broker queue's heap. A dictionary that shares subterms can
+%% still copy larger than its heap: a known limit, as for inspect.
+%%
+%% Every value kept (either way) is at most 1,024 bytes as
+%% erlang:external_size/1 counts it (a name is a few dozen), else it is
+%% left out: a label is shown on one line, and a process may put any
+%% term there.
+%%
+%% The spent budget and the names copied are kept in this process's
+%% dictionary: one command's calls (proc-count --all's chunks, serve's
+%% three rankings, top's keeper from pass to pass) share them, so a
+%% process is copied once; top's pass resets the budget each pass. The
+%% names kept are those of live processes, at most 10,000 (past it, only
+%% this call's): 3 KB each at most, ~200 bytes for a RabbitMQ queue's.
+%% top's filter matches them too. Never the mailbox.
+%%
+%% names: keys (read one at a time), copies (from the dictionary), and
+%% unread: the pids left unnamed for their heap, with it in bytes, and
+%% the figures the rule used.
 -spec describe(pairs()) -> rows().
 describe(Pairs) ->
     {Values, Pids} = lists:unzip(Pairs),
+    Keys = ['$process_label', '$initial_call', process_name],
     Labels = try erlang:process_info(erlang:self(),
                                      {dictionary, '$initial_call'}) of
                  _ -> true
              catch
                  error:badarg -> false
              end,
+    PerCopy = 64 * 1024 * 1024,
+    Budget = 256 * 1024 * 1024,
+    ValueMost = 1024,
+    KeptMost = 10000,
+    %% A value kept only when small; undefined stands for a key unset.
+    Small = fun(Value) ->
+                    case erlang:external_size(Value) =< ValueMost of
+                        true -> Value;
+                        false -> undefined
+                    end
+            end,
     Items = [registered_name, current_function, initial_call]
-        ++ [{dictionary, Key} || Labels,
-                                 Key <- ['$process_label', '$initial_call',
-                                         process_name]],
+        ++ [{dictionary, Key} || Labels, Key <- Keys],
+    Infos = lists:zipwith(fun erlang:process_info/2, Pids,
+                          lists:duplicate(erlang:length(Pids), Items)),
+    Wordsize = erlang:system_info(wordsize),
+    {Described, Unread} =
+        case Labels of
+            true ->
+                {lists:map(
+                   fun(undefined) ->
+                           undefined;
+                      (Info) ->
+                           lists:map(fun({{dictionary, _} = Item, Value}) ->
+                                             {Item, Small(Value)};
+                                        (Other) ->
+                                             Other
+                                     end,
+                                     Info)
+                   end,
+                   Infos),
+                 []};
+            false ->
+                Known = case erlang:get('$beam_probe_names') of
+                            Map when erlang:is_map(Map) -> Map;
+                            _ -> #{}
+                        end,
+                Spent0 = case erlang:get('$beam_probe_names_spent') of
+                             Number when erlang:is_integer(Number) -> Number;
+                             _ -> 0
+                         end,
+                %% One row: its names, from the cache or a copy, and what
+                %% the copy cost; or why not. Spent: the budget spent.
+                Read = fun(Pid, Spent) ->
+                               case maps:find(Pid, Known) of
+                                   {ok, Names} ->
+                                       {{names, Names}, 0};
+                                   error ->
+                                       Heap = case erlang:process_info(
+                                                     Pid, total_heap_size) of
+                                                  {total_heap_size, Words} ->
+                                                      Words * Wordsize;
+                                                  undefined ->
+                                                      0
+                                              end,
+                                       Copy = Heap =< PerCopy
+                                           andalso Spent + Heap =< Budget
+                                           andalso erlang:process_info(
+                                                     Pid, dictionary),
+                                       case Copy of
+                                           {dictionary, Dictionary} ->
+                                               Cost = erlang:external_size(
+                                                        Dictionary),
+                                               Names = [{{dictionary, Key},
+                                                         case lists:keyfind(
+                                                                Key, 1,
+                                                                Dictionary) of
+                                                             {_, Value} ->
+                                                                 Small(Value);
+                                                             false ->
+                                                                 undefined
+                                                         end}
+                                                        || Key <- Keys],
+                                               {{names, Names}, Cost};
+                                           undefined ->
+                                               {gone, 0};
+                                           false ->
+                                               {{unread, Heap}, 0}
+                                       end
+                               end
+                       end,
+                {Read1, Spent1} =
+                    lists:mapfoldl(fun({undefined, _}, Spent) ->
+                                           {gone, Spent};
+                                      ({_, Pid}, Spent) ->
+                                           {Row, Cost} = Read(Pid, Spent),
+                                           %% The copy is garbage once
+                                           %% Read returns (erl_eval kept
+                                           %% it bound until then): a
+                                           %% large one is freed now.
+                                           Cost > 1048576 andalso
+                                               erlang:garbage_collect(),
+                                           {Row, Spent + Cost}
+                                   end,
+                                   Spent0, lists:zip(Infos, Pids)),
+                erlang:put('$beam_probe_names_spent', Spent1),
+                Fresh = maps:from_list(
+                          [{Pid, Names}
+                           || {{names, Names}, Pid} <- lists:zip(Read1,
+                                                                 Pids)]),
+                Alive = lists:filter(fun erlang:is_process_alive/1,
+                                     maps:keys(Known)),
+                Kept = maps:merge(maps:with(Alive, Known), Fresh),
+                erlang:put('$beam_probe_names',
+                           case maps:size(Kept) > KeptMost of
+                               true -> Fresh;
+                               false -> Kept
+                           end),
+                {lists:zipwith(fun(Info, {names, Names}) when
+                                         erlang:is_list(Info) ->
+                                       Info ++ Names;
+                                  (Info, _) ->
+                                       Info
+                               end,
+                               Infos, Read1),
+                 [{Pid, Heap} || {{unread, Heap}, Pid} <- lists:zip(Read1,
+                                                                    Pids)]}
+        end,
     #{values => Values,
       pids => Pids,
-      infos => lists:zipwith(fun erlang:process_info/2, Pids,
-                             lists:duplicate(erlang:length(Pids), Items)),
-      labels => Labels}.
+      infos => Described,
+      labels => Labels,
+      names => case Labels of
+                   true -> keys;
+                   false -> copies
+               end,
+      unread => #{rows => Unread,
+                  per_copy => PerCopy,
+                  budget => Budget}}.
 
 %% For each of Pids, the summed sizes of the refc binaries it references,
 %% each binary once (binary_distinct in values/3): shown beside recon's

@@ -24,7 +24,7 @@
 %%     pass's reductions and, paused, nothing more.
 -module(beam_probe_top).
 
--export([refresh/14, keep/4, pass/9, slice/5]).
+-export([refresh/14, keep/4, pass/9, slice/6]).
 
 -type watch() :: {node, node()} | {process, pid(), [pid() | port()]}.
 -type sort() :: memory | reductions | binary_memory | message_queue_len.
@@ -79,7 +79,7 @@
 %% the pass Request asks for (a new keeper when there is none, or it
 %% ended), and its frame is the answer. Watch is what guard/3 watches
 %% (the keeper watches the same connection).
-%% Keep, Pass and Slice are keep/4, pass/9 and slice/5 as funs.
+%% Keep, Pass and Slice are keep/4, pass/9 and slice/6 as funs.
 -spec refresh(watch(), [pid()], reference(), request(), timeout(),
               non_neg_integer(), fun(), fun(), fun(), fun(), fun(), fun(),
               fun(), fun()) -> frame().
@@ -299,14 +299,75 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
     All = Others(),
     Scanned = erlang:length(All),
     %% Whether this node reads one dictionary key at a time (OTP 26.2+),
-    %% as describe/1 finds out.
+    %% as describe/1 finds out. Before, describe/1 copies the dictionary
+    %% of each row shown, within a budget that is this pass's, and keeps
+    %% the names in this keeper's dictionary, so a row is copied once
+    %% while it lives.
+    erlang:erase('$beam_probe_names_spent'),
     Labels = maps:get(labels, Describe([])),
-    %% The slice's work is made by slice/5, where nothing of this pass is
+    %% A filter before OTP 26.2 cannot read every process's dictionary
+    %% each pass. It matches the names kept (the rows shown, and those
+    %% read for the filter), and each pass reads, under the same rules,
+    %% those of up to FilterReads proc_lib processes not yet known (the
+    %% ones whose initial call says nothing), in pid order from where
+    %% the last pass stopped: a broker's queues are all found within a
+    %% few passes. Finding them costs one process_info(P, initial_call)
+    %% of each unknown process, a compiled call (what it cost at 100,000
+    %% processes: README, top).
+    FilterReads = 2000,
+    Known = case Labels orelse Filter =:= [] of
+                true ->
+                    #{};
+                false ->
+                    Kept0 = case erlang:get('$beam_probe_names') of
+                                Map when erlang:is_map(Map) -> Map;
+                                _ -> #{}
+                            end,
+                    Unknown = ets:match_spec_run(
+                                All,
+                                ets:match_spec_compile(
+                                  [{'$1', [{'not', {is_map_key, '$1',
+                                                    {const, Kept0}}}],
+                                    ['$1']}])),
+                    ProcLib = ets:match_spec_run(
+                                lists:zip(lists:zipwith(
+                                            fun erlang:process_info/2,
+                                            Unknown,
+                                            lists:duplicate(
+                                              erlang:length(Unknown),
+                                              initial_call)),
+                                          Unknown),
+                                ets:match_spec_compile(
+                                  [{{{initial_call, {proc_lib, init_p, '_'}},
+                                     '$1'}, [], ['$1']}])),
+                    %% undefined at first: every pid sorts after an atom.
+                    Resume = erlang:get('$beam_probe_names_from'),
+                    Part = fun(Guard) ->
+                                   ets:match_spec_run(
+                                     ProcLib,
+                                     ets:match_spec_compile(
+                                       [{'$1', [{Guard, '$1',
+                                                 {const, Resume}}],
+                                         ['$1']}]))
+                           end,
+                    Batch = lists:sublist(Part('>') ++ Part('=<'),
+                                          FilterReads),
+                    case Batch of
+                        [] -> ok;
+                        _ -> erlang:put('$beam_probe_names_from',
+                                        lists:last(Batch))
+                    end,
+                    Describe(lists:zip(lists:duplicate(erlang:length(Batch),
+                                                       0),
+                                       Batch)),
+                    erlang:get('$beam_probe_names')
+            end,
+    %% The slice's work is made by slice/6, where nothing of this pass is
     %% bound: a fun made here would carry every binding of this function
     %% into each worker, the last pass's reductions among them (erl_eval
     %% keeps them all: 3 million words a worker at 100,000 processes, and
     %% twice the pass's time, measured).
-    Slices = Pmap(Slice(Sort, N, Filter, Labels, Top), All, Jobs),
+    Slices = Pmap(Slice(Sort, N, Filter, Labels, Top, Known), All, Jobs),
     {PerSlice, Tops, Tally} = lists:unzip3(Slices),
     {Counts, Lets} = lists:unzip(Tally),
     %% Kept as a list for the next pass: a map of it cost 25 ms a pass at
@@ -450,10 +511,13 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
 %% reductions and the item Sort ranks by, read by one process_info/2 call
 %% each; the slice's N first by that item among those Filter lets
 %% through, the reductions of every process, and how many it read.
--spec slice(sort(), pos_integer(), [binary()], boolean(), fun()) ->
+%% Known: the names describe/1 read from processes' dictionaries (before
+%% OTP 26.2; pass/9), by pid, matched as those read one key at a time.
+-spec slice(sort(), pos_integer(), [binary()], boolean(), fun(),
+            #{pid() => [{{dictionary, atom()}, term()}]}) ->
           fun(([pid()]) -> {[{pid(), non_neg_integer()}], list(),
                             {non_neg_integer(), all | map()}}).
-slice(Sort, N, Filter, Labels, Top) ->
+slice(Sort, N, Filter, Labels, Top, Known) ->
     %% What a filter is matched against: each name a process goes by
     %% (registered name; initial call and proc_lib's, as module and
     %% function; label; process_name), encoded alone in the external term
@@ -476,6 +540,11 @@ slice(Sort, N, Filter, Labels, Top) ->
                  [{{[Var || Var <- ['$1', '$2', '$3', '$4', '$5'],
                             Labels orelse Var < '$3'],
                     '$9'}}]}]),
+    %% A known process's names as the items of describe/1 give them.
+    Stored = ets:match_spec_compile(
+               [{[{'_', '$1'}, {'_', '$2'}, {'_', '$3'}], [],
+                 [['$1', '$2', '$3']]},
+                {'_', [], [[]]}]),
     Names = ets:match_spec_compile(
               [{{{proc_lib, init_p, '_'}, '_'}, [], [[]]},
                {{'$1', '_'}, [{'orelse', {'=:=', '$1', []},
@@ -493,7 +562,7 @@ slice(Sort, N, Filter, Labels, Top) ->
                   _ -> binary:compile_pattern(Filter)
               end,
     Chosen = fun(Slice) ->
-                     {Each, Alive} =
+                     {Each0, Alive} =
                          lists:unzip(
                            ets:match_spec_run(
                              lists:zip(lists:zipwith(
@@ -502,6 +571,23 @@ slice(Sort, N, Filter, Labels, Top) ->
                                            erlang:length(Slice), Named)),
                                        Slice),
                              Values)),
+                     Each = case Labels of
+                                true ->
+                                    Each0;
+                                false ->
+                                    %% The names known of each, from its
+                                    %% dictionary (describe/1's items).
+                                    lists:zipwith(
+                                      fun erlang:'++'/2, Each0,
+                                      ets:match_spec_run(
+                                        lists:zipwith3(
+                                          fun maps:get/3, Alive,
+                                          lists:duplicate(
+                                            erlang:length(Alive), Known),
+                                          lists:duplicate(
+                                            erlang:length(Alive), [])),
+                                        Stored))
+                            end,
                      %% [{Name, Pid}], a pair a name.
                      Pids = lists:zipwith(fun lists:duplicate/2,
                                           lists:map(fun erlang:length/1,

@@ -80,10 +80,56 @@ trace_gc(Sink, Tag, Targets, DurationMs, MaxMessages, FlushMs, WaitMs,
     Flags = [garbage_collection, monotonic_timestamp],
     Sessions = erlang:element(1, code:ensure_loaded(trace)) =:= module
         andalso erlang:function_exported(trace, session_create, 3),
+    %% What the process is: its registered name, initial and current
+    %% functions, and the dictionary keys that name it (as describe/1 of
+    %% beam_probe_lib.erl reads them: one key at a time on OTP 26.2+;
+    %% before, from a copy of the whole dictionary, made only where the
+    %% heap, which bounds it, is at most 64 MiB), each value kept only
+    %% when at most 1,024 bytes.
     Describe = fun(Pid) ->
-                       erlang:process_info(Pid, [registered_name,
-                                                 initial_call,
-                                                 current_function])
+                       Info = erlang:process_info(Pid, [registered_name,
+                                                        initial_call,
+                                                        current_function,
+                                                        total_heap_size]),
+                       Keys = ['$process_label', '$initial_call',
+                               process_name],
+                       Names =
+                           try [{Key, Value}
+                                || Key <- Keys,
+                                   {{dictionary, _}, Value}
+                                       <- [erlang:process_info(
+                                             Pid, {dictionary, Key})]]
+                           catch
+                               error:badarg ->
+                                   Words = case Info of
+                                               [_, _, _, {_, W}] -> W;
+                                               _ -> 0
+                                           end,
+                                   Copy = Words * erlang:system_info(wordsize)
+                                       =< 64 * 1024 * 1024
+                                       andalso erlang:process_info(
+                                                 Pid, dictionary),
+                                   case Copy of
+                                       {dictionary, Dictionary} ->
+                                           [{Key, Value}
+                                            || Key <- Keys,
+                                               {_, Value}
+                                                   <- [lists:keyfind(
+                                                         Key, 1,
+                                                         Dictionary)]];
+                                       _ ->
+                                           []
+                                   end
+                           end,
+                       case Info of
+                           undefined ->
+                               undefined;
+                           _ ->
+                               lists:sublist(Info, 3)
+                                   ++ [{Key, Value} || {Key, Value} <- Names,
+                                                       erlang:external_size(
+                                                         Value) =< 1024]
+                       end
                end,
     Tracer =
         fun() ->

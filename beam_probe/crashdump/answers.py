@@ -169,7 +169,8 @@ def proc_count(dump: Dump, attribute: str, n: int) -> ProcCount:
                 dump, DeadProcess(dump, section), sizes)[0]
     # Labels (process_label, process_name) are not read from a dump.
     return {"node": node_name(dump), "attribute": attribute,
-            "scanned": scanned, "processes": rows, "labels_read": False}
+            "scanned": scanned, "processes": rows, "labels_read": False,
+            "unnamed": None}
 
 
 def largest_tables(tables: list[f.EtsFields], n: int, sort: str

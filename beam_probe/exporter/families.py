@@ -340,12 +340,17 @@ def vm_series(out: Families, figures: VmFigures,
 
 
 def process_label(row: ValueRow) -> str:
-    """What names a process in a label: its registered name, else what
-    started it (proc_lib's initial call where the node tells it). Never
-    its pid, nor the label a process gives itself (RabbitMQ's name a
-    connection by its peer's address and port): either would make a
-    series per process that ever ranked."""
-    return row["name"] or row["initial_call"] or "unknown"
+    """What names a process in a label: its kind, never which one. Its
+    registered name; else its process_name's first element
+    (rabbit_amqqueue_process for every queue, on every release: before
+    OTP 26.2 read from a copy of the dictionary); else what started it
+    (proc_lib's '$initial_call' where it was read, else the initial
+    call). Never its pid, the rest of its process_name (<<"lq.104">>),
+    nor the label a process gives itself (RabbitMQ's name a connection
+    by its peer's address and port): any would make a series per process
+    that ever ranked."""
+    return row["name"] or row.get("kind") or row["initial_call"] or \
+        "unknown"
 
 
 def top_series(out: Families, found: TopProcesses,

@@ -14,7 +14,7 @@ from beam_probe.erldist.terms import Atom, Pid, format_term, mfa
 from beam_probe.errors import BadReply, ProtocolError, UsageError
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
-from beam_probe.node.replies import Reply
+from beam_probe.node.replies import Reply, count
 from beam_probe.probes import cluster
 
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
                                            ClusterProcCount,
                                            ClusterProcWindow, DeltaRow,
                                            ProcCount, ProcCountAllSummary,
-                                           ProcWindow, ValueRow)
+                                           ProcWindow, Unnamed, ValueRow)
 
 HELPER = "beam_probe_scan"
 
@@ -121,10 +121,53 @@ def label(fields: dict[Any, Any]) -> str | None:
     return None
 
 
+def kind(fields: dict[Any, Any]) -> str | None:
+    """What sort of process its process_name says it is: the name's first
+    element where it is an atom ({rabbit_amqqueue_process, Resource}:
+    rabbit_amqqueue_process), the name where it is an atom; else None.
+    Never the rest, which names one instance (a queue, a connection):
+    serve labels a series with it, and a label of unbounded cardinality
+    would make a series per queue."""
+    value = fields.get(_LABEL_KEYS[1])
+    if isinstance(value, tuple) and value and isinstance(value[0], Atom):
+        value = value[0]
+    if isinstance(value, Atom) and value != Atom("undefined"):
+        text = str(value)
+        return text if len(text) <= MAX_LABEL else None
+    return None
+
+
 def labels_read(raw: Any) -> bool:
-    """Whether describe/1 could read the keys that name a process (OTP
-    26.2+); a reply without the key (an older helper) could not."""
-    return isinstance(raw, dict) and raw.get("labels") is True
+    """Whether describe/1 read the keys that name a process: one at a
+    time (OTP 26.2+), or from a copy of each row's dictionary (before);
+    a reply without either (an older helper) could not."""
+    return isinstance(raw, dict) and (raw.get("labels") is True or
+                                      raw.get("names") == Atom("copies"))
+
+
+def unnamed(*raws: Any) -> Unnamed | None:
+    """The rows of describe/1's replies left without their names (before
+    OTP 26.2: a heap past the per-copy cap, or the command's budget
+    spent), or None when every row is named."""
+    found: dict[str, int] = {}
+    limits = (0, 0)
+    for raw in raws:
+        if not isinstance(raw, dict) or "unread" not in raw:
+            continue
+        unread = Reply("beam_probe_lib:describe's unread", raw["unread"])
+        limits = (unread.count("per_copy"), unread.count("budget"))
+        for pair in unread.list("rows"):
+            if not (isinstance(pair, tuple) and len(pair) == 2
+                    and isinstance(pair[0], Pid)):
+                raise BadReply("beam_probe_lib:describe's unread rows are "
+                               "not all {Pid, Heap}")
+            found[str(pair[0])] = count("beam_probe_lib:describe's unread "
+                                        "heap", pair[1])
+    if not found:
+        return None
+    return {"rows": len(found), "pids": sorted(found),
+            "largest_heap": max(found.values()),
+            "per_copy": limits[0], "budget": limits[1]}
 
 
 @overload
@@ -176,6 +219,7 @@ def rows(raw: Any, key: str, order: bool = False) -> list[Any]:
             "pid": str(pids[i]), key: values[i],
             "name": str(name) if isinstance(name, Atom) else None,
             "label": label(fields),
+            "kind": kind(fields),
             "current_function": mfa(fields.get("current_function")),
             "initial_call": initial,
             # Exited between the scan and its description.
@@ -225,7 +269,8 @@ def read_bin_leak(node: str, reply: Reply, dry_run: bool = False
         "memory_before": _memory(reply, "memory_before"),
         "memory_after": _memory(reply, "memory_after"),
         "processes": rows(reply["rows"], "delta"),
-        "labels_read": labels_read(reply["rows"])}
+        "labels_read": labels_read(reply["rows"]),
+        "unnamed": unnamed(reply["rows"])}
     if dry_run:
         result["dry_run"] = True
         result["would_collect"] = reply.count("would_collect")
@@ -255,7 +300,8 @@ def read_proc_count(node: str, attribute: str, reply: Reply) -> ProcCount:
     return {"node": node, "attribute": attribute,
             "scanned": reply.count("scanned"),
             "processes": rows(reply["rows"], "value", order=True),
-            "labels_read": labels_read(reply["rows"])}
+            "labels_read": labels_read(reply["rows"]),
+            "unnamed": unnamed(reply["rows"])}
 
 
 def proc_count_all(remote: Remote, attribute: str,
@@ -332,6 +378,7 @@ def read_proc_window(node: str, attribute: str, millis: int,
             "scanned_last": reply.count("scanned_last"),
             "processes": rows(reply["rows"], "delta", order=True),
             "labels_read": labels_read(reply["rows"]),
+            "unnamed": unnamed(reply["rows"], reply["born"]),
             "born_count": reply.count("born_count"),
             "born": rows(reply["born"], "value", order=True),
             "dead_count": reply.count("dead_count"),

@@ -45,6 +45,9 @@ class ValueRow(TypedDict):
     value: int
     name: Optional[str]
     label: Optional[str]
+    # process_name's first element (rabbit_amqqueue_process): what sort
+    # of process, never which one.
+    kind: NotRequired[Optional[str]]
     current_function: Optional[str]
     initial_call: Optional[str]
     exited: bool
@@ -58,6 +61,7 @@ class DeltaRow(TypedDict):
     delta: int
     name: Optional[str]
     label: Optional[str]
+    kind: NotRequired[Optional[str]]
     current_function: Optional[str]
     initial_call: Optional[str]
     exited: bool
@@ -69,14 +73,30 @@ class DeltaRow(TypedDict):
 ProcessRow = Mapping[str, Any]  # a ValueRow or a DeltaRow, read by key
 
 
+class Unnamed(TypedDict):
+    """The rows shown without the names in their dictionary: before OTP
+    26.2 a dictionary is copied whole, and only from a process whose heap
+    (total_heap_size, bytes) is at most per_copy, while the copies of the
+    command have cost under budget (beam_probe_lib.erl's describe/1)."""
+
+    rows: int
+    pids: List[str]
+    largest_heap: int
+    per_copy: int
+    budget: int
+
+
 class ProcCount(TypedDict):
     node: str
     attribute: str
     scanned: int
     processes: List[ValueRow]
     # Whether the node could read the dictionary keys that name a process
-    # (OTP 26.2+): without them a proc_lib process is proc_lib:init_p/5.
+    # (OTP 26.2+: one key at a time; before, from a copy of the
+    # dictionary of each row shown): without them a proc_lib process is
+    # proc_lib:init_p/5. unnamed: the rows left without them, or None.
     labels_read: bool
+    unnamed: Optional[Unnamed]
 
 
 class ProcCountAllSummary(TypedDict):
@@ -95,6 +115,7 @@ class _BinLeak(TypedDict):
     memory_after: Memory
     processes: List[DeltaRow]
     labels_read: bool
+    unnamed: Optional[Unnamed]
 
 
 class BinLeak(_BinLeak, total=False):
@@ -116,6 +137,7 @@ class ProcWindow(TypedDict):
     scanned_last: int
     processes: List[DeltaRow]
     labels_read: bool
+    unnamed: Optional[Unnamed]
     born_count: int
     born: List[ValueRow]
     dead_count: int
@@ -474,6 +496,8 @@ class PlotData(_PlotData, total=False):
 class Traced(TypedDict):
     pid: str
     name: Optional[str]
+    # Its label or process_name (read from the dictionary, every release).
+    label: NotRequired[Optional[str]]
     group: str
 
 
@@ -524,6 +548,7 @@ class TraceTrend(TypedDict):
 class TracedProcess(TypedDict):
     pid: str
     name: Optional[str]
+    label: NotRequired[Optional[str]]
     group: str
     minor: int
     major: int
@@ -1046,6 +1071,7 @@ class TopDown(TypedDict):
 
 
 class TopView(TypedDict):
+    unnamed: Optional[Unnamed]
     """What top shows: the frames of the nodes asked (one node, a cluster
     member in focus, or all), and those that did not answer, each with
     when it stopped answering (its last frame is kept, in ``frames``).
@@ -1076,4 +1102,4 @@ __all__ = ["AllocInstance", "AllocReport", "AllocType", "BinLeak", "Carriers", "
            "SnapshotTaken", "Suspects", "TopDown", "TopFrame", "TopHeader", "TopProcesses",
            "TopRow", "TopView", "TraceHeader", "TraceSummary", "TraceTrend",
            "TracedProcess",
-           "ValueRow", "Verdict", "VmFigures", "WatchSummary"]
+           "Unnamed", "ValueRow", "Verdict", "VmFigures", "WatchSummary"]

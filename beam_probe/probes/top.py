@@ -30,7 +30,8 @@ from beam_probe.node.forms import LIB, Local, Var
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply, count, shown
 from beam_probe.probes import cluster
-from beam_probe.probes.processes import check_jobs, labels_read, rows
+from beam_probe.probes.processes import (check_jobs, labels_read, rows,
+                                         unnamed)
 
 if TYPE_CHECKING:
     from beam_probe.probes.results import (TopFrame, TopHeader, TopRow,
@@ -195,7 +196,8 @@ def read_frame(node: str, reply: Reply, filter_text: str = "",
         "pass_ms": round(reply.count("pass_us") / 1000, 3),
         "header": _header(reply.map("header")),
         "processes": [row for _, row in out],
-        "labels_read": labels_read(raw_rows)}
+        "labels_read": labels_read(raw_rows),
+        "unnamed": unnamed(raw_rows)}
     return frame
 
 

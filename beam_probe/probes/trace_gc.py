@@ -27,6 +27,7 @@ from beam_probe.node.forms import LIB, Local
 from beam_probe.node.replies import Reply, count, integer, shown
 from beam_probe.probes.ets import owner_group
 from beam_probe.probes.info import target
+from beam_probe.probes.processes import label
 from beam_probe.probes.trend import (NOISE_SHARE, TREND_MIN, TREND_WINDOW,
                                      TREND_Z, Point, Trend, TrendWindow)
 
@@ -326,8 +327,14 @@ class TraceGc:
                 pid, info = status["pid"], status["info"]
                 items = _items(info)
                 name = items.get("registered_name")
+                # Its label or process_name, as every table shows it;
+                # the group by proc_lib's '$initial_call' where read.
                 who = {"pid": str(pid),
                        "name": str(name) if isinstance(name, Atom) else None,
+                       "label": label({(Atom("dictionary"), Atom(k)): v
+                                       for k, v in items.items()
+                                       if k in ("$process_label",
+                                                "process_name")}),
                        "group": owner_group(items) if items else "(exited)"}
                 self._who[pid] = who
                 tracing.append(who)
@@ -396,7 +403,7 @@ class TraceGc:
             return s.get("bin_vheap_size", 0) + s.get("bin_old_vheap_size", 0)
 
         who = self._who.get(pid, {"pid": str(pid), "name": None,
-                                  "group": "?"})
+                                  "label": None, "group": "?"})
         reclaimed = max(0, total(before) - total(after))
         line = {"time": round((began - (self._first_ts or began)) / 1e9, 6),
                 "pid": who["pid"], "name": who["name"],

@@ -118,6 +118,29 @@ def labels_note(result: Any, nodes: Sequence[str] | None = None
             "'$initial_call'")
 
 
+def unnamed_note(result: Any) -> str | None:
+    """Once, under a table of processes, the rows left without the names
+    in their dictionary (before OTP 26.2 each is read from a copy of the
+    whole dictionary, within a cap a copy and a budget a command)."""
+    unnamed = result.get("unnamed")
+    if not unnamed:
+        return None
+    rows = unnamed["rows"]
+    largest, cap = unnamed["largest_heap"], unnamed["per_copy"]
+    which = f"{rows:,} row{'s' if rows != 1 else ''} unnamed"
+    if largest > cap:
+        return (f"{which}: {'their heaps' if rows != 1 else 'its heap'} "
+                f"(up to {human_bytes(largest)}) exceed what reading a "
+                f"dictionary may cost before OTP 26.2 "
+                f"({human_bytes(cap)} a process)")
+    return (f"{which}: this command's budget for reading dictionaries "
+            f"before OTP 26.2 ({human_bytes(unnamed['budget'])}) was spent")
+
+
+def _name_notes(result: Any) -> list[str]:
+    return [n for n in (labels_note(result), unnamed_note(result)) if n]
+
+
 def bin_leak_text(result: BinLeak, syntax: Syntax) -> str:
     before, after = result["memory_before"], result["memory_after"]
     if result.get("dry_run"):
@@ -158,8 +181,8 @@ def bin_leak_text(result: BinLeak, syntax: Syntax) -> str:
                            "lrrlll" if distinct else "lrlll", syntax))
         if distinct:
             lines += ["", f"({BIN_LEAK_NOTE})"]
-    note = labels_note(result)
-    return "\n".join(lines + (["", f"({note})"] if note else []))
+    notes = _name_notes(result)
+    return "\n".join(lines + [""] * bool(notes) + [f"({n})" for n in notes])
 
 
 def proc_count_text(result: ProcCount, syntax: Syntax) -> str:
@@ -178,7 +201,7 @@ def proc_count_text(result: ProcCount, syntax: Syntax) -> str:
         process_rows(result["processes"], "value", syntax, attribute),
         "lrrlll" if distinct else "lrlll", syntax)
     notes = [DISTINCT_NOTE] if distinct else []
-    notes += [n for n in (labels_note(result),) if n]
+    notes += _name_notes(result)
     hint = _inspect_hint(_source(result), result["processes"], syntax)
     # After a blank line: a table ends at one.
     return (text + ("\n" if notes else "")
@@ -240,8 +263,8 @@ def proc_window_text(result: ProcWindow, syntax: Syntax) -> str:
                         [(p["pid"], figure(attribute, p["value"]))
                          for p in result["dead"]],
                         "lr", syntax)]
-    note = labels_note(result)
-    return "\n".join(lines + (["", f"({note})"] if note else []))
+    notes = _name_notes(result)
+    return "\n".join(lines + [""] * bool(notes) + [f"({n})" for n in notes])
 
 
 def _info_value(key: str, value: Any, syntax: Syntax) -> str:

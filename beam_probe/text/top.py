@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from beam_probe.text.node import unnamed_note
 from beam_probe.text.syntax import Syntax
 from beam_probe.text.tables import (human_bytes, human_duration, one_line,
                                     table)
@@ -207,7 +208,19 @@ def frame_text(view: TopView, syntax: Syntax) -> str:
         return "\n".join(lines + ["no node answered"])
     body = table(columns(view), [cells(view, row, syntax) for row in shown],
                  align(view))
-    return "\n".join(lines + ["", body])
+    return "\n".join(lines + ["", body] + unnamed_lines(view))
+
+
+def unnamed_lines(view: TopView) -> list[str]:
+    """Under the table, each node's rows left without the names in their
+    dictionary (before OTP 26.2: proc-count's note)."""
+    out = []
+    for frame in view["frames"]:
+        note = unnamed_note(frame)
+        if note:
+            out.append(f"({frame['node']}: {note})" if _many(view)
+                       else f"({note})")
+    return [""] * bool(out) + out
 
 
 def align(view: TopView) -> str:

@@ -28,7 +28,11 @@ def _row(cells: tuple[Any, ...], syntax: Syntax) -> str:
 
 
 def _who(item: dict[Any, Any], syntax: Syntax) -> str:
-    return syntax.name(item["name"]) or syntax.code(item["group"])
+    """Its registered name, else its label or process_name, else the
+    group of what made it."""
+    return syntax.name(item["name"]) or (
+        syntax.code(item["label"]) if item.get("label") else "") or \
+        syntax.code(item["group"])
 
 
 def line(sample: dict[Any, Any], syntax: Syntax) -> str:

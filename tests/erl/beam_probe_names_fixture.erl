@@ -1,0 +1,54 @@
+%% Processes shaped like a broker's, for the names every command shows
+%% (issue 38, item 1): a gen_server started by proc_lib, unregistered,
+%% named only in its dictionary as RabbitMQ names
+%% its queues ({bpt_queue, <<"lq.104">>} under process_name), with a heap
+%% of ~24 MB as a busy queue has; and one whose dictionary holds ~100 MB,
+%% whose heap is past what reading a dictionary may cost on OTP 25.
+%% A {grow, Most} message makes a queue grow (proc-window); a {garbage,
+%% Count} call leaves a queue references to binaries it dropped (bin-leak).
+-module(beam_probe_names_fixture).
+-behaviour(gen_server).
+
+-export([queue/2, init/1, handle_call/3, handle_cast/2, handle_info/2]).
+
+%% A queue named {bpt_queue, Name}, whose heap holds about Words words in
+%% its state (Ballast words more in its dictionary, under another key).
+%% Returns its pid and its total_heap_size in bytes once settled.
+-spec queue(binary(), {non_neg_integer(), non_neg_integer()}) ->
+          {pid(), non_neg_integer()}.
+queue(Name, {Words, Ballast}) ->
+    %% gen_server:start/3 starts it by proc_lib, unlinked: its
+    %% initial_call is proc_lib:init_p/5.
+    {ok, Pid} = gen_server:start(?MODULE, {Name, Words, Ballast}, []),
+    ok = gen_server:call(Pid, settle, 60000),
+    {total_heap_size, Heap} = erlang:process_info(Pid, total_heap_size),
+    {Pid, Heap * erlang:system_info(wordsize)}.
+
+init({Name, Words, Ballast}) ->
+    erlang:put(process_name, {bpt_queue, Name}),
+    %% A list of small integers: two words an element, all on the heap.
+    erlang:put(ballast, lists:seq(1, Ballast div 2)),
+    {ok, lists:seq(1, Words div 2)}.
+
+handle_call(settle, _From, State) ->
+    %% Collected so that the heap is what it holds (plus the room a
+    %% collection leaves), not the garbage of building it.
+    erlang:garbage_collect(),
+    {reply, ok, State};
+handle_call({garbage, Count}, _From, State) ->
+    %% Count refc binaries made and dropped: their references stay on the
+    %% heap until the next collection (bin-leak's find), which a heap
+    %% this large does not need for a while.
+    _ = [binary:copy(<<I:8000>>) || I <- lists:seq(1, Count)],
+    {reply, ok, State}.
+
+handle_cast(_, State) ->
+    {noreply, State}.
+
+%% grow: a queue that takes on work, 1,000 elements every 20 ms until it
+%% holds Most (proc-window's increase), then stays.
+handle_info({grow, Most}, State) when length(State) < Most ->
+    erlang:send_after(20, self(), {grow, Most}),
+    {noreply, lists:seq(1, 1000) ++ State};
+handle_info(_, State) ->
+    {noreply, State}.

@@ -1,0 +1,163 @@
+"""Names from the dictionary on every release (issue 38, item 1): on OTP
+25 every RabbitMQ queue was proc_lib:init_p/5 everywhere, since a single
+dictionary key cannot be read before OTP 26.2. Now the rows a command
+shows are named from a copy of their dictionary, within a cap a copy and
+a budget a command (beam_probe_lib.erl's describe/1). A queue named only
+in its dictionary, with a heap of ~24 MB as a busy broker queue has, is
+named by proc-count, bin-leak, proc-window, top and its filter, serve's
+label (its kind only) and trace-gc, on OTP 25, 27 and 28; a process whose
+heap (~100 MB of dictionary) is past the cap stays unnamed on 25, and
+the table says so in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from beam_probe.erldist.terms import Atom
+from beam_probe.exporter.families import process_label
+from beam_probe.node.remote import attach
+from beam_probe.probes import processes, vm
+from conftest import run_here
+
+FIXTURE = "beam_probe_names_fixture"
+# ~24 MB of heap (a list of small integers: two words an element), as a
+# busy RabbitMQ queue's 16-24 MB; ~100 MB in the other's dictionary.
+QUEUE_WORDS = 3_000_000
+HUGE_WORDS = 13_000_000
+LABEL = '{bpt_queue,<<"lq.104">>}'
+HUGE_LABEL = '{bpt_queue,<<"lq.huge">>}'
+INIT = f"{FIXTURE}:init/1"  # proc_lib's '$initial_call'
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def broker(session_nodes, otp):
+    """A node of each release holding the queue and the huge process."""
+    node = session_nodes.start(otp)
+    with attach(node.node, node.cookie.encode(), timeout=120) as remote:
+        queue, heap = remote.call(FIXTURE, "queue",
+                                  [b"lq.104", (QUEUE_WORDS, 0)], timeout=120)
+        huge, huge_heap = remote.call(FIXTURE, "queue",
+                                      [b"lq.huge", (1000, HUGE_WORDS)],
+                                      timeout=120)
+    # The shapes the tests rely on: under the per-copy cap, and past it.
+    assert 16 * MIB < heap < 64 * MIB, heap
+    assert huge_heap > 64 * MIB, huge_heap
+    return node, otp, str(queue), str(huge)
+
+
+def _row(rows, pid):
+    return next(p for p in rows if p["pid"] == pid)
+
+
+def test_proc_count_names_the_queue_and_says_which_rows_it_cannot(broker):
+    node, otp, queue, huge = broker
+    j = json.loads(run_here("proc-count", node.node, "memory", "5",
+                            "--format", "json", node=node).stdout)
+    assert j["labels_read"] is True
+    row = _row(j["processes"], queue)
+    assert (row["label"], row["initial_call"]) == (LABEL, INIT)
+    big = _row(j["processes"], huge)
+    text = run_here("proc-count", node.node, "memory", "5",
+                    node=node).stdout
+    line = next(line for line in text.splitlines() if line.startswith(queue))
+    assert LABEL in line and INIT in line
+    if otp == "25":
+        # Its heap is past the cap: not copied, and said once.
+        assert (big["label"], big["initial_call"]) == \
+            (None, "proc_lib:init_p/5")
+        unnamed = j["unnamed"]
+        assert unnamed["pids"] == [huge] and unnamed["rows"] == 1
+        assert unnamed["largest_heap"] > unnamed["per_copy"] == 64 * MIB
+        assert text.count("1 row unnamed: its heap (up to ") == 1, text
+        assert "(64.0 MiB a process)" in text
+    else:
+        # One key at a time: the heap does not matter.
+        assert (big["label"], big["initial_call"]) == (HUGE_LABEL, INIT)
+        assert j["unnamed"] is None and "unnamed" not in text
+
+
+def test_bin_leak_names_the_queue(broker):
+    node, _otp, queue, _huge = broker
+    with attach(node.node, node.cookie.encode(), timeout=60) as remote:
+        remote.call("gen_server", "call", [_pid(remote, queue),
+                                           (Atom("garbage"), 2000)])
+    j = json.loads(run_here("bin-leak", node.node, "3", "--format", "json",
+                            node=node).stdout)
+    row = _row(j["processes"], queue)
+    assert row["delta"] < 0  # (minor collections freed some already)
+    assert (row["label"], row["initial_call"]) == (LABEL, INIT)
+
+
+def _pid(remote, text):
+    return remote.call("erlang", "list_to_pid", [text])
+
+
+def test_proc_window_names_the_queue_that_grew(broker):
+    node, _otp, _queue, _huge = broker
+    with attach(node.node, node.cookie.encode(), timeout=60) as remote:
+        grower, _ = remote.call(FIXTURE, "queue", [b"lq.grow", (1000, 0)])
+        # Grows for ~10 s at most (a window of the 200,000 elements).
+        remote.call("erlang", "send", [grower, (Atom("grow"), 500_000)])
+        result = processes.proc_window(remote, "memory", 3, 2000)
+    row = _row(result["processes"], str(grower))
+    assert row["delta"] > 0
+    assert (row["label"], row["initial_call"]) == \
+        ('{bpt_queue,<<"lq.grow">>}', INIT)
+
+
+def test_top_and_its_filter_find_the_queue_by_name(broker):
+    node, _otp, queue, _huge = broker
+    j = json.loads(run_here("top", node.node, "--once", "-N", "5",
+                            "--filter", "lq.104", "--interval", "0.5",
+                            "--format", "json", node=node).stdout)
+    frame = j["frames"][0]
+    assert [p["pid"] for p in frame["processes"]] == [queue]
+    assert frame["processes"][0]["label"] == LABEL
+    assert frame["matched"] == 1
+    # By the process_name's kind too: both queues, whatever their heap.
+    j = json.loads(run_here("top", node.node, "--once", "-N", "5",
+                            "--filter", "bpt_queue", "--interval", "0.5",
+                            "--format", "json", node=node).stdout)
+    found = {p["pid"] for p in j["frames"][0]["processes"]}
+    assert queue in found
+
+
+def test_serve_labels_a_queue_by_its_kind(broker):
+    node, otp, queue, huge = broker
+    with attach(node.node, node.cookie.encode(), timeout=60) as remote:
+        found = vm.top(remote, 5)
+    row = _row(found["memory"], queue)
+    assert process_label(row) == "bpt_queue"  # never <<"lq.104">>
+    big = _row(found["memory"], huge)
+    assert process_label(big) == ("proc_lib:init_p/5" if otp == "25"
+                                  else "bpt_queue")
+
+
+def test_trace_gc_names_the_queue(broker):
+    node, _otp, queue, _huge = broker
+    r = run_here("trace-gc", node.node, queue, "--duration", "0.5",
+                 "--format", "json", node=node)
+    assert r.returncode == 0, r.stderr
+    first = json.loads(r.stdout.splitlines()[0])
+    who = first["tracing"][0]
+    assert (who["pid"], who["label"], who["group"]) == (queue, LABEL, INIT)
+    text = run_here("trace-gc", node.node, queue, "--duration", "0.5",
+                    node=node).stdout
+    assert LABEL in text.splitlines()[0], text
+
+
+def test_the_unnamed_line_says_why(broker):
+    """The budget's wording, where a row fits the cap but not what is
+    left of the command's budget (rendered, no node needed)."""
+    from beam_probe.text.node import unnamed_note
+
+    note = unnamed_note({"unnamed": {"rows": 2, "pids": ["<0.1.0>",
+                                                         "<0.2.0>"],
+                                     "largest_heap": 60 * MIB,
+                                     "per_copy": 64 * MIB,
+                                     "budget": 256 * MIB}})
+    assert note == ("2 rows unnamed: this command's budget for reading "
+                    "dictionaries before OTP 26.2 (256.0 MiB) was spent")
