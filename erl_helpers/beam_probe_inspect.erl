@@ -1172,6 +1172,7 @@ walker(Options) ->
                           largest := [non_neg_integer()]}
                       | {too_large, non_neg_integer()} | unknown,
             started := atom(),
+            behaviours := [atom()],
             wordsize := pos_integer()} |
           {error, not_a_pid | no_such_name | {other_node, node()} |
                   {not_alive, pid()} | ours}.
@@ -1573,9 +1574,16 @@ process(Target, Resolve, Walker, Options) ->
                           _ ->
                               undefined
                       end,
+            %% And the behaviours that module declares (a hibernating
+            %% process's loop, when its stack is gone: RabbitMQ's queues
+            %% declare gen_server2), a few atoms.
+            Declared = lists:sublist(
+                         [B || B <- Behaviours(Started), erlang:is_atom(B)],
+                         8),
             Base = #{pid => Pid, info => Info, kind => Kind, why => Why2,
                      limits => Limits, binary_distinct => Distinct,
                      binaries => Binaries, started => Started,
+                     behaviours => Declared,
                      mailbox => Mailbox, records => [], handlers => none,
                      wordsize => Wordsize},
             case Why2 of

@@ -199,3 +199,116 @@ def test_a_struct_keyed_table_is_written_as_each_language_writes_it(
     assert "%Broker.Queue{" in elixir.stdout
     for result in (erlang, elixir):
         assert "Atom(" not in result.stdout
+
+
+# --- Issue 38, items 2 and 3 (engineer I's block): inspect from outside
+# on a real RabbitMQ 3.10.8, and the broker's keys as Erlang writes them.
+
+def _inspect(node, *args: str):
+    return run_here("inspect", node.node, *args, node=node)
+
+
+def test_inspect_of_a_backlog_queue_answers_from_outside(rabbit):
+    """A queue runs gen_server2, which is never asked for its state (its
+    sys handler crashes on a fun that throws before 3.12.1): its bodies
+    are counted from the node's list of its refc binaries, its terms are
+    not measured (never 0 B), and the broker's own view is suggested."""
+    pid = rabbit.queues["bpt.backlog.1"]
+    result = _inspect(rabbit, pid, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout)
+    assert got["kind"] == "plain" and got["loop"] == "gen_server2"
+    assert "gen_server2" in got["state"] and "3.12.1" in got["state"]
+    binaries = got["binaries"]
+    # Every body of the backlog (1,024-4,096 bytes) is one refc binary
+    # the queue alone holds.
+    assert binaries["count"] >= BACKLOG_MESSAGES
+    assert binaries["bytes"] >= BACKLOG_MESSAGES * 1024
+    assert binaries["alone_bytes"] >= BACKLOG_MESSAGES * 1024
+    assert max(binaries["largest"]) <= 4096
+    assert got["total"]["bytes"] is None
+    assert got["total"]["binary_bytes"] == binaries["bytes"]
+    assert got["total"]["heap_bytes"] > 0
+    assert any(c.startswith("rabbitmqctl list_queues name memory "
+                            "message_bytes_ram") for c in got["see_also"])
+    text = _inspect(rabbit, pid)
+    assert text.returncode == 0, text.stderr
+    assert "(gen_server2 loop" in text.stdout
+    assert "0 B of terms" not in text.stdout
+    assert f"refc binaries: {binaries['count']:,} referred to" in text.stdout
+    assert "rabbitmq-diagnostics memory_breakdown" in text.stdout
+    # The queue is as it was: the same process, every body still held.
+    assert rabbit.queue_pids()["bpt.backlog.1"] == pid
+    again = json.loads(_inspect(rabbit, pid, "--format", "json").stdout)
+    assert again["binaries"]["count"] == binaries["count"]
+
+
+def test_the_broker_s_resource_keys_are_written_in_erlang(rabbit):
+    """A bare 3.10.8 (no management agent, no channel) has no table keyed
+    {#resource{}, Stat} (its metrics tables are empty; checked here): its
+    tables keyed by #resource{} (rabbit_queue) and by {VHost,
+    #resource{}} (mnesia_index, no named_table) are written as the node
+    writes them, never as a Python repr; two mnesia_transient_decision
+    tables share a name, and inspect says which ids to give."""
+    result = _inspect(rabbit, "--table", "rabbit_queue", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout)
+    assert [f["family"] for f in got["families"]] == ["{resource, ...}"]
+    assert [f["family_elixir"] for f in got["families"]] == [
+        "{:resource, ...}"]
+    assert '{resource,<<"/">>,queue,<<"bpt.backlog.1">>}' in {
+        o["key"] for o in got["largest"]}
+    index = _inspect(rabbit, "--table", "mnesia_index")
+    assert index.returncode == 0, index.stderr
+    assert '{<<"/">>,{resource, ...}}' in index.stdout
+    for shown in (result.stdout, index.stdout):
+        assert "Atom(" not in shown and "<(" not in shown
+    several = _inspect(rabbit, "--table", "mnesia_transient_decision")
+    assert several.returncode == 2, several.stderr
+    (line,) = several.stderr.strip().splitlines()
+    assert "named_table" in line and line.count("#Ref<") >= 2
+
+
+# --- names from the dictionary on a real broker (issue 38, item 1; engineer
+# N's block: tests/test_dictionary_names.py has the fixture-node tests).
+
+def test_every_backlog_queue_is_named_with_its_kind_on_otp_25(rabbit):
+    """OTP 25 reads no single dictionary key: each queue row is named
+    from a copy of its dictionary, and serve's label is the kind alone."""
+    from beam_probe.exporter.families import process_label
+    from beam_probe.probes import vm
+
+    backlog = {rabbit.queues[f"bpt.backlog.{i}"]: f"bpt.backlog.{i}"
+               for i in range(1, BACKLOG_QUEUES + 1)}
+    j = json.loads(_proc_count_json(rabbit, "binary_memory"))
+    assert j["labels_read"] is True and j["unnamed"] is None
+    rows = {p["pid"]: p for p in j["processes"]}
+    for pid, name in backlog.items():
+        assert name in rows[pid]["label"], rows[pid]
+        assert rows[pid]["kind"] == "rabbit_amqqueue_process"
+        # proc_lib's '$initial_call': where a queue process starts.
+        assert rows[pid]["initial_call"] != "proc_lib:init_p/5"
+    with attach(rabbit.node, rabbit.cookie.encode(), timeout=60) as remote:
+        found = vm.top(remote, 10)
+    labels = {row["pid"]: process_label(row)
+              for row in found["binary_memory"]}
+    for pid in backlog:
+        assert labels[pid] == "rabbit_amqqueue_process"
+    assert not any("bpt." in label for label in labels.values())
+
+
+def test_top_shows_and_filters_the_queues_by_name(rabbit):
+    result = run_here("top", rabbit.node, "--once", "--sort",
+                      "binary_memory", "-N", "10", "--interval", "0.5",
+                      node=rabbit)
+    assert result.returncode == 0, result.stderr
+    for i in range(1, BACKLOG_QUEUES + 1):
+        assert f'<<"bpt.backlog.{i}">>' in result.stdout, result.stdout
+    view = json.loads(run_here("top", rabbit.node, "--once", "-N", "10",
+                               "--filter", "bpt.backlog", "--interval",
+                               "0.5", "--format", "json",
+                               node=rabbit).stdout)
+    frame = view["frames"][0]
+    assert {p["pid"] for p in frame["processes"]} == {
+        rabbit.queues[f"bpt.backlog.{i}"]
+        for i in range(1, BACKLOG_QUEUES + 1)}

@@ -160,3 +160,77 @@ def test_kinds_are_written_in_either_syntax():
     for odd in ((Atom("kind"), (1, 2)), (Atom("kind"), (Atom("record"), 5)),
                 (Atom("kind"), None)):
         assert key_text(odd, False) == "<key>"
+
+
+def test_a_gen_server2_loop_is_named_and_the_broker_s_view_suggested():
+    """A reply as the node gives it for an idle RabbitMQ queue (OTP 25:
+    its dictionary past the copy bound, so only its stack names it):
+    the loop is gen_server2, the state says why it is never asked, and
+    rabbitmqctl is suggested; a plain process of no broker gets none."""
+    from beam_probe.erldist.terms import Pid
+    from beam_probe.probes.inspect import BROKER_VIEW, _read_process
+    from beam_probe.text.inspect import process_text
+    from beam_probe.text.syntax import ERLANG
+
+    stack = [(Atom("gen_server2"), Atom("process_next_msg"), 1, []),
+             (Atom("proc_lib"), Atom("init_p_do_apply"), 3, [])]
+    info = [(Atom("registered_name"), []),
+            (Atom("initial_call"), (Atom("proc_lib"), Atom("init_p"), 5)),
+            (Atom("current_function"), stack[0][:3]),
+            (Atom("current_stacktrace"), stack),
+            (Atom("message_queue_len"), 20_000),
+            (Atom("memory"), 23_000_000),
+            (Atom("total_heap_size"), 2_800_000),
+            (Atom("heap_size"), 600_000)]
+    reply = {Atom("pid"): Pid("n@h", 90, 0, 1), Atom("info"): info,
+             Atom("kind"): Atom("plain"),
+             Atom("why"): Atom("not_in_gen_loop"), Atom("parts"): [],
+             Atom("mailbox"): (Atom("too_long"), 20_000),
+             Atom("dictionary"): (Atom("too_large"), 2_800_000),
+             Atom("pause_us"): 0, Atom("timed_out"): False,
+             Atom("records"): [], Atom("binary_distinct"): 52_428_800,
+             Atom("binaries"): {Atom("references"): 12_801,
+                                Atom("count"): 12_800,
+                                Atom("bytes"): 52_428_800,
+                                Atom("alone"): 50_000_000,
+                                Atom("largest"): [4096] * 5},
+             Atom("started"): Atom("undefined"), Atom("wordsize"): 8}
+    answer = _read_process("n@h", reply)
+    assert answer["loop"] == "gen_server2"
+    assert "gen_server2" in answer["state"] and "3.12.1" in answer["state"]
+    assert answer["see_also"] == list(BROKER_VIEW)
+    assert answer["total"]["bytes"] is None
+    assert answer["total"]["binary_bytes"] == 52_428_800
+    assert answer["total"]["heap_bytes"] == 22_400_000
+    shown = process_text(answer, ERLANG)
+    assert "(gen_server2 loop; process memory 21.9 MiB, heap 21.4 MiB" \
+        in shown
+    assert "0 B" not in shown
+    assert "rabbitmqctl list_queues name memory message_bytes_ram" in shown
+    # Past the heap bound: not measured, with the reason.
+    far = dict(reply, **{Atom("binaries"): (Atom("too_large"), 5_000_000),
+                         Atom("binary_distinct"): Atom("unknown")})
+    answer = _read_process("n@h", far)
+    assert answer["binaries"] is None and answer["total"][
+        "binary_bytes"] is None
+    assert "not measured: its heap is 40,000,000 bytes" in \
+        answer["binaries_note"]
+    assert "refc binaries: not measured" in process_text(answer, ERLANG)
+    # A plain loop of no broker: no suggestion.
+    plain = [(Atom("foo"), Atom("loop"), 1, [])]
+    answer = _read_process("n@h", dict(reply, **{Atom("info"): [
+        (k, plain if k == Atom("current_stacktrace") else plain[0][:3]
+         if k == Atom("current_function") else v) for k, v in info]}))
+    assert answer["loop"] == "foo" and answer["see_also"] == []
+
+
+def test_a_hibernating_process_s_loop_is_its_declared_behaviour():
+    """A hibernating process has no stack: its loop is the behaviour its
+    '$initial_call' module declares (RabbitMQ's queues hibernate, and
+    rabbit_prequeue declares gen_server2), or unknown."""
+    from beam_probe.probes.inspect import HIBERNATE, loop_of
+
+    info = {"current_function": HIBERNATE, "current_stacktrace": []}
+    assert loop_of(info, [Atom("gen_server2")]) == "gen_server2"
+    assert loop_of(info, []) is None
+    assert loop_of(info, "junk") is None

@@ -125,20 +125,25 @@ _WHY = {
 # broker counts what we cannot read from outside.
 BROKER_VIEW = ("rabbitmqctl list_queues name memory message_bytes_ram",
                "rabbitmq-diagnostics memory_breakdown")
+HIBERNATE = (Atom("erlang"), Atom("hibernate"), 3)
 # Frames that are no process's own loop: where proc_lib starts it, and
 # the BIFs it may be in.
 _NOT_A_LOOP = ("proc_lib", "erlang")
 
 
-def loop_of(info: dict[str, Any]) -> str | None:
+def loop_of(info: dict[str, Any], declared: Any = ()) -> str | None:
     """The module whose loop the process runs, from outside: the
     outermost frame of its current stack that is not proc_lib's start
     (a gen_server's is gen_server, RabbitMQ's queues' gen_server2, a
     plain loop's its own module), else its current function's module.
-    None while it hibernates (its stack is gone) or when nothing says."""
+    While it hibernates its stack is gone: the first behaviour its
+    '$initial_call' module declares (``declared``; RabbitMQ's queues
+    hibernate, and rabbit_prequeue declares gen_server2), else None."""
     current = info.get("current_function")
-    if current == (Atom("erlang"), Atom("hibernate"), 3):
-        return None
+    if current == HIBERNATE:
+        found = [str(b) for b in declared if isinstance(b, Atom)] \
+            if isinstance(declared, list) else []
+        return found[0] if found else None
     stack = info.get("current_stacktrace")
     modules = [frame[0] for frame in stack if isinstance(frame, tuple)
                and frame and isinstance(frame[0], Atom)] \
@@ -573,7 +578,8 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
             if held else 0.0
     pinned.sort(key=lambda pin: -pin["referenced_bytes"])
     timed_out = reply["timed_out"]
-    loop = loop_of(info)
+    loop = loop_of(info, reply["behaviours"] if "behaviours" in reply
+                   else [])
     started = reply["started"] if "started" in reply else None
     binaries, binaries_note = _binaries(reply, info, wordsize)
     state_note = None

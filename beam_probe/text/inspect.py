@@ -88,7 +88,9 @@ def process_text(result: ProcessInspection, syntax: Syntax) -> str:
     key = "path_elixir" if syntax.elixir else "path"
     loop = result.get("loop")
     kind = result["kind"] if result["kind"] != "plain" or not loop \
-        else f"{syntax.name(loop) if syntax.elixir else loop} loop"
+        else f"{syntax.name(loop) if syntax.elixir else loop} loop" + (
+            ", hibernating" if result["current_function"]
+            == "erlang:hibernate/3" else "")
     heap = (f", heap {human_bytes(total['heap_bytes'])} (young "
             f"{human_bytes(total['young_heap_bytes'])})"
             if "heap_bytes" in total and "young_heap_bytes" in total else "")
