@@ -312,3 +312,41 @@ def test_top_shows_and_filters_the_queues_by_name(rabbit):
     assert {p["pid"] for p in frame["processes"]} == {
         rabbit.queues[f"bpt.backlog.{i}"]
         for i in range(1, BACKLOG_QUEUES + 1)}
+
+
+# --- leak-hunt's and diff's groups (issue 38, item 1: engineer G) --------
+
+def test_snapshot_groups_the_backlog_queues_as_queues(rabbit, tmp_path):
+    """On RabbitMQ's OTP 25 a snapshot copies a queue's dictionary (its
+    heap is within 64 MiB) and groups it by its '$initial_call', where
+    every queue, channel and writer was proc_lib:init_p/5; a diff of two
+    snapshots shows them under that name."""
+    from beam_probe.snapshots.columns import load
+
+    paths = [tmp_path / f"{i}.snapshot" for i in "ab"]
+    for path in paths:
+        r = run_here("snapshot", rabbit.node, "-o", str(path), "--gc",
+                     "none", node=rabbit)
+        assert r.returncode == 0, r.stderr
+    snap = load(str(paths[1]))
+    assert snap.header["otp_release"] == "25"
+    assert snap.header["dictionaries_read"] > 0
+    assert snap.header["dictionaries_unread"] == 0
+    groups = {snap.pid_text(key): snap.group_names[group]
+              for key, group in zip(snap.keys, snap.groups)}
+    queues = {groups[pid] for pid in rabbit.queues.values()}
+    # One group for every classic queue, named by where a queue starts,
+    # under the nearest registered ancestor (3.10.8: the queue's own
+    # supervisor, the vhost's queues' supervisor, the vhost's supervisor
+    # and its wrapper have no name).
+    assert queues == {"rabbit_prequeue:init/1 under rabbit_vhost_sup_sup "
+                      "(5 up)"}, queues
+    (what,) = queues
+    count = sum(1 for name in groups.values() if name == what)
+    assert count >= len(rabbit.queues)
+    r = run_here("diff", *map(str, paths), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["after"]["dictionaries_unread"] == 0
+    text = run_here("diff", *map(str, paths)).stdout
+    assert "unnamed:" not in text
