@@ -1577,9 +1577,17 @@ process(Target, Resolve, Walker, Options) ->
             %% And the behaviours that module declares (a hibernating
             %% process's loop, when its stack is gone: RabbitMQ's queues
             %% declare gen_server2), a few atoms.
-            Declared = lists:sublist(
-                         [B || B <- Behaviours(Started), erlang:is_atom(B)],
-                         8),
+            %% Only of a module the node has loaded: asking another
+            %% would make the node search its code path and load it.
+            Declared = case Started =/= undefined andalso
+                           erlang:module_loaded(Started) of
+                           true ->
+                               lists:sublist(
+                                 [B || B <- Behaviours(Started),
+                                       erlang:is_atom(B)], 8);
+                           false ->
+                               []
+                       end,
             Base = #{pid => Pid, info => Info, kind => Kind, why => Why2,
                      limits => Limits, binary_distinct => Distinct,
                      binaries => Binaries, started => Started,
