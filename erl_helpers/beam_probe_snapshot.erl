@@ -35,12 +35,36 @@
 %%   {parent, Id, Pid}    a process started by proc_lib (init_p/3 from a
 %%                        fun, init_p/5 from M:F/A) or spawned from a fun
 %%                        (erlang:apply/2), whose code says little: Id is
-%%                        proc_lib's '$initial_call' where the node reads
-%%                        that one key (OTP 26.2+; never the whole
-%%                        dictionary), else the initial call; Pid its
-%%                        parent, from which beam-probe walks up to the
-%%                        nearest named ancestor (see ancestors below)
+%%                        proc_lib's '$initial_call' (see "Names from the
+%%                        dictionary" below), else the initial call; Pid
+%%                        its parent, from which beam-probe walks up to
+%%                        the nearest named ancestor (see ancestors below)
 %%   {initial_call, MFA}  the initial call
+%%
+%% Names from the dictionary: a proc_lib process (every gen_server, every
+%% RabbitMQ queue, channel, reader and writer) is known by the
+%% '$initial_call' proc_lib put in its dictionary ({rabbit_prequeue,
+%% init, 1}), on every release, so that a fixture groups the same on OTP
+%% 25, 27 and 28 (and as a crash dump of the node does, crashdump/
+%% snapshot.py). Only {Atom, Atom, Arity} counts (anyone may put() the
+%% key), and only for proc_lib's init_p/3 and init_p/5.
+%%   OTP 26.2+: process_info(P, {dictionary, '$initial_call'}), one key,
+%%     in the pass itself, for every process.
+%%   Before (badarg): only the whole dictionary can be had, and
+%%     process_info(P, dictionary) copies it whole and flat. So it is read
+%%     only for the unregistered proc_lib processes of the batch whose
+%%     total_heap_size (asked in the pass, in place of the single key) is
+%%     at most DictionaryHeapCap bytes: without shared subterms the
+%%     dictionary lives on the heap, so the heap bounds the copy. One
+%%     process at a time, by proc_lib:translate_initial_call/1 (stock,
+%%     compiled: it copies the dictionary, keeps the key with
+%%     lists:keyfind/3, and the copy is garbage at once; a process gone,
+%%     or a key missing or not a triple, gives {proc_lib, init_p, 5},
+%%     taken as unread). A process over the cap keeps init_p's group and
+%%     is counted (dictionaries_unread). A dictionary whose terms share
+%%     subterms can still copy larger than its heap (a 2.7 KB process
+%%     gave 6 MB, measured by the lead): a known limit, as for the rows
+%%     beam_probe_lib:describe/1 names.
 %%
 %% ancestors: the parents of those processes, their parents and so on up
 %% to MaxDepth levels, each process once, as [{Pid, Class}]:
@@ -65,7 +89,10 @@
                       otp_release := string(),
                       elixir := boolean(),
                       atoms := [atom()],
-                      atoms_from := non_neg_integer()}.
+                      atoms_from := non_neg_integer(),
+                      dictionary_heap_cap := pos_integer(),
+                      dictionaries_read := non_neg_integer(),
+                      dictionaries_unread := non_neg_integer()}.
 
 %% Chunk rows a chunk; the names of at most MaxAtoms of the newest atoms
 %% (by index, an undocumented encoding, guarded); ancestors MaxDepth levels
@@ -87,6 +114,14 @@ snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
                 end,
     Label = Supported(label),
     Dictionary = Supported({dictionary, '$initial_call'}),
+    %% The heap, in bytes, past which a process's whole dictionary is not
+    %% copied (OTP 25: above). The same figure as the rows' names
+    %% (beam_probe_lib:describe/1's PerCopy), so that a process is named
+    %% alike in top and in a snapshot: a RabbitMQ queue's heap is 16-24
+    %% MB and its dictionary ~1 KB, and a tester's process held a 317 MB
+    %% dictionary.
+    DictionaryHeapCap = 64 * 1024 * 1024,
+    HeapCapWords = DictionaryHeapCap div erlang:system_info(wordsize),
     %% How a process is known, first match first, as match specification
     %% clauses over Pattern's variables ($1 registered name, $2 initial
     %% call, $3 parent, $4 label, $5 '$initial_call'), each giving
@@ -96,36 +131,87 @@ snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
     %% (As few clauses as can be: each clause tried matches the whole
     %% pattern again, ~150 ns a process; one clause per vague call made a
     %% snapshot of 1M processes 0.3 s slower, measured.)
+    ProcLib = {'orelse', {'==', '$2', {const, {proc_lib, init_p, 5}}},
+               {'==', '$2', {const, {proc_lib, init_p, 3}}}},
     Kinds = fun(Pattern, Result) ->
                     Vague = {'orelse', {'==', '$2', {const, {erlang, apply, 2}}},
-                             {'orelse',
-                              {'==', '$2', {const, {proc_lib, init_p, 5}}},
-                              {'==', '$2', {const, {proc_lib, init_p, 3}}}}},
+                             ProcLib},
+                    %% proc_lib's own {M, F, Arity}; what
+                    %% translate_initial_call/1 gives for none is none.
+                    Triple = [{is_tuple, '$5'}, {'==', {size, '$5'}, 3},
+                              {is_atom, {element, 1, '$5'}},
+                              {is_atom, {element, 2, '$5'}},
+                              {is_integer, {element, 3, '$5'}},
+                              {'=/=', '$5', {const, {proc_lib, init_p, 5}}}],
                     [{Pattern, [{'=/=', '$4', undefined}],
                       Result({{label, '$4'}})}
                      || Label]
                     ++ [{Pattern, [{'=/=', '$1', []}],
-                         Result({{name, '$1'}})}]
-                    ++ [{Pattern, [{'=/=', '$5', undefined}, {is_pid, '$3'}],
-                         Result({{parent, '$5', '$3'}})}
-                        || Dictionary]
-                    ++ [{Pattern, [{is_pid, '$3'}, Vague],
+                         Result({{name, '$1'}})},
+                        {Pattern, [{is_pid, '$3'}, ProcLib | Triple],
+                         Result({{parent, '$5', '$3'}})},
+                        {Pattern, [{is_pid, '$3'}, Vague],
                          Result({{parent, '$2', '$3'}})},
                         {Pattern, [], Result({{initial_call, '$2'}})}]
             end,
     %% Each item in a fixed place; one the node lacks is asked as
     %% registered_name again, and its place is not looked at.
+    %% Fifth: the single key, or (before OTP 26.2) the heap that says
+    %% whether the whole dictionary may be copied.
     Items = [registered_name, initial_call, parent,
              case Label of true -> label; false -> registered_name end,
              case Dictionary of
                  true -> {dictionary, '$initial_call'};
-                 false -> registered_name
+                 false -> total_heap_size
              end,
              memory, message_queue_len, binary],
-    Pattern = {'$10', [{registered_name, '$1'}, {initial_call, '$2'},
-                       {parent, '$3'}, {'_', '$4'}, {'_', '$5'},
-                       {memory, '$6'}, {message_queue_len, '$7'},
-                       {binary, '$11'}]},
+    %% What a pass matches: {Pid, Info} where the key is in Info, else
+    %% {Pid, Info, Id} with Id read from the whole dictionary (Named).
+    Outer = fun(Info) when Dictionary ->
+                    {'$10', [{registered_name, '$1'}, {initial_call, '$2'},
+                             {parent, '$3'}, {'_', '$4'}, {'_', '$5'}
+                             | Info]};
+               (Info) ->
+                    {'$10', [{registered_name, '$1'}, {initial_call, '$2'},
+                             {parent, '$3'}, {'_', '$4'}, {'_', '_'}
+                             | Info],
+                     '$5'}
+            end,
+    Pattern = Outer([{memory, '$6'}, {message_queue_len, '$7'},
+                     {binary, '$11'}]),
+    %% Before OTP 26.2: of [{Pid, Info}], the unregistered proc_lib
+    %% processes with a parent, as Pid when their heap is within the cap,
+    %% as 'over' when past it; the rest, nothing.
+    Pick = ets:match_spec_compile(
+             [{{'$10', [{registered_name, []}, {initial_call, '$2'},
+                        {parent, '$3'}, '_', {total_heap_size, '$5'} | '_']},
+               [{is_pid, '$3'}, ProcLib, {'=<', '$5', HeapCapWords}],
+               ['$10']},
+              {{'_', [{registered_name, []}, {initial_call, '$2'},
+                      {parent, '$3'} | '_']},
+               [{is_pid, '$3'}, ProcLib],
+               [over]}]),
+    %% What a pass's match specification runs over, and how many
+    %% dictionaries were read and left unread for their heap.
+    Named = fun(Now, Infos) when Dictionary ->
+                    {lists:zip(Now, Infos), 0, 0};
+               (Now, Infos) ->
+                    {Read, Over} = lists:partition(
+                                     fun erlang:is_pid/1,
+                                     ets:match_spec_run(lists:zip(Now, Infos),
+                                                        Pick)),
+                    Found = maps:from_list(
+                              lists:zip(Read,
+                                        lists:map(
+                                          fun proc_lib:translate_initial_call/1,
+                                          Read))),
+                    Count = erlang:length(Now),
+                    Ids = lists:zipwith3(fun maps:get/3, Now,
+                                         lists:duplicate(Count, Found),
+                                         lists:duplicate(Count, undefined)),
+                    {lists:zip3(Now, Infos, Ids), erlang:length(Read),
+                     erlang:length(Over)}
+            end,
     Row = fun(Group) ->
                   [{{{{'$10', Group, '$1', '$6', '$7', '$2'}}, '$11'}}]
           end,
@@ -194,9 +280,9 @@ snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
                 Infos = lists:zipwith(fun erlang:process_info/2, Now,
                                       lists:duplicate(erlang:length(Now),
                                                       Items)),
+                {Input, Read, Unread} = Named(Now, Infos),
                 {Rows, Binaries} =
-                    lists:unzip(ets:match_spec_run(lists:zip(Now, Infos),
-                                                   Compiled)),
+                    lists:unzip(ets:match_spec_run(Input, Compiled)),
                 %% Each binary is {Id, Size, RefCount}, listed once per
                 %% reference: binary_bytes counts each Id once (the Id is
                 %% its address), so no process shows more than the node
@@ -219,18 +305,21 @@ snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
                 Parents = ets:match_spec_run(Groups, ParentOf),
                 Batch(Rest, [{erlang:term_to_binary(Encoded,
                                                     [{compressed, 1}]),
-                              Parents, erlang:length(Rows)}
+                              Parents, erlang:length(Rows), {Read, Unread}}
                              | Acc])
         end,
     Take = fun(Pids) -> Batch(Pids, []) end,
-    {Processes, ParentLists, Counts} =
-        lists:unzip3(lists:append(Pmap(Take, Others(), Jobs))),
+    Batches = lists:append(Pmap(Take, Others(), Jobs)),
+    Processes = [Chunk1 || {Chunk1, _, _, _} <- Batches],
+    ParentLists = [Parents1 || {_, Parents1, _, _} <- Batches],
+    Counts = [Count1 || {_, _, Count1, _} <- Batches],
+    {Reads, Unreads} = lists:unzip([Dictionaries1
+                                    || {_, _, _, Dictionaries1} <- Batches]),
     %% The ancestors, level by level: each level's processes read in one
     %% compiled pass, classified by Kinds, their unnamed ones' parents the
     %% next level; a process already known is not read again.
     AncestorItems = lists:sublist(Items, 5),
-    AncestorPattern = {'$10', [{registered_name, '$1'}, {initial_call, '$2'},
-                               {parent, '$3'}, {'_', '$4'}, {'_', '$5'}]},
+    AncestorPattern = Outer([]),
     Classify = ets:match_spec_compile(
                  Kinds(AncestorPattern,
                        fun({{parent, Id, Parent}}) ->
@@ -250,8 +339,8 @@ snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
                    Infos = lists:zipwith(fun erlang:process_info/2, Now,
                                          lists:duplicate(erlang:length(Now),
                                                          AncestorItems)),
-                   Classes = ets:match_spec_run(lists:zip(Now, Infos),
-                                                Classify),
+                   {Input, _, _} = Named(Now, Infos),
+                   Classes = ets:match_spec_run(Input, Classify),
                    Seen = maps:merge(Known, maps:from_list(Classes)),
                    Next = lists:filter(fun(Pid) ->
                                                not maps:is_key(Pid, Seen)
@@ -312,4 +401,10 @@ snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
       elixir => lists:keymember(elixir, 1,
                                 application:loaded_applications()),
       atoms => [Atom || Atom <- Atoms, erlang:is_atom(Atom)],
-      atoms_from => From}.
+      atoms_from => From,
+      %% Whole dictionaries copied for their '$initial_call' (OTP 25),
+      %% and the proc_lib processes left in init_p's group for a heap
+      %% past the cap: the rows' only (an ancestor is read again).
+      dictionary_heap_cap => DictionaryHeapCap,
+      dictionaries_read => lists:sum(Reads),
+      dictionaries_unread => lists:sum(Unreads)}.

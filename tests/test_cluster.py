@@ -396,14 +396,14 @@ def test_folders_of_cluster_snapshots_diff_node_by_node_and_across(
     noise = groups["beam_probe_workload:noise_loop/0"]
     assert noise["on"] == "every node"
     assert noise["nodes"] == {n.node: NOISE for n in scene_cluster}
-    workers = groups["proc_lib:init_p/5 under bp_leak_sup"]
+    workers = groups["beam_probe_workload:leak_worker/1 under bp_leak_sup"]
     assert (workers["on"], workers["nodes"]) == ("one node",
                                                  {after.node: WORKERS})
     kept = {row["node"]: [g["what"] for g in
                           row["diff"]["suspects"]["born_and_kept"]]
             for row in result["nodes"]}
-    assert "proc_lib:init_p/5 under bp_leak_sup" in kept[after.node]
-    assert "proc_lib:init_p/5 under bp_leak_sup" not in kept[entry.node]
+    assert "beam_probe_workload:leak_worker/1 under bp_leak_sup" in kept[after.node]
+    assert "beam_probe_workload:leak_worker/1 under bp_leak_sup" not in kept[entry.node]
     text = run_here("diff", *folders)
     assert text.returncode == 0 and "across the 3 nodes" in text.stdout
     assert f"== {after.node}" in text.stdout
@@ -524,7 +524,7 @@ def test_leak_hunt_names_the_workers_on_their_node_only(scene_cluster,
         planter.cancel()
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)
-    group = "proc_lib:init_p/5 under bp_leak_sup"
+    group = "beam_probe_workload:leak_worker/1 under bp_leak_sup"
     kept = {row["node"]: {g["what"]: g["count"] for g in
                           row["diff"]["suspects"]["born_and_kept"]}
             for row in result["nodes"]}

@@ -256,6 +256,30 @@ def test_diff_names_what_was_born_and_kept_until_the_death(eheap):
     one_line(r, 2, "give it last")
 
 
+def test_groups_read_alike_in_the_snapshot_and_the_dump(eheap):
+    """Issue 38, item 1: a process alive at the second snapshot and in the
+    dump is grouped alike by both, on every release: the worker under the
+    unregistered supervisor by its '$initial_call' (OTP 25 as 27 and
+    28), not proc_lib:init_p/5."""
+    from beam_probe.crashdump.snapshot import load_dump
+    from beam_probe.snapshots.columns import load
+
+    def groups(snap):
+        return {key: snap.group_names[group]
+                for key, group in zip(snap.keys, snap.groups)}
+
+    before, dead = groups(load(eheap["b"])), groups(load_dump(eheap["dump"]))
+    workers = [key for key, what in before.items()
+               if what.startswith(f"{FIXTURE}:init/1 under ")]
+    assert len(workers) == 1, before  # the cache is registered
+    both = [key for key in before if key in dead]
+    assert len(both) > 40
+    assert {key: dead[key] for key in both} == \
+        {key: before[key] for key in both}
+    assert not any(what.startswith("proc_lib:init_p/")
+                   for what in dead.values())
+
+
 def test_a_halt_says_its_reason(deaths, otp):
     dump = deaths(otp, "halt")["dump"]
     o = json_of("crashdump", dump)

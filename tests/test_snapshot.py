@@ -16,7 +16,9 @@ import re
 
 import pytest
 
+from beam_probe.erldist.terms import Atom
 from beam_probe.node.remote import attach
+from beam_probe.snapshots.columns import load
 from conftest import interrupt_cli, run_here
 
 WORKERS, ATOMS, NOISE = 7, 25, 11
@@ -71,17 +73,14 @@ def tree(nodes, otp, tmp_path):
 
 
 def _tree_groups(otp):
-    """What each kind of new process is named after, by release: OTP 25
-    cannot read '$initial_call' as one key, so proc_lib's own entry point
-    names it; 26.2+ reads it; 27 has labels. Either way, under the
-    nearest registered ancestor, and how far up it is."""
-    def what(mfa, entry):
-        return mfa if int(otp) >= 27 else entry
-
-    sup = what("supervisor:beam_probe_workload/1", "proc_lib:init_p/5")
-    worker = what("beam_probe_workload:tree_worker/2", "proc_lib:init_p/5")
-    fun = what("beam_probe_workload:-start_fun_worker/1-fun-0-/0",
-               "proc_lib:init_p/3")
+    """What each kind of new process is named after: proc_lib's
+    '$initial_call' on every release (OTP 26.2+ reads the one key; 25
+    copies the dictionary of a proc_lib process whose heap is within the
+    cap); 27 has labels. Under the nearest registered ancestor, and how far
+    up it is."""
+    sup = "supervisor:beam_probe_workload/1"
+    worker = "beam_probe_workload:tree_worker/2"
+    fun = "beam_probe_workload:-start_fun_worker/1-fun-0-/0"
     groups = {f"{sup} under bp_items_sup": ITEMS,
               f"{worker} under bp_items_sup (2 up)": ITEMS,
               f"{fun} under bp_items_sup (2 up)": ITEMS,
@@ -117,6 +116,100 @@ def test_groups_name_the_nearest_named_ancestor(tree):
     assert kept[first]["examples"][0] in line
 
 
+GROUPS_FIXTURE, GROUP_ITEMS = "beam_probe_groups_fixture", 3
+MIB = 1024 * 1024
+
+
+@pytest.fixture
+def dictionary_groups(nodes, otp, tmp_path):
+    """Three snapshots around the birth of GROUP_ITEMS unregistered
+    per-item supervisors under bp_groups_sup, each with a gen_server, a
+    proc_lib fun worker and a proc_lib worker whose '$initial_call' is no
+    proc_lib triple, and one more holding a gen_server of a heap past 64
+    MiB (tests/erl/beam_probe_groups_fixture.erl)."""
+    node = nodes.start(otp)
+    paths = [tmp_path / f"{i}.snapshot" for i in "abc"]
+    with attach(node.node, node.cookie.encode(), timeout=60) as r:
+        r.call(GROUPS_FIXTURE, "top", [])
+        _snapshot(node, paths[0], "--gc", "none")
+        big = r.call(GROUPS_FIXTURE, "grow", [GROUP_ITEMS, Atom("true")])
+        heap = r.call(GROUPS_FIXTURE, "heap", [big])
+        shown = [_snapshot(node, path, "--gc", "none").stdout
+                 for path in paths[1:]]
+    return node, otp, paths, heap, shown
+
+
+def _dictionary_groups(otp):
+    """What the fixture's new processes group as: by '$initial_call' on
+    every release, but on OTP 25 the gen_server past the cap stays
+    proc_lib:init_p/5 (its dictionary is not copied), as the worker whose
+    '$initial_call' is not proc_lib's does everywhere."""
+    over = 1 if otp == "25" else 0
+    up = "under bp_groups_sup (2 up)"
+    items = GROUP_ITEMS + 1  # the big one's supervisor has the three too
+    return {"supervisor:beam_probe_groups_fixture/1 under bp_groups_sup":
+            items,
+            f"beam_probe_groups_fixture:init/1 {up}": items + 1 - over,
+            f"beam_probe_groups_fixture:-start_fun_worker/0-fun-0-/0 {up}":
+            items,
+            f"proc_lib:init_p/5 {up}": items + over}
+
+
+def test_groups_read_proc_libs_initial_call_on_every_release(
+        dictionary_groups):
+    """Issue 38, item 1: diff groups a proc_lib process by its
+    '$initial_call' on OTP 25 as on 27 and 28 (25 copies the dictionaries
+    of proc_lib processes whose heap is within 64 MiB); the one past it is
+    counted as not read, in the file, the JSON and one line of text."""
+    node, otp, paths, heap, shown = dictionary_groups
+    assert heap > 64 * MIB
+    result = _diff(*paths)
+    kept = {e["what"]: e["count"]
+            for e in result["suspects"]["born_and_kept"]}
+    assert kept == _dictionary_groups(otp)
+    over = 1 if otp == "25" else 0
+    assert [result[s]["dictionaries_unread"]
+            for s in ("before", "middle", "after")] == [0, over, over]
+    assert result["after"]["dictionary_heap_cap"] == 64 * MIB
+    header = load(str(paths[1])).header
+    assert header["dictionaries_unread"] == over
+    if otp == "25":
+        # Every other unregistered proc_lib process was read: the
+        # fixture's alone are 4 a supervisor and the extra one.
+        assert header["dictionaries_read"] >= 4 * GROUP_ITEMS + 1
+    else:
+        assert header["dictionaries_read"] == 0  # one key, never copied
+    line = ("unnamed: 0, 1, 1 proc_lib processes in the snapshots stay "
+            "proc_lib:init_p/N (a heap over 64.0 MiB")
+    text = run_here("diff", *map(str, paths)).stdout
+    assert (line in text) == (otp == "25"), text
+    assert ("1 proc_lib processes stay proc_lib:init_p/N" in shown[0]) == \
+        (otp == "25"), shown[0]
+
+
+def test_leak_hunt_groups_by_initial_call_on_every_release(nodes, otp):
+    """leak-hunt's own snapshots group as diff's do: the gen_servers by
+    '$initial_call' on OTP 25 too, and its text says how many it left."""
+    node = nodes.start(otp)
+    with attach(node.node, node.cookie.encode(), timeout=60) as r:
+        r.call(GROUPS_FIXTURE, "top", [])
+        r.call(GROUPS_FIXTURE, "grow", [GROUP_ITEMS, Atom("true")])
+    r = run_here("leak-hunt", node.node, "--interval", "0.2", "--gc",
+                 "none", "--format", "json", node=node)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    groups = {d["what"]: d["after"] for d in result["diff"]["change"][
+        "details"]}
+    over = 1 if otp == "25" else 0
+    for what, count in _dictionary_groups(otp).items():
+        assert groups.get(what) == count, (what, groups)
+    assert result["diff"]["after"]["dictionaries_unread"] == over
+    text = run_here("leak-hunt", node.node, "--interval", "0.2", "--gc",
+                    "none", node=node).stdout
+    assert ("unnamed: 1, 1, 1 proc_lib processes in the snapshots" in
+            text) == (otp == "25"), text
+
+
 def _diff(*paths, args=()):
     r = run_here("diff", *map(str, paths), "--format", "json", *args)
     assert r.returncode == 0, r.stderr
@@ -127,9 +220,9 @@ def test_three_snapshots_name_exactly_the_planted_leaks(scene):
     node, otp, paths = scene
     result = _diff(*paths)
     s = result["suspects"]
-    # OTP 26.2+ reads '$initial_call' as one key; 25 has proc_lib's entry.
-    worker = ("beam_probe_workload:leak_worker/1" if int(otp) >= 27
-              else "proc_lib:init_p/5") + " under bp_leak_sup"
+    # '$initial_call' names the worker on every release (OTP 26.2+ reads
+    # the one key, 25 the dictionary of a small proc_lib process).
+    worker = "beam_probe_workload:leak_worker/1 under bp_leak_sup"
     assert [(e["what"], e["count"]) for e in s["born_and_kept"]] == \
         [(worker, WORKERS)]
     assert [r["name"] for r in s["growing_processes"]] == ["bp_bin_hoarder"]

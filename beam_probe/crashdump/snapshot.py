@@ -25,6 +25,11 @@ from beam_probe.erldist.terms import Atom, Pid
 _PID = re.compile(r"<0\.(\d+)\.(\d+)>")
 _MFA = re.compile(r"(.+):([^:/]+)/(\d+)$")
 VAGUE = ("proc_lib:init_p/3", "proc_lib:init_p/5", "erlang:apply/2")
+PROC_LIB = VAGUE[:2]
+# The heap (bytes: Stack+heap and OldHeap, in words) past which a live
+# node before OTP 26.2 does not copy a process's dictionary for its
+# '$initial_call': beam_probe_snapshot.erl's DictionaryHeapCap.
+DICTIONARY_HEAP_CAP = 64 * 1024 * 1024
 # The newest atoms' names kept for the diff (the dump lists the newest
 # first): as many as a snapshot keeps.
 ATOM_NAMES = 2000
@@ -75,11 +80,15 @@ def load_dump(path: str) -> Any:
         node = answers.node_name(dump)
         head = f.preamble(dump)
         sizes = answers.binary_sizes(dump)
-        # '$initial_call' where a live node of that release lets the
-        # snapshot read it (OTP 26.2, ERTS 14.2, and later).
+        # '$initial_call' as a live snapshot of that release reads it
+        # (beam_probe_snapshot.erl): on every release, but before OTP
+        # 26.2 (ERTS 14.2) only from a process whose heap is within the
+        # cap on copying a whole dictionary; one past it stays
+        # proc_lib:init_p/N there, and so here, counted.
         erts = tuple(int(x) for x in (head.erts_version or "0").split(".")
                      if x.isdigit())
         dictionary_read = erts >= (14, 2)
+        unread = 0
         rows: dict[str, list[Any]] = {k: [] for k in (
             "pids", "memory", "binary_bytes", "binary_count",
             "message_queue_len", "names", "groups", "initial_call")}
@@ -94,9 +103,13 @@ def load_dump(path: str) -> Any:
             binary = distinct if distinct is not None else \
                 answers.binary_memory(dump, p)
             call = _mfa(p.spawned_as)
-            what = process.initial_call() if dictionary_read \
-                else p.spawned_as
             parent = _pid(node, p.spawned_by or "")
+            within = dictionary_read or (p.stack_heap + p.old_heap) \
+                * head.word_size <= DICTIONARY_HEAP_CAP
+            what = process.initial_call() if within else p.spawned_as
+            if not within and not p.name and parent is not None and \
+                    p.spawned_as in PROC_LIB:
+                unread += 1
             if p.name:
                 group: tuple[Any, ...] = ("name", Atom(p.name))
                 ancestors.append((pid, ("name", Atom(p.name))))
@@ -133,6 +146,8 @@ def load_dump(path: str) -> Any:
                 "alloc_used": report["used"] if report else None,
                 "alloc_allocated": report["allocated"] if report
                 else None},
+            "dictionary_heap_cap": DICTIONARY_HEAP_CAP,
+            "dictionaries_unread": unread,
             "crash_dump": True}
         tables = [{"id": t.id, "name": t.name,
                    "owner": _key(t.owner),

@@ -582,6 +582,10 @@ class SnapshotTaken(TypedDict):
     time: str
     gc: str
     processes: int
+    # proc_lib processes left proc_lib:init_p/N, their heap past the cap
+    # (bytes) on copying a dictionary for '$initial_call' (OTP 25).
+    dictionaries_unread: int
+    dictionary_heap_cap: int
     ets_tables: int
     ports: int
 
@@ -596,6 +600,11 @@ class SnapshotSummary(TypedDict):
     ets_tables: int
     ports: int
     atoms: int
+    # As SnapshotTaken's (a crash dump's as a live node of its release
+    # would have read it); None where a file does not say (files before
+    # issue 38).
+    dictionaries_unread: Optional[int]
+    dictionary_heap_cap: Optional[int]
 
 
 GroupChange = TypedDict("GroupChange", {

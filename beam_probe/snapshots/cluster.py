@@ -160,6 +160,8 @@ def _snapshot_cluster(remote: Remote, place: Folder,
         rows.append({"node": node, "file": path, "bytes": size,
                      "time": header["time"], "gc": gc,
                      "processes": header["processes"],
+                     "dictionaries_unread": header["dictionaries_unread"],
+                     "dictionary_heap_cap": header["dictionary_heap_cap"],
                      "ets_tables": header["sample"]["ets_count"],
                      "ports": header["sample"]["port_count"]})
     result: ClusterSnapshot = {"entry": remote.node, "folder": place.path,

@@ -83,6 +83,11 @@ def _summary(snap: Loaded) -> dict[Any, Any]:
             "processes": len(snap.keys), "ets_tables": len(snap.tables),
             "ports": len(snap.ports),
             "atoms": snap.header.get("atom_count"),
+            # proc_lib processes left as proc_lib:init_p/N, their heap
+            # past the cap for copying a dictionary (OTP 25); None where
+            # the file does not say (files before issue 38).
+            "dictionaries_unread": snap.header.get("dictionaries_unread"),
+            "dictionary_heap_cap": snap.header.get("dictionary_heap_cap"),
             # A crash dump read as the last snapshot: its path (where to
             # look closer: the node is dead).
             **({"crash_dump": snap.path} if snap.header.get("crash_dump")

@@ -20,8 +20,11 @@ columns were lists of terms, and 2, which had no ancestors):
 The header holds the node, its OTP release, the time, the --gc mode, the
 node's word size, erlang:memory(), the allocator and count figures of a
 watch sample, which process_info items the node had (label,
-'$initial_call'), the atom count and the newest atoms' names, and (format
-3) the number of processes, ours left out.
+'$initial_call'), the atom count and the newest atoms' names, (format
+3) the number of processes, ours left out, and (since issue 38, absent
+before) how many proc_lib processes' dictionaries were copied whole for
+their '$initial_call' (OTP 25) and how many were not, their heap past
+dictionary_heap_cap bytes.
 """
 
 from __future__ import annotations
@@ -321,7 +324,8 @@ def header_problem(header: Any, version: int) -> str | None:
     if not (isinstance(items, list) and len(items) <= 64
             and all(isinstance(i, str) for i in items)):
         return "items is not a list of names"
-    for field in ("creation", "chunks", "processes"):
+    for field in ("creation", "chunks", "processes", "dictionary_heap_cap",
+                  "dictionaries_read", "dictionaries_unread"):
         if header.get(field) is not None and not _count(header[field],
                                                         2**64):
             return f"{field} is not a count"

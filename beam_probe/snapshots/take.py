@@ -137,6 +137,13 @@ def read(node: str, reply: Reply, epoch: float, gc: str
         # Every process but ours, as the file holds them: one count
         # everywhere.
         "processes": reply.count("process_count"),
+        # Names from the dictionary (beam_probe_snapshot.erl): on OTP 25
+        # the proc_lib processes whose whole dictionary was copied for
+        # their '$initial_call', and those left as proc_lib:init_p/N for
+        # a heap past the cap (bytes).
+        "dictionary_heap_cap": reply.count("dictionary_heap_cap", 1),
+        "dictionaries_read": reply.count("dictionaries_read"),
+        "dictionaries_unread": reply.count("dictionaries_unread"),
     }
     problem = header_problem(header, FORMAT)
     if problem:
@@ -184,6 +191,8 @@ def snapshot(remote: Remote, path: str, gc: str, jobs: int,
     return {"node": header["node"], "file": path, "bytes": size,
             "time": header["time"], "gc": gc,
             "processes": header["processes"],
+            "dictionaries_unread": header["dictionaries_unread"],
+            "dictionary_heap_cap": header["dictionary_heap_cap"],
             "ets_tables": header["sample"]["ets_count"],
             "ports": header["sample"]["port_count"]}
 

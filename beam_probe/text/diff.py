@@ -47,11 +47,32 @@ def _atoms_change(before: Any, after: Any, atoms: dict[Any, Any]) -> str:
 
 
 def snapshot_text(result: dict[Any, Any], syntax: Syntax) -> str:
+    unread = _unread(result.get("dictionaries_unread"),
+                     result.get("dictionary_heap_cap"))
     return (f"{result['node']}: {_count(result['processes'])} processes, "
             f"{_count(result['ets_tables'])} ETS tables, "
             f"{_count(result['ports'])} ports "
             f"(after --gc {result['gc']}) written to {result['file']} "
-            f"({human_bytes(result['bytes'])})")
+            f"({human_bytes(result['bytes'])})"
+            + (f"\n{unread}" if unread else ""))
+
+
+def _unread(counts: Any, cap: Any) -> str:
+    """One line saying how many proc_lib processes a snapshot left
+    grouped as proc_lib:init_p/N, their heap past the cap on copying a
+    dictionary (OTP 25); "" when none. ``counts``: one count, or one a
+    snapshot (None where a file does not say)."""
+    if not isinstance(counts, list):
+        counts = [counts]
+    if not any(isinstance(n, int) and n > 0 for n in counts):
+        return ""
+    shown = ", ".join("?" if n is None else _count(n) for n in counts)
+    limit = human_bytes(cap) if isinstance(cap, int) else "the cap"
+    return (f"unnamed: {shown} proc_lib processes"
+            + (" in the snapshots" if len(counts) > 1 else "")
+            + f" stay proc_lib:init_p/N (a heap over {limit}: their "
+            "dictionaries, where '$initial_call' names them, were not "
+            "copied)")
 
 
 def diff_text(result: dict[Any, Any], syntax: Syntax, look: bool = True) -> str:
@@ -63,6 +84,13 @@ def diff_text(result: dict[Any, Any], syntax: Syntax, look: bool = True) -> str:
     parts = [f"{after['node']}: {before['time']} -> "
              + (f"{result['middle']['time']} -> " if "middle" in result
                 else "") + f"{after['time']}"]
+    shown = [before] + ([result["middle"]] if "middle" in result
+                        else []) + [after]
+    unread = _unread([s.get("dictionaries_unread") for s in shown],
+                     next((s["dictionary_heap_cap"] for s in shown
+                           if s.get("dictionary_heap_cap")), None))
+    if unread:
+        parts.append(unread)
     if "suspects" in result:
         dump = after.get("crash_dump")
         parts.append(_suspects(result["suspects"], shell_path(dump)
