@@ -306,61 +306,19 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
     erlang:erase('$beam_probe_names_spent'),
     Labels = maps:get(labels, Describe([])),
     %% A filter before OTP 26.2 cannot read every process's dictionary
-    %% each pass. It matches the names kept (the rows shown, and those
-    %% read for the filter), and each pass reads, under the same rules,
-    %% those of up to FilterReads proc_lib processes not yet known (the
-    %% ones whose initial call says nothing), in pid order from where
-    %% the last pass stopped: a broker's queues are all found within a
-    %% few passes. Finding them costs one process_info(P, initial_call)
-    %% of each unknown process, a compiled call (what it cost at 100,000
-    %% processes: README, top).
-    FilterReads = 2000,
+    %% each pass: it matches the names kept (Known: the rows shown, and
+    %% those read for the filter), and the slices list the proc_lib
+    %% processes it does not know yet (from the initial call they read
+    %% for the filter anyway), whose names are read after the rows shown
+    %% (below), for the next pass.
     Known = case Labels orelse Filter =:= [] of
                 true ->
                     #{};
                 false ->
-                    Kept0 = case erlang:get('$beam_probe_names') of
-                                Map when erlang:is_map(Map) -> Map;
-                                _ -> #{}
-                            end,
-                    Unknown = ets:match_spec_run(
-                                All,
-                                ets:match_spec_compile(
-                                  [{'$1', [{'not', {is_map_key, '$1',
-                                                    {const, Kept0}}}],
-                                    ['$1']}])),
-                    ProcLib = ets:match_spec_run(
-                                lists:zip(lists:zipwith(
-                                            fun erlang:process_info/2,
-                                            Unknown,
-                                            lists:duplicate(
-                                              erlang:length(Unknown),
-                                              initial_call)),
-                                          Unknown),
-                                ets:match_spec_compile(
-                                  [{{{initial_call, {proc_lib, init_p, '_'}},
-                                     '$1'}, [], ['$1']}])),
-                    %% undefined at first: every pid sorts after an atom.
-                    Resume = erlang:get('$beam_probe_names_from'),
-                    Part = fun(Guard) ->
-                                   ets:match_spec_run(
-                                     ProcLib,
-                                     ets:match_spec_compile(
-                                       [{'$1', [{Guard, '$1',
-                                                 {const, Resume}}],
-                                         ['$1']}]))
-                           end,
-                    Batch = lists:sublist(Part('>') ++ Part('=<'),
-                                          FilterReads),
-                    case Batch of
-                        [] -> ok;
-                        _ -> erlang:put('$beam_probe_names_from',
-                                        lists:last(Batch))
-                    end,
-                    Describe(lists:zip(lists:duplicate(erlang:length(Batch),
-                                                       0),
-                                       Batch)),
-                    erlang:get('$beam_probe_names')
+                    case erlang:get('$beam_probe_names') of
+                        Map when erlang:is_map(Map) -> Map;
+                        _ -> #{}
+                    end
             end,
     %% The slice's work is made by slice/6, where nothing of this pass is
     %% bound: a fun made here would carry every binding of this function
@@ -369,7 +327,7 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
     %% twice the pass's time, measured).
     Slices = Pmap(Slice(Sort, N, Filter, Labels, Top, Known), All, Jobs),
     {PerSlice, Tops, Tally} = lists:unzip3(Slices),
-    {Counts, Lets} = lists:unzip(Tally),
+    {Counts, Lets, Unknown} = lists:unzip3(Tally),
     %% Kept as a list for the next pass: a map of it cost 25 ms a pass at
     %% 100,000 processes (measured), and only a ranking by reductions
     %% needs one; the rows shown look theirs up in one compiled pass.
@@ -415,6 +373,31 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
                     Top(lists:append(Tops), N)
             end,
     Rows = Describe(Shown),
+    %% Then, with what is left of the pass's budget, the names of up to
+    %% FilterReads proc_lib processes the filter does not know yet (the
+    %% ones whose initial call says nothing), in pid order from where the
+    %% last pass stopped (one left unnamed for its heap is not read again
+    %% until the others have been): a broker's queues are all found
+    %% within a few passes (README, top: the cost measured).
+    FilterReads = 2000,
+    case lists:append(Unknown) of
+        [] ->
+            ok;
+        Unread ->
+            %% undefined at first: every pid sorts after an atom.
+            Resume = erlang:get('$beam_probe_names_from'),
+            Part = fun(Guard) ->
+                           ets:match_spec_run(
+                             Unread,
+                             ets:match_spec_compile(
+                               [{'$1', [{Guard, '$1', {const, Resume}}],
+                                 ['$1']}]))
+                   end,
+            Batch = lists:sublist(Part('>') ++ Part('=<'), FilterReads),
+            erlang:put('$beam_probe_names_from', lists:last(Batch)),
+            Describe(lists:zip(lists:duplicate(erlang:length(Batch), 0),
+                               Batch))
+    end,
     RowPids = maps:get(pids, Rows),
     %% The columns of the N rows, read again now (a few processes); their
     %% reductions now, against the last pass's: one compiled look-up in
@@ -512,11 +495,13 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
 %% each; the slice's N first by that item among those Filter lets
 %% through, the reductions of every process, and how many it read.
 %% Known: the names describe/1 read from processes' dictionaries (before
-%% OTP 26.2; pass/9), by pid, matched as those read one key at a time.
+%% OTP 26.2; pass/9), by pid, matched as those read one key at a time;
+%% with a filter there, the slice also lists its proc_lib processes not
+%% in Known, for pass/9 to read.
 -spec slice(sort(), pos_integer(), [binary()], boolean(), fun(),
             #{pid() => [{{dictionary, atom()}, term()}]}) ->
           fun(([pid()]) -> {[{pid(), non_neg_integer()}], list(),
-                            {non_neg_integer(), all | map()}}).
+                            {non_neg_integer(), all | map(), [pid()]}}).
 slice(Sort, N, Filter, Labels, Top, Known) ->
     %% What a filter is matched against: each name a process goes by
     %% (registered name; initial call and proc_lib's, as module and
@@ -561,6 +546,11 @@ slice(Sort, N, Filter, Labels, Top, Known) ->
                   [] -> none;
                   _ -> binary:compile_pattern(Filter)
               end,
+    %% The proc_lib processes whose names are not known (before OTP 26.2).
+    Unknown = ets:match_spec_compile(
+                [{{['_', {proc_lib, init_p, '_'}], '$1'},
+                  [{'not', {is_map_key, '$1', {const, Known}}}],
+                  ['$1']}]),
     Chosen = fun(Slice) ->
                      {Each0, Alive} =
                          lists:unzip(
@@ -605,9 +595,16 @@ slice(Sort, N, Filter, Labels, Top, Known) ->
                                            Found),
                                  lists:duplicate(erlang:length(Found),
                                                  Pattern)),
-                     lists:usort(ets:match_spec_run(lists:zip(Matches,
-                                                              Owners),
-                                                    Matching))
+                     {lists:usort(ets:match_spec_run(lists:zip(Matches,
+                                                               Owners),
+                                                     Matching)),
+                      case Labels of
+                          true ->
+                              [];
+                          false ->
+                              ets:match_spec_run(lists:zip(Each0, Alive),
+                                                 Unknown)
+                      end}
              end,
     Item = case Sort of
                reductions -> memory;
@@ -632,17 +629,19 @@ slice(Sort, N, Filter, Labels, Top, Known) ->
                           Joined = lists:zip(Infos, Slice),
                           %% The filter narrows the ranking, never the
                           %% reductions kept.
-                          Let = case Filter of
-                                    [] ->
-                                        all;
-                                    _ ->
-                                        Picked = Chosen(Slice),
-                                        maps:from_list(
-                                          lists:zip(Picked,
-                                                    lists:duplicate(
-                                                      erlang:length(Picked),
-                                                      true)))
-                                end,
+                          {Let, Unread} =
+                              case Filter of
+                                  [] ->
+                                      {all, []};
+                                  _ ->
+                                      {Picked, Unnamed} = Chosen(Slice),
+                                      {maps:from_list(
+                                         lists:zip(Picked,
+                                                   lists:duplicate(
+                                                     erlang:length(Picked),
+                                                     true))),
+                                       Unnamed}
+                              end,
                           Pairs0 = ets:match_spec_run(Joined, Ranking),
                           Pairs = case Let of
                                       all ->
@@ -694,5 +693,5 @@ slice(Sort, N, Filter, Labels, Top, Known) ->
                                       Top(Pairs, N)
                               end,
                           {ets:match_spec_run(Joined, Reductions), Ranked,
-                           {erlang:length(Slice), Let}}
+                           {erlang:length(Slice), Let, Unread}}
     end.

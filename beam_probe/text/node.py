@@ -129,10 +129,11 @@ def unnamed_note(result: Any) -> str | None:
     largest, cap = unnamed["largest_heap"], unnamed["per_copy"]
     which = f"{rows:,} row{'s' if rows != 1 else ''} unnamed"
     if largest > cap:
-        return (f"{which}: {'their heaps' if rows != 1 else 'its heap'} "
-                f"(up to {human_bytes(largest)}) exceed what reading a "
-                f"dictionary may cost before OTP 26.2 "
-                f"({human_bytes(cap)} a process)")
+        heaps = (f"their heaps (up to {human_bytes(largest)}) exceed"
+                 if rows != 1 else
+                 f"its heap ({human_bytes(largest)}) exceeds")
+        return (f"{which}: {heaps} what reading a dictionary may cost "
+                f"before OTP 26.2 ({human_bytes(cap)} a process)")
     return (f"{which}: this command's budget for reading dictionaries "
             f"before OTP 26.2 ({human_bytes(unnamed['budget'])}) was spent")
 

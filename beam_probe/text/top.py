@@ -157,8 +157,19 @@ def name_cell(row: TopRow, syntax: Syntax) -> str:
                                   .replace("'", "\\'"))
         return cut(one_line(shown), NAME_WIDTH)
     if row["label"]:
-        return cut(one_line(syntax.code(row["label"])), NAME_WIDTH)
+        return cut_middle(one_line(syntax.code(row["label"])), NAME_WIDTH)
     return cut(one_line(syntax.code(row["initial_call"] or "")), NAME_WIDTH)
+
+
+def cut_middle(text: str, width: int) -> str:
+    """A label in ``width`` characters: its start, "…", and its end. A
+    process_name says what kind first and which one last
+    ({rabbit_amqqueue_process,{resource,<<"/">>,queue,<<"q1">>}}, 60
+    characters and more): cut at its end, every queue read the same."""
+    if len(text) <= width:
+        return text
+    head = width // 3
+    return text[:head] + "…" + text[len(text) - (width - head - 1):]
 
 
 def cut(text: str, width: int) -> str:
