@@ -13,8 +13,9 @@
    With --binaries REFS, also: SIZE processes each holding REFS slices
    of one binary (each slice a reference process_info(P, binary) lists),
    a refresh sorted by binary against a proc-count binary_memory pass
-   (recon's figure: sizes summed, no binary counted once): what ranking
-   every process by the bytes it holds, each binary once, costs.
+   (recon's figure: sizes summed, no binary counted once), and that
+   pass counting each binary once (binary_distinct): what ranking every
+   process by the bytes it holds, each binary once, costs.
 2. `beam-probe top` itself in a real terminal (tmux, 120x40) against an
    idle node at the default interval for SECONDS (default 60): its CPU
    time over that span as a share of one core. Target: below 5%.
@@ -121,16 +122,21 @@ def binary_cost(size: int, refs: int, runs: int) -> float:
         feed.open()
         feed.refresh()
         proc_count_on_node(remote, "binary_memory")
-        top_pass, count_node = [], []
+        top_pass, count_node, once_node = [], [], []
         for _ in range(runs):
             view = feed.refresh()
             assert not view["down"], view["down"]
             top_pass.append(view["frames"][0]["pass_ms"] / 1000)
             count_node.append(proc_count_on_node(remote, "binary_memory"))
-        p, cn = statistics.median(top_pass), statistics.median(count_node)
+            # The same pass, each binary once: the ukeysort alone.
+            once_node.append(proc_count_on_node(remote, "binary_distinct"))
+        p, cn, on = (statistics.median(x) for x in (top_pass, count_node,
+                                                     once_node))
         print(f"{count:>9} processes, {refs} references each: on the node, "
               f"top's pass by binary {p * 1000:.0f} ms, proc-count "
-              f"binary_memory's {cn * 1000:.0f} ms: {p / cn:.2f}x")
+              f"binary_memory's {cn * 1000:.0f} ms: {p / cn:.2f}x; "
+              f"proc-count's pass counting each binary once "
+              f"{on * 1000:.0f} ms: {on / cn:.2f}x recon's")
         return p / cn
 
 
