@@ -162,3 +162,48 @@ def test_bin_leak_keeps_recons_count_and_shows_what_is_left(nodes, otp):
     # pid, delta, distinct, name, ...
     assert _row(text, holder)[1:3] == ["-999", "1.0 MiB"], text
     assert "distinct: the bytes each still holds" in text
+
+
+def test_serves_top_series_ranks_the_bytes_held(sliced):
+    """serve's binary ranking is top's figure, each binary once."""
+    import urllib.parse
+
+    from test_serve import samples, serve_env, serving
+
+    node, _remote, _holder, binary = sliced
+    with serving("--target", node.node, env=serve_env(node.cookie)) as s:
+        code, _, body = s.get("probe?" + urllib.parse.urlencode(
+            {"target": node.node, "module": "top", "n": "3"}))
+    assert code == 200, body
+    ranked = {series: value for series, value in samples(body.decode())
+              .items() if series.startswith(
+                  "beam_probe_top_process_binary_memory_bytes{")}
+    first = next(value for series, value in ranked.items()
+                 if 'rank="1"' in series)
+    assert first == HELD <= binary < RECON, ranked
+
+
+def test_proc_window_writes_units(sliced):
+    """proc-window memory: a process born in the window listed with its
+    memory at the end in binary units."""
+    import threading
+    import time
+
+    node, _remote, _holder, _binary = sliced
+    born: list[str] = []
+
+    def bear() -> None:
+        time.sleep(0.5)
+        with attach(node.node, node.cookie.encode(), timeout=30) as remote:
+            born.append(str(remote.call("beam_probe_binaries", "slices",
+                                        [SLICES, MIB])))
+
+    maker = threading.Thread(target=bear)
+    maker.start()
+    text = run_here("proc-window", node.node, "memory", "3", "3000",
+                    node=node).stdout
+    maker.join()
+    assert "born inside the window" in text, text
+    cell = _row(text.split("born inside the window", 1)[1], born[0])[1]
+    # 1,000 slices on its heap, each a sub-binary and a reference: ~80 KiB.
+    assert re.fullmatch(r"\d+\.\d (KiB|MiB)", cell), cell
