@@ -234,3 +234,52 @@ def test_a_hibernating_process_s_loop_is_its_declared_behaviour():
     assert loop_of(info, [Atom("gen_server2")]) == "gen_server2"
     assert loop_of(info, []) is None
     assert loop_of(info, "junk") is None
+
+
+ELIXIR_TABLE = """
+spawn(fn ->
+  :ets.new(:bp_struct_keys, [:named_table, :public])
+  rows = for i <- 1..10, do: {{%MyApp.Store{name: "s#{i}"}, :stat}, i}
+  :ets.insert(:bp_struct_keys, rows)
+  :ets.insert(:bp_struct_keys, {%MyApp.Store{name: "alone"}, 0})
+  Process.sleep(:infinity)
+end)
+"""
+
+
+@pytest.fixture(scope="module", params=["25", "27"],
+                ids=["elixir1.14-otp25", "elixir1.18-otp27"])
+def elixir_table_node(request, session_nodes):
+    from test_elixir import start_elixir
+
+    node = start_elixir(session_nodes, request.param, request)
+    with attach(node.node, node.cookie.encode()) as remote:
+        remote.call("Elixir.Code", "eval_string", [ELIXIR_TABLE.encode()])
+        assert remote.call("ets", "info", [Atom("bp_struct_keys"),
+                                           Atom("size")]) == 11
+    return node
+
+
+def test_struct_keys_read_as_elixir_on_an_elixir_node(elixir_table_node):
+    """On an Elixir node the text is Elixir's without asking (the owner's
+    pid makes the renderer ask the node which language it runs): a key
+    that is a struct, or a tuple led by one, is %MyApp.Store{...}; with
+    --syntax erlang and in JSON's family, Erlang's map."""
+    node = elixir_table_node
+    auto = run_here("inspect", node.node, "--table", "bp_struct_keys",
+                    node=node)
+    assert auto.returncode == 0, auto.stderr
+    assert "{%MyApp.Store{...}, ...}" in auto.stdout
+    assert "{%MyApp.Store{...}, :stat}" in auto.stdout
+    assert "\n%MyApp.Store{...} " in auto.stdout
+    assert "__struct__" not in auto.stdout and "Atom(" not in auto.stdout
+    erlang = run_here("inspect", node.node, "--table", "bp_struct_keys",
+                      "--syntax", "erlang", node=node)
+    assert "{#{'__struct__' => 'Elixir.MyApp.Store', ...}, ...}" in \
+        erlang.stdout
+    families = {f["family"]: f for f in inspect(
+        node, "--table", "bp_struct_keys")["families"]}
+    assert families["{#{'__struct__' => 'Elixir.MyApp.Store', ...}, ...}"][
+        "count"] == 10
+    assert families["#{'__struct__' => 'Elixir.MyApp.Store', ...}"][
+        "family_elixir"] == "%MyApp.Store{...}"
