@@ -283,3 +283,23 @@ def test_struct_keys_read_as_elixir_on_an_elixir_node(elixir_table_node):
         "count"] == 10
     assert families["#{'__struct__' => 'Elixir.MyApp.Store', ...}"][
         "family_elixir"] == "%MyApp.Store{...}"
+
+
+def test_a_hibernating_gen_server_names_what_its_module_declares(node, otp):
+    """Before OTP 28 a hibernating gen_server is refused (what it wakes
+    into cannot be seen); its loop is then what its '$initial_call'
+    module declares, said as such, and its binaries are still counted."""
+    with attach(node.node, node.cookie.encode()) as remote:
+        if remote.call("erlang", "whereis", [Atom("bp_hib")]) == \
+                Atom("undefined"):
+            assert remote.call(FIXTURE, "start", [], timeout=60) == \
+                Atom("ok")
+    answer = inspect(node, "bp_hib")
+    assert answer["loop"] == "gen_server"
+    assert answer["binaries"] is not None
+    if otp == "28":  # it hibernates in gen_server's own loop function
+        assert answer["kind"] == "gen_server"
+    else:
+        assert answer["kind"] == "plain"
+        assert answer["current_function"] == "erlang:hibernate/3"
+        assert "(hibernating, of a gen_server module;" in text(node, "bp_hib")

@@ -87,10 +87,13 @@ def process_text(result: ProcessInspection, syntax: Syntax) -> str:
     name = syntax.name(result["name"]) or ""
     key = "path_elixir" if syntax.elixir else "path"
     loop = result.get("loop")
+    written = (syntax.name(loop) if syntax.elixir else loop) or ""
+    # A hibernating process's loop is what its module declares: said so,
+    # as its stack is gone (a module may hibernate into a loop of its own).
     kind = result["kind"] if result["kind"] != "plain" or not loop \
-        else f"{syntax.name(loop) if syntax.elixir else loop} loop" + (
-            ", hibernating" if result["current_function"]
-            == "erlang:hibernate/3" else "")
+        else f"hibernating, of a {written} module" \
+        if result["current_function"] == "erlang:hibernate/3" \
+        else f"{written} loop"
     heap = (f", heap {human_bytes(total['heap_bytes'])} (young "
             f"{human_bytes(total['young_heap_bytes'])})"
             if "heap_bytes" in total and "young_heap_bytes" in total else "")
