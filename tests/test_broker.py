@@ -141,7 +141,6 @@ def test_proc_count_names_the_backlog_queues(rabbit):
         assert f"bpt.backlog.{i}" in out
 
 
-@pytest.mark.xfail(strict=False, reason="issue 38 item 1 (top)")
 def test_top_names_the_backlog_queues(rabbit):
     result = run_here("top", rabbit.node, "--once", "--sort",
                       "binary_memory", "-N", "10", node=rabbit)
@@ -202,6 +201,9 @@ def test_inspect_of_a_backlog_queue_answers_from_outside(rabbit):
     got = json.loads(result.stdout)
     assert got["kind"] == "plain" and got["loop"] == "gen_server2"
     assert "gen_server2" in got["state"] and "3.12.1" in got["state"]
+    # Named as RabbitMQ names it, in its dictionary (OTP 25: copied).
+    assert got["label"] == ('{rabbit_amqqueue_process,{resource,<<"/">>,'
+                            'queue,<<"bpt.backlog.1">>}}')
     binaries = got["binaries"]
     # Every body of the backlog (1,024-4,096 bytes) is one refc binary
     # the queue alone holds.
@@ -333,3 +335,49 @@ def test_snapshot_groups_the_backlog_queues_as_queues(rabbit, tmp_path):
     assert result["after"]["dictionaries_unread"] == 0
     text = run_here("diff", *map(str, paths)).stdout
     assert "unnamed:" not in text
+
+
+# --- names from the dictionary on a real broker (issue 38, item 1, rows;
+# engineer N's block: tests/test_dictionary_names.py has the fixture-node
+# tests on OTP 25, 27 and 28).
+
+def test_every_backlog_queue_is_named_with_its_kind_on_otp_25(rabbit):
+    """OTP 25 reads no single dictionary key: each queue row is named
+    from a copy of its dictionary, and serve's label is the kind alone."""
+    from beam_probe.exporter.families import process_label
+    from beam_probe.probes import vm
+
+    backlog = {rabbit.queues[f"bpt.backlog.{i}"]: f"bpt.backlog.{i}"
+               for i in range(1, BACKLOG_QUEUES + 1)}
+    j = json.loads(_proc_count_json(rabbit, "binary_memory"))
+    assert j["labels_read"] is True and j["unnamed"] is None
+    rows = {p["pid"]: p for p in j["processes"]}
+    for pid, name in backlog.items():
+        assert name in rows[pid]["label"], rows[pid]
+        assert rows[pid]["kind"] == "rabbit_amqqueue_process"
+        # proc_lib's '$initial_call': where a queue process starts.
+        assert rows[pid]["initial_call"] != "proc_lib:init_p/5"
+    with attach(rabbit.node, rabbit.cookie.encode(), timeout=60) as remote:
+        found = vm.top(remote, 10)
+    labels = {row["pid"]: process_label(row)
+              for row in found["binary_memory"]}
+    for pid in backlog:
+        assert labels[pid] == "rabbit_amqqueue_process"
+    assert not any("bpt." in label for label in labels.values())
+
+
+def test_top_shows_and_filters_the_queues_by_name(rabbit):
+    result = run_here("top", rabbit.node, "--once", "--sort",
+                      "binary_memory", "-N", "10", "--interval", "0.5",
+                      node=rabbit)
+    assert result.returncode == 0, result.stderr
+    for i in range(1, BACKLOG_QUEUES + 1):
+        assert f'<<"bpt.backlog.{i}">>' in result.stdout, result.stdout
+    view = json.loads(run_here("top", rabbit.node, "--once", "-N", "10",
+                               "--filter", "bpt.backlog", "--interval",
+                               "0.5", "--format", "json",
+                               node=rabbit).stdout)
+    frame = view["frames"][0]
+    assert {p["pid"] for p in frame["processes"]} == {
+        rabbit.queues[f"bpt.backlog.{i}"]
+        for i in range(1, BACKLOG_QUEUES + 1)}
