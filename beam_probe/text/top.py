@@ -195,7 +195,10 @@ def cells(view: TopView, row: TopRow, syntax: Syntax) -> list[str]:
         out.append(row.get("node", ""))
     out.append(name_cell(row, syntax))
     out += [human_bytes(row["memory"]), human_bytes(row["binary_memory"]),
-            count(row["reductions"]), f"{row['message_queue_len']:,}",
+            # A count, with separators, as every table writes one; the
+            # header's rates are the ones shortened (count()).
+            "-" if row["reductions"] is None else f"{row['reductions']:,}",
+            f"{row['message_queue_len']:,}",
             syntax.code(row["current_function"] or "")]
     return [one_line(cell) for cell in out]
 
