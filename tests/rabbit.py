@@ -13,7 +13,11 @@ it, and ``.queues`` maps each queue's name to its pid's text
 (``"<0.812.0>"``), as ``rabbit.queue_pids()`` reads it anew. Skipped, with
 the reason, where .ci/rabbitmq-root is missing (.ci/setup unpacks it) or
 the broker does not start. One broker a session: it starts in about 5-8 s
-on 2 cores. Tests must not change it beyond reading (other tests share it).
+on 2 cores (10 s with the machine's load at 8). Tests must not change it
+beyond reading (other tests share it). An idle queue hibernates after a
+second or so (gen_server2's backoff; current_function erlang:hibernate/3)
+and any call to it (rabbit_amqqueue:info/2, queue_pids()) wakes it: a
+test must accept either state, or make the one it needs just before.
 
 ``broker_shapes`` (module-scoped, one per ``otp``: 25, 27, 28): a node
 running tests/erl/beam_probe_broker_fixture.erl's start/0 (see that file
