@@ -94,7 +94,7 @@ def test_cli_bin_leak_json_shape(leaky):
     assert {"total", "binary"} <= set(j["memory_before"]) & set(
         j["memory_after"])
     first = j["processes"][0]
-    assert set(first) == {"pid", "delta", "name", "label",
+    assert set(first) == {"pid", "delta", "name", "label", "kind",
                           "current_function", "initial_call", "exited",
                           "binary_distinct"}
     assert first["exited"] is False
