@@ -162,3 +162,23 @@ def test_the_unnamed_line_says_why(broker):
                                      "budget": 256 * MIB}})
     assert note == ("2 rows unnamed: this command's budget for reading "
                     "dictionaries before OTP 26.2 (256.0 MiB) was spent")
+
+
+def test_a_clusters_table_says_which_node_left_rows_unnamed():
+    from beam_probe.text import cluster as cluster_text
+    from beam_probe.text.syntax import ERLANG
+
+    unnamed = {"rows": 1, "pids": ["<0.90.0>"], "largest_heap": 200 * MIB,
+               "per_copy": 64 * MIB, "budget": 256 * MIB}
+    row = {"node": "b@h", "pid": "<0.90.0>", "value": 5, "name": None,
+           "label": None, "current_function": None,
+           "initial_call": "proc_lib:init_p/5", "exited": False}
+    result = {"entry": "a@h", "attribute": "memory",
+              "nodes": [{"node": "a@h", "scanned": 9, "labels_read": True,
+                         "unnamed": None},
+                        {"node": "b@h", "scanned": 9, "labels_read": True,
+                         "unnamed": unnamed}],
+              "processes": [row]}
+    text = cluster_text.proc_count_text(result, ERLANG)
+    assert text.count("unnamed") == 1
+    assert "(b@h: 1 row unnamed: its heap (200.0 MiB) exceeds" in text

@@ -410,7 +410,7 @@ def proc_count_cluster(remote: Remote, attribute: str, n: int,
         "entry": remote.node, "attribute": attribute,
         "nodes": cluster.per_node(answers, lambda a: {
             "node": a["node"], "scanned": a["scanned"],
-            "labels_read": a["labels_read"]}),
+            "labels_read": a["labels_read"], "unnamed": a["unnamed"]}),
         "processes": cluster.top(cluster.merged(
             answers, lambda a: a["processes"]), "value", n)}
     return cluster.complete(result, answers)

@@ -319,7 +319,8 @@ class NodeFailure(TypedDict):
 class NodeScan(TypedDict):
     node: str
     scanned: int
-    labels_read: bool  # as ProcCount's: OTP 26.2+ on that node
+    labels_read: bool  # as ProcCount's
+    unnamed: NotRequired[Optional[Unnamed]]  # as ProcCount's
 
 
 class NodeValueRow(TypedDict):
@@ -332,6 +333,7 @@ class NodeValueRow(TypedDict):
     value: int
     name: Optional[str]
     label: Optional[str]
+    kind: NotRequired[Optional[str]]
     current_function: Optional[str]
     initial_call: Optional[str]
     exited: bool
@@ -344,6 +346,7 @@ class NodeDeltaRow(TypedDict):
     delta: int
     name: Optional[str]
     label: Optional[str]
+    kind: NotRequired[Optional[str]]
     current_function: Optional[str]
     initial_call: Optional[str]
     exited: bool
@@ -1073,6 +1076,7 @@ class TopFrame(TypedDict):
     labels_read: bool
 
 
+    unnamed: Optional[Unnamed]
 class TopDown(TypedDict):
     node: str
     since: float
@@ -1080,7 +1084,6 @@ class TopDown(TypedDict):
 
 
 class TopView(TypedDict):
-    unnamed: Optional[Unnamed]
     """What top shows: the frames of the nodes asked (one node, a cluster
     member in focus, or all), and those that did not answer, each with
     when it stopped answering (its last frame is kept, in ``frames``).

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from beam_probe.text.node import (BIN_LEAK_NOTE, DISTINCT_NOTE, figure,
                                   heading,
-                                  labels_note, process_rows,
+                                  labels_note, process_rows, unnamed_note,
                                   verdict_text)
 from beam_probe.text.syntax import Syntax
 from beam_probe.text.tables import human_bytes, table
@@ -81,6 +81,10 @@ def proc_count_text(result: ClusterProcCount, syntax: Syntax) -> str:
             if not n.get("labels_read", True)])
         notes = ([DISTINCT_NOTE] if distinct else []) + \
             ([note] if note else [])
+        # Each node's rows left unnamed (before OTP 26.2), a line each.
+        notes += [f"{n['node']}: {unnamed}"
+                  for n in _answered(result["nodes"])
+                  for unnamed in (unnamed_note(n),) if unnamed]
         # After a blank line: a table ends at one.
         lines += [""] * bool(notes) + [f"({n})" for n in notes]
     return "\n".join(lines)
