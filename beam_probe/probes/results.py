@@ -1074,9 +1074,9 @@ class TopFrame(TypedDict):
     header: TopHeader
     processes: List[TopRow]
     labels_read: bool
-
-
     unnamed: Optional[Unnamed]
+
+
 class TopDown(TypedDict):
     node: str
     since: float
