@@ -25,7 +25,7 @@
 %% shares subterms it takes exponential time).
 -module(beam_probe_inspect).
 
--export([walker/1, process/4, table/3]).
+-export([walker/1, process/5, table/3]).
 
 -type step() :: {elem, pos_integer()} | {field, atom(), pos_integer()}
               | {key, term()} | keys | {list, pos_integer()} | list | env.
@@ -1147,7 +1147,8 @@ walker(Options) ->
 %% messages in order. Past WaitMs we stop waiting; what is left in the
 %% target's mailbox then finds our worker gone and measures nothing.
 -spec process({pid, string()} | {names, [string()]}, fun(),
-              fun((options()) -> inspector()), options()) ->
+              fun((options()) -> inspector()),
+              fun(([{integer(), pid()}]) -> map()), options()) ->
           #{pid := pid(),
             info := [{atom(), term()}],
             kind := gen_server | gen_statem | gen_event | plain,
@@ -1173,10 +1174,11 @@ walker(Options) ->
                       | {too_large, non_neg_integer()} | unknown,
             started := atom(),
             behaviours := [atom()],
+            named := [{atom(), term()}],
             wordsize := pos_integer()} |
           {error, not_a_pid | no_such_name | {other_node, node()} |
                   {not_alive, pid()} | ours}.
-process(Target, Resolve, Walker, Options) ->
+process(Target, Resolve, Walker, Describe, Options) ->
     #{budget := Budget, walk_ms := WalkMs, wait_ms := WaitMs,
       mailbox_most := MailboxMost, copy_most := CopyMost,
       binaries_most := BinariesMost, width := Width} = Options,
@@ -1276,7 +1278,7 @@ process(Target, Resolve, Walker, Options) ->
                             false -> TooMany
                         end
                 end,
-            {FirstCall, Copied} =
+            {FirstRead, Copied} =
                 try erlang:process_info(Pid, {dictionary, '$initial_call'}) of
                     {{dictionary, '$initial_call'}, Call} -> {Call, unread};
                     _ -> {undefined, unread}
@@ -1289,6 +1291,43 @@ process(Target, Resolve, Walker, Options) ->
                                 {undefined, Refused}
                         end
                 end,
+            %% The keys that name it ('$process_label', '$initial_call',
+            %% process_name, as RabbitMQ names a queue): from the
+            %% dictionary copied above, else as every command reads them
+            %% for the rows it shows (beam_probe_lib's describe/1: a key at
+            %% a time on OTP 26.2+; before, a copy only from a heap of at
+            %% most 64 MiB, three small values kept, the copy garbage at
+            %% once). A value is kept only up to 1,024 bytes (external).
+            %% Where that would copy, only under the bound on keys above
+            %% (a dictionary of a million keys is a heap of 60 MB, under
+            %% describe's cap: its copy raised the node 97 MB).
+            Named =
+                case Copied of
+                    _ when Copied =/= unread, Keys > 16384 ->
+                        [];
+                    _ when erlang:is_list(Copied) ->
+                        [{Key, Value}
+                         || Key <- ['$process_label', '$initial_call',
+                                    process_name],
+                            {_, Value} <- [lists:keyfind(Key, 1, Copied)],
+                            erlang:external_size(Value) =< 1024];
+                    _ ->
+                        case Describe([{0, Pid}]) of
+                            #{infos := [Described]}
+                              when erlang:is_list(Described) ->
+                                [{Key, Value}
+                                 || {{dictionary, Key}, Value} <- Described,
+                                    Value =/= undefined];
+                            _ ->
+                                []
+                        end
+                end,
+            FirstCall = case FirstRead of
+                            undefined ->
+                                proplists:get_value('$initial_call', Named);
+                            _ ->
+                                FirstRead
+                        end,
             %% Waiting for a message in a gen module's loop: a function
             %% named loop... of gen_server, gen_statem (their receive, and
             %% gen_server:loop_hibernate/4 where OTP 28 hibernates), or
@@ -1591,7 +1630,7 @@ process(Target, Resolve, Walker, Options) ->
             Base = #{pid => Pid, info => Info, kind => Kind, why => Why2,
                      limits => Limits, binary_distinct => Distinct,
                      binaries => Binaries, started => Started,
-                     behaviours => Declared,
+                     behaviours => Declared, named => Named,
                      mailbox => Mailbox, records => [], handlers => none,
                      wordsize => Wordsize},
             case Why2 of

@@ -201,6 +201,9 @@ def test_inspect_of_a_backlog_queue_answers_from_outside(rabbit):
     got = json.loads(result.stdout)
     assert got["kind"] == "plain" and got["loop"] == "gen_server2"
     assert "gen_server2" in got["state"] and "3.12.1" in got["state"]
+    # Named as RabbitMQ names it, in its dictionary (OTP 25: copied).
+    assert got["label"] == ('{rabbit_amqqueue_process,{resource,<<"/">>,'
+                            'queue,<<"bpt.backlog.1">>}}')
     binaries = got["binaries"]
     # Every body of the backlog (1,024-4,096 bytes) is one refc binary
     # the queue alone holds.

@@ -303,3 +303,17 @@ def test_a_hibernating_gen_server_names_what_its_module_declares(node, otp):
         assert answer["kind"] == "plain"
         assert answer["current_function"] == "erlang:hibernate/3"
         assert "(hibernating, of a gen_server module;" in text(node, "bp_hib")
+
+
+def test_a_process_named_only_in_its_dictionary_is_labelled(broker_shapes,
+                                                            otp):
+    """The broker fixture's queue (a proc_lib gen_server named only by
+    process_name, a 24 MB heap): inspect reads the keys that name it as
+    every command does (on OTP 25 from a copy bounded by its heap), and
+    shows process_name beside its pid, in text and JSON."""
+    node = broker_shapes.node
+    answer = inspect(node, broker_shapes.queue)
+    assert answer["label"] == '{bpt_queue,<<"lq.104">>}'
+    assert answer["name"] is None and answer["binaries"] is not None
+    first = text(node, broker_shapes.queue).splitlines()[0]
+    assert f'{broker_shapes.queue} {{bpt_queue,<<"lq.104">>}} (' in first

@@ -158,12 +158,17 @@ def loop_of(info: dict[str, Any], declared: Any = ()) -> str | None:
 
 
 def looks_like_rabbit(loop: str | None, info: dict[str, Any],
-                      started: Any) -> bool:
+                      started: Any, named: dict[str, Any] | None = None
+                      ) -> bool:
     """RabbitMQ's process: its loop is gen_server2, or a rabbit module
-    names it (registered name, '$initial_call', a frame of its stack)."""
+    names it (registered name, '$initial_call', process_name's first
+    element, a frame of its stack)."""
     if loop == "gen_server2":
         return True
     names: list[Any] = [info.get("registered_name"), started]
+    for value in (named or {}).values():
+        if isinstance(value, tuple) and value:
+            names.append(value[0])
     for key in ("current_function", "initial_call"):
         if isinstance(info.get(key), tuple) and info[key]:
             names.append(info[key][0])
@@ -456,6 +461,7 @@ def process(remote: Remote, spec: str, depth: int = 3, width: int = 10,
     kind_arg, text = target(spec)
     raw = remote.run(HELPER, "process", (kind_arg, text),
                      Local("resolve", LIB), Local("walker"),
+                     Local("describe", LIB),
                      _options(depth, width, budget, remote.timeout))
     if isinstance(raw, tuple) and len(raw) == 2 and raw[0] == A_ERROR:
         _refused(raw[1], spec, remote.node)
@@ -580,6 +586,7 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
     timed_out = reply["timed_out"]
     loop = loop_of(info, reply["behaviours"] if "behaviours" in reply
                    else [])
+    named = _named(reply)
     started = reply["started"] if "started" in reply else None
     binaries, binaries_note = _binaries(reply, info, wordsize)
     state_note = None
@@ -698,7 +705,30 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
             "loop": loop, "binaries": binaries,
             "binaries_note": binaries_note,
             "see_also": list(BROKER_VIEW)
-            if looks_like_rabbit(loop, info, started) else []}
+            if looks_like_rabbit(loop, info, started, named) else [],
+            "label": _label(named)}
+
+
+def _named(reply: Reply) -> dict[str, Any]:
+    """The dictionary keys that name the process, as the node read them
+    ('$process_label', '$initial_call', process_name; small values)."""
+    raw = reply["named"] if "named" in reply else []
+    if not isinstance(raw, list) or not all(
+            isinstance(item, tuple) and len(item) == 2
+            and isinstance(item[0], Atom) for item in raw):
+        raise BadReply(f"{reply.helper}: malformed names")
+    return {str(key): value for key, value in raw}
+
+
+def _label(named: dict[str, Any]) -> str | None:
+    """What names it beyond a registered name: its label, else its
+    process_name (RabbitMQ's {rabbit_amqqueue_process, #resource{}}),
+    written as Erlang prints it, on one line and at most 200 characters
+    (the node keeps values of at most 1,024 bytes)."""
+    for key in ("$process_label", "process_name"):
+        if key in named:
+            return escaped(format_term(named[key]))[:200]
+    return None
 
 
 def _binaries(reply: Reply, info: dict[str, Any], wordsize: int

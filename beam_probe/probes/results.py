@@ -883,6 +883,8 @@ class ProcessInspection(TypedDict):
     # Commands of the application's own that see what we cannot
     # (RabbitMQ's, for its processes).
     see_also: NotRequired[List[str]]
+    # Its '$process_label' or process_name, as Erlang writes it.
+    label: NotRequired[Optional[str]]
 
 
 class TablePins(TypedDict):

@@ -85,6 +85,9 @@ def _binaries(result: ProcessInspection) -> str | None:
 def process_text(result: ProcessInspection, syntax: Syntax) -> str:
     total = result["total"]
     name = syntax.name(result["name"]) or ""
+    if result.get("label"):
+        name = f"{name} {syntax.code(printable(result.get('label') or ''))}"\
+            .strip()
     key = "path_elixir" if syntax.elixir else "path"
     loop = result.get("loop")
     written = (syntax.name(loop) if syntax.elixir else loop) or ""
