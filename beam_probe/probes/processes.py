@@ -57,7 +57,7 @@ COUNT_LOCALS = (Local("pmap", LIB), Local("values", LIB), Local("top", LIB),
 # many characters (a row is one line).
 MAX_LABEL = 120
 
-# The dictionary keys describe/1 reads (OTP 26.2+), as decoded.
+# The dictionary keys describe/1 reads (every release), as decoded.
 _LABEL_KEYS = ((Atom("dictionary"), Atom("$process_label")),
                (Atom("dictionary"), Atom("process_name")))
 _INITIAL_CALL_KEY = (Atom("dictionary"), Atom("$initial_call"))
@@ -110,8 +110,8 @@ def label(fields: dict[Any, Any]) -> str | None:
     """What a process says it is, from the dictionary keys describe/1
     read: its label (proc_lib:set_label/1), else its process_name
     (RabbitMQ's {rabbit_amqqueue_process, <<"lq.104">>}), as Erlang
-    writes the term; None when it has neither (or the node could not say,
-    before OTP 26.2)."""
+    writes the term; None when it has neither (or its dictionary was not
+    read: before OTP 26.2, a heap past the cap or the budget spent)."""
     for key in _LABEL_KEYS:
         value = fields.get(key)
         if value is not None and value != Atom("undefined"):

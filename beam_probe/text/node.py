@@ -32,7 +32,8 @@ def memory_text(result: MemoryResult, syntax: Syntax) -> str:
 
 def _name(p: ProcessRow, syntax: Syntax) -> str:
     """Its registered name, else what it says it is (its label or
-    process_name, read from the dictionary on OTP 26.2+)."""
+    process_name, read from the dictionary: one key at a time on OTP
+    26.2+, from a copy before)."""
     if p.get("exited"):
         return "(exited)"
     name = syntax.name(p["name"])
