@@ -400,13 +400,19 @@ top(Pairs, N) ->
 %% copied only from a process whose heap is at most ?per copy (64 MiB:
 %% a RabbitMQ queue's heap is 16-24 MB, its dictionary ~1 KB; a tester's
 %% process held 317 MB), and only while the copies of this command have
-%% cost less than the budget (256 MiB), each charged what its copy really
-%% was: what it added to this process's total_heap_size (which counts the
-%% fragment the copy arrives in), or its erlang:external_size/1 where
-%% that is more (a collection meanwhile). Both are BIFs: no module to
-%% load, as erts_debug:flat_size/1 would be. external_size alone read 15
-%% MB for a dictionary of 47 MB of small integers (measured, OTP 25), and
-%% would have let the budget be spent three times over. The copy takes
+%% cost less than the budget (256 MiB), each charged at most what its
+%% copy can have been: the heap, or 16 times its erlang:external_size/1
+%% where that is less. A term takes at most 16 bytes of memory for each
+%% byte of its external format (a list of [], 16 bytes a cell against
+%% NIL_EXT's 1; a list of small integers 8x): external_size alone read
+%% 15 MB for a dictionary of 47 MB of small integers, and would have let
+%% the budget be spent three times over. A queue's ~1 KB dictionary is
+%% charged ~16 KB, so a broker's queues are all named. Not
+%% erts_debug:flat_size/1, exact but in a module the node would load on
+%% first use: loading it mid-command changed code_server's binaries
+%% between proc-count's two reads of them (its distinct figure passed
+%% its recon one on a fresh node). Nor the growth of our own heap
+%% around the copy: ~70 MB for those 47 (the heap's next size). The copy takes
 %% time too: 4-9 us for a queue's ~1 KB dictionary (the 24 MB fixture
 %% and a real RabbitMQ 3.10.8 queue), 15-46 ms for that 47 MB one (2
 %% cores). The three keys are taken out at once
@@ -498,23 +504,16 @@ describe(Pairs) ->
                                                   undefined ->
                                                       0
                                               end,
-                                       {total_heap_size, Before} =
-                                           erlang:process_info(
-                                             erlang:self(), total_heap_size),
                                        Copy = Heap =< PerCopy
                                            andalso Spent + Heap =< Budget
                                            andalso erlang:process_info(
                                                      Pid, dictionary),
-                                       {total_heap_size, After} =
-                                           erlang:process_info(
-                                             erlang:self(), total_heap_size),
                                        case Copy of
                                            {dictionary, Dictionary} ->
-                                               Cost = erlang:max(
-                                                        (After - Before)
-                                                        * Wordsize,
-                                                        erlang:external_size(
-                                                          Dictionary)),
+                                               Bound = 16 *
+                                                   erlang:external_size(
+                                                     Dictionary),
+                                               Cost = erlang:min(Heap, Bound),
                                                Names = [{{dictionary, Key},
                                                          case lists:keyfind(
                                                                 Key, 1,

@@ -182,3 +182,35 @@ def test_a_clusters_table_says_which_node_left_rows_unnamed():
     text = cluster_text.proc_count_text(result, ERLANG)
     assert text.count("unnamed") == 1
     assert "(b@h: 1 row unnamed: its heap (200.0 MiB) exceeds" in text
+
+
+def test_the_commands_budget_leaves_the_last_copies_unnamed(nodes, otp):
+    """Six processes each holding ~48 MB in their dictionaries, each under
+    the 64 MiB cap: on OTP 25 the first five copies spend ~229 MiB of the
+    256 MiB budget, and the sixth, whose heap would pass it, is left
+    unnamed, said in one line. From 26.2 no dictionary is copied: every
+    row is named."""
+    node = nodes.start(otp)
+    with attach(node.node, node.cookie.encode(), timeout=120) as remote:
+        pids = []
+        for i in range(6):
+            pid, heap = remote.call(FIXTURE, "queue",
+                                    [f"lq.b{i}".encode(), (1000, 6_000_000)],
+                                    timeout=120)
+            assert 40 * MIB < heap < 64 * MIB, heap
+            pids.append(str(pid))
+    j = json.loads(run_here("proc-count", node.node, "memory", "6",
+                            "--format", "json", node=node).stdout)
+    assert sorted(p["pid"] for p in j["processes"]) == sorted(pids)
+    named = [p for p in j["processes"] if p["label"]]
+    if otp == "25":
+        assert len(named) == 5, j
+        unnamed = j["unnamed"]
+        assert unnamed["rows"] == 1
+        assert unnamed["largest_heap"] < unnamed["per_copy"]
+        text = run_here("proc-count", node.node, "memory", "6",
+                        node=node).stdout
+        assert ("1 row unnamed: this command's budget for reading "
+                "dictionaries before OTP 26.2 (256.0 MiB) was spent") in text
+    else:
+        assert len(named) == 6 and j["unnamed"] is None
