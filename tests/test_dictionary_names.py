@@ -214,3 +214,24 @@ def test_the_commands_budget_leaves_the_last_copies_unnamed(nodes, otp):
                 "dictionaries before OTP 26.2 (256.0 MiB) was spent") in text
     else:
         assert len(named) == 6 and j["unnamed"] is None
+
+
+def test_tops_frame_and_view_say_which_rows_are_unnamed():
+    """top --once's text and the view's header (unnamed_lines) carry the
+    line, a node's name before it when several are shown."""
+    from beam_probe.text.top import unnamed_lines
+
+    unnamed = {"rows": 2, "pids": ["<0.90.0>", "<0.91.0>"],
+               "largest_heap": 300 * MIB, "per_copy": 64 * MIB,
+               "budget": 256 * MIB}
+    view = {"nodes": ["a@h"], "focus": None,
+            "frames": [{"node": "a@h", "unnamed": unnamed},
+                       {"node": "b@h", "unnamed": None}]}
+    assert unnamed_lines(view) == [
+        "", "(2 rows unnamed: their heaps (up to 300.0 MiB) exceed what "
+        "reading a dictionary may cost before OTP 26.2 (64.0 MiB a "
+        "process))"]
+    view["nodes"] = ["a@h", "b@h"]
+    assert unnamed_lines(view)[1].startswith("(a@h: 2 rows unnamed")
+    view["frames"][0]["unnamed"] = None
+    assert unnamed_lines(view) == []

@@ -277,8 +277,11 @@ class TopApp(App[None]):
             return
         lines = words.header_lines(self.view, self.paused)
         down = set(words.down_lines(self.view))
+        # The rows left unnamed (before OTP 26.2), under the header.
+        notes = [line for line in words.unnamed_lines(self.view) if line]
         self.query_one("#header", Static).update(
-            Text("\n".join(line for line in lines if line not in down)))
+            Text("\n".join([line for line in lines if line not in down]
+                           + notes)))
         self.query_one("#down", Static).update(Text("\n".join(
             line for line in lines if line in down)))
 
