@@ -30,6 +30,8 @@
          nested/2, shared_capped/2, keys_behind_queue/3]).
 %% Issue 38 (items 2 and 3): see tests/test_inspect_outside.py.
 -export([outside_start/0, holder_loop/1, table_keeper/0]).
+%% tests/bench_inspect_binaries.py.
+-export([holder/2]).
 
 -record(state, {cache = #{} :: map(),
                 log = [] :: list(),
@@ -536,3 +538,17 @@ table_keeper() ->
     Twice = [ets:new(bp_resources_twice, [public, set]) || _ <- [1, 2]],
     [ets:insert(T, Rows) || T <- [Named, Unnamed | Twice]],
     receive stop -> ok end.
+
+%% A plain loop registered as Name holding N refc binaries of 100 bytes,
+%% each its own.
+-spec holder(atom(), pos_integer()) -> pid().
+holder(Name, N) ->
+    Self = self(),
+    P = spawn(fun() ->
+                      Held = [<<I:32, 0:(8 * 96)>> || I <- lists:seq(1, N)],
+                      Self ! held,
+                      holder_loop(Held)
+              end),
+    receive held -> ok end,
+    register(Name, P),
+    P.
