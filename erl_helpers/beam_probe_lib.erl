@@ -431,9 +431,10 @@ top(Pairs, N) ->
 %% The spent budget and the names copied are kept in this process's
 %% dictionary: one command's calls (proc-count --all's chunks, serve's
 %% three rankings, top's keeper from pass to pass) share them, so a
-%% process is copied once; top's pass resets the budget each pass. The
-%% names kept are those of live processes, at most 10,000 (past it, only
-%% this call's): 3 KB each at most, ~200 bytes for a RabbitMQ queue's.
+%% process is copied once; top's pass resets the budget each pass, and
+%% keeps the names of live processes only. At most 10,000 are kept (past
+%% it, only this call's): 3 KB each at most, ~200 bytes for a RabbitMQ
+%% queue's.
 %% top's filter matches them too. Never the mailbox.
 %%
 %% names: keys (read one at a time), copies (from the dictionary), and
@@ -453,34 +454,62 @@ describe(Pairs) ->
     Budget = 256 * 1024 * 1024,
     ValueMost = 1024,
     KeptMost = 10000,
-    %% A value kept only when small; undefined stands for a key unset.
-    Small = fun(Value) ->
-                    case erlang:external_size(Value) =< ValueMost of
-                        true -> Value;
-                        false -> undefined
-                    end
-            end,
+    %% Before 26.2, the heap in the same call (each process_info of
+    %% another process is a signal it answers: 1.5-2.5 us).
     Items = [registered_name, current_function, initial_call]
-        ++ [{dictionary, Key} || Labels, Key <- Keys],
+        ++ case Labels of
+               true -> [{dictionary, Key} || Key <- Keys];
+               false -> [total_heap_size]
+           end,
     Infos = lists:zipwith(fun erlang:process_info/2, Pids,
                           lists:duplicate(erlang:length(Pids), Items)),
     Wordsize = erlang:system_info(wordsize),
+    %% Everything per row below is a compiled call over the rows (zipwith,
+    %% match specifications): an interpreted fun a row made
+    %% proc-count --all of 100,000 processes take 20 s, against 2.3 s.
+    Dup = fun(Term) -> lists:duplicate(erlang:length(Pids), Term) end,
+    Run = fun(List, Spec) ->
+                  ets:match_spec_run(List, ets:match_spec_compile(Spec))
+          end,
+    %% Values kept only when small; undefined stands for a key unset.
+    %% (The specifications used a piece at a time are compiled once.)
+    Small = ets:match_spec_compile(
+              [{{'$1', '$2'}, [{'=<', '$2', ValueMost}], ['$1']},
+               {'_', [], [undefined]}]),
+    Bounded = fun(Vs) ->
+                      ets:match_spec_run(
+                        lists:zip(Vs, lists:map(fun erlang:external_size/1,
+                                                Vs)),
+                        Small)
+              end,
+    %% Each row's first three items and its three values (a tuple, or
+    %% none), as one list of items.
+    Join = fun(Firsts, Named) ->
+                   Run(lists:zip(Firsts, Named),
+                       [{{['$1', '$2', '$3'], {'$4', '$5', '$6'}}, [],
+                         [['$1', '$2', '$3'
+                           | [{{{const, {dictionary, Key}}, Var}}
+                              || {Key, Var} <- lists:zip(
+                                                 Keys, ['$4', '$5', '$6'])]
+                          ]]},
+                        {{'$1', '_'}, [], ['$1']}])
+           end,
     {Described, Unread} =
         case Labels of
             true ->
-                {lists:map(
-                   fun(undefined) ->
-                           undefined;
-                      (Info) ->
-                           lists:map(fun({{dictionary, _} = Item, Value}) ->
-                                             {Item, Small(Value)};
-                                        (Other) ->
-                                             Other
-                                     end,
-                                     Info)
-                   end,
-                   Infos),
-                 []};
+                Firsts = Run(Infos, [{['$1', '$2', '$3', '_', '_', '_'], [],
+                                      [['$1', '$2', '$3']]},
+                                     {'_', [], [undefined]}]),
+                Columns = [Bounded(Run(Infos,
+                                       [{[{'_', '_'} || _ <- lists:seq(1, I)]
+                                         ++ [{'_', '$1'}]
+                                         ++ [{'_', '_'}
+                                             || _ <- lists:seq(I + 2, 6)],
+                                         [], ['$1']},
+                                        {'_', [], [undefined]}]))
+                           || I <- [3, 4, 5]],
+                [Label, First, Name] = Columns,
+                {Join(Firsts, lists:zip3(Label, First, Name)), []};
             false ->
                 Known = case erlang:get('$beam_probe_names') of
                             Map when erlang:is_map(Map) -> Map;
@@ -490,84 +519,128 @@ describe(Pairs) ->
                              Number when erlang:is_integer(Number) -> Number;
                              _ -> 0
                          end,
-                %% One row: its names, from the cache or a copy, and what
-                %% the copy cost; or why not. Spent: the budget spent.
-                Read = fun(Pid, Spent) ->
-                               case maps:find(Pid, Known) of
-                                   {ok, Names} ->
-                                       {{names, Names}, 0};
-                                   error ->
-                                       Heap = case erlang:process_info(
-                                                     Pid, total_heap_size) of
-                                                  {total_heap_size, Words} ->
-                                                      Words * Wordsize;
-                                                  undefined ->
-                                                      0
-                                              end,
-                                       Copy = Heap =< PerCopy
-                                           andalso Spent + Heap =< Budget
-                                           andalso erlang:process_info(
-                                                     Pid, dictionary),
-                                       case Copy of
-                                           {dictionary, Dictionary} ->
-                                               Bound = 16 *
-                                                   erlang:external_size(
-                                                     Dictionary),
-                                               Cost = erlang:min(Heap, Bound),
-                                               Names = [{{dictionary, Key},
-                                                         case lists:keyfind(
-                                                                Key, 1,
-                                                                Dictionary) of
-                                                             {_, Value} ->
-                                                                 Small(Value);
-                                                             false ->
-                                                                 undefined
-                                                         end}
-                                                        || Key <- Keys],
-                                               {{names, Names}, Cost};
-                                           undefined ->
-                                               {gone, 0};
-                                           false ->
-                                               {{unread, Heap}, 0}
-                                       end
-                               end
+                Heaps = Run(Infos, [{['_', '_', '_', {'_', '$1'}], [],
+                                     [{'*', '$1', Wordsize}]},
+                                    {'_', [], [-1]}]),
+                %% {Pid, Heap} of the rows alive and not known yet.
+                ToRead = Run(lists:zip3(Pids, Heaps,
+                                        lists:zipwith3(fun maps:get/3, Pids,
+                                                       Dup(Known),
+                                                       Dup(none))),
+                             [{{'$1', '$2', none}, [{'>=', '$2', 0}],
+                               [{{'$1', '$2'}}]}]),
+                Dictionary = ets:match_spec_compile(
+                               [{{dictionary, '$1'}, [], ['$1']},
+                                {'_', [], [[]]}]),
+                Charge = ets:match_spec_compile(
+                           [{{'$1', '$2'}, [{'<', '$1', {'*', 16, '$2'}}],
+                             ['$1']},
+                            {{'_', '$2'}, [], [{'*', 16, '$2'}]}]),
+                Found = ets:match_spec_compile([{{'_', '$1'}, [], ['$1']},
+                                                {'_', [], [undefined]}]),
+                Past = ets:match_spec_compile([{{'_', '$1'},
+                                                [{'>', '$1', PerCopy}],
+                                                ['$_']}]),
+                Within = ets:match_spec_compile([{{'_', '$1'},
+                                                  [{'=<', '$1', PerCopy}],
+                                                  ['$_']}]),
+                %% The copies of [{Pid, Heap}], made at once: each row's
+                %% values and what they cost, at most the heap or 16 times
+                %% the external size.
+                Copy = fun(Rows) ->
+                               {CopyPids, CopyHeaps} = lists:unzip(Rows),
+                               Dictionaries =
+                                   ets:match_spec_run(
+                                     lists:zipwith(
+                                       fun erlang:process_info/2, CopyPids,
+                                       lists:duplicate(
+                                         erlang:length(CopyPids),
+                                         dictionary)),
+                                     Dictionary),
+                               Costs = ets:match_spec_run(
+                                         lists:zip(
+                                           CopyHeaps,
+                                           lists:map(
+                                             fun erlang:external_size/1,
+                                             Dictionaries)),
+                                         Charge),
+                               Count = erlang:length(Dictionaries),
+                               [Label, First, Name] =
+                                   [Bounded(ets:match_spec_run(
+                                              lists:zipwith3(
+                                                fun lists:keyfind/3,
+                                                lists:duplicate(Count, Key),
+                                                lists:duplicate(Count, 1),
+                                                Dictionaries),
+                                              Found))
+                                    || Key <- Keys],
+                               {lists:zip(CopyPids,
+                                          lists:zip3(Label, First, Name)),
+                                lists:sum(Costs)}
                        end,
-                {Read1, Spent1} =
-                    lists:mapfoldl(fun({undefined, _}, Spent) ->
-                                           {gone, Spent};
-                                      ({_, Pid}, Spent) ->
-                                           {Row, Cost} = Read(Pid, Spent),
-                                           %% The copy is garbage once
-                                           %% Read returns (erl_eval kept
-                                           %% it bound until then): a
-                                           %% large one is freed now.
-                                           Cost > 1048576 andalso
-                                               erlang:garbage_collect(),
-                                           {Row, Spent + Cost}
-                                   end,
-                                   Spent0, lists:zip(Infos, Pids)),
-                erlang:put('$beam_probe_names_spent', Spent1),
-                Fresh = maps:from_list(
-                          [{Pid, Names}
-                           || {{names, Names}, Pid} <- lists:zip(Read1,
-                                                                 Pids)]),
-                Alive = lists:filter(fun erlang:is_process_alive/1,
-                                     maps:keys(Known)),
-                Kept = maps:merge(maps:with(Alive, Known), Fresh),
+                %% A piece of 1,024 rows at a time: copied together when
+                %% their heaps, which bound their copies, sum to 16 MiB
+                %% at most and fit the budget; else one at a time, each
+                %% while it fits. Left: rows past the cap or the budget.
+                Pieces = fun Pieces([], Spent, Got, Left) ->
+                                 {Spent, Got, Left};
+                             Pieces(Rest, Spent, Got, Left) ->
+                                 {Piece, Tail} =
+                                     lists:split(erlang:min(
+                                                   1024, erlang:length(Rest)),
+                                                 Rest),
+                                 Over = ets:match_spec_run(Piece, Past),
+                                 Under = ets:match_spec_run(Piece, Within),
+                                 {_, UnderHeaps} = lists:unzip(Under),
+                                 Sum = lists:sum(UnderHeaps),
+                                 {Spent1, Got1, Left1} =
+                                     case Sum =< 16777216
+                                         andalso Spent + Sum =< Budget of
+                                         true ->
+                                             {Pairs1, Cost1} = Copy(Under),
+                                             {Spent + Cost1, [Pairs1 | Got],
+                                              Over ++ Left};
+                                         false ->
+                                             lists:foldl(
+                                               fun({_, Heap} = Row,
+                                                   {SpentRow, GotRow,
+                                                    LeftRow})
+                                                     when SpentRow + Heap
+                                                          =< Budget ->
+                                                       {PairsRow, CostRow} =
+                                                           Copy([Row]),
+                                                       %% Freed now: a copy
+                                                       %% of up to 64 MiB.
+                                                       erlang:garbage_collect(),
+                                                       {SpentRow + CostRow,
+                                                        [PairsRow | GotRow],
+                                                        LeftRow};
+                                                  (Row, {SpentRow, GotRow,
+                                                         LeftRow}) ->
+                                                       {SpentRow, GotRow,
+                                                        [Row | LeftRow]}
+                                               end,
+                                               {Spent, Got, Over ++ Left},
+                                               Under)
+                                     end,
+                                 Pieces(Tail, Spent1, Got1, Left1)
+                         end,
+                {Spent2, Got2, Left2} = Pieces(ToRead, Spent0, [], []),
+                erlang:put('$beam_probe_names_spent', Spent2),
+                Fresh = maps:from_list(lists:append(Got2)),
+                Named = lists:zipwith3(fun maps:get/3, Pids,
+                                       Dup(maps:merge(Known, Fresh)),
+                                       Dup(none)),
+                Kept = maps:merge(Known, Fresh),
                 erlang:put('$beam_probe_names',
                            case maps:size(Kept) > KeptMost of
                                true -> Fresh;
                                false -> Kept
                            end),
-                {lists:zipwith(fun(Info, {names, Names}) when
-                                         erlang:is_list(Info) ->
-                                       Info ++ Names;
-                                  (Info, _) ->
-                                       Info
-                               end,
-                               Infos, Read1),
-                 [{Pid, Heap} || {{unread, Heap}, Pid} <- lists:zip(Read1,
-                                                                    Pids)]}
+                Firsts = Run(Infos, [{['$1', '$2', '$3', '_'], [],
+                                      [['$1', '$2', '$3']]},
+                                     {'_', [], [undefined]}]),
+                {Join(Firsts, Named), lists:reverse(Left2)}
         end,
     #{values => Values,
       pids => Pids,

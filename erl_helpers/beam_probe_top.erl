@@ -311,14 +311,16 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
     %% processes it does not know yet (from the initial call they read
     %% for the filter anyway), whose names are read after the rows shown
     %% (below), for the next pass.
+    Stored = case erlang:get('$beam_probe_names') of
+                 Map when erlang:is_map(Map) -> Map;
+                 _ -> #{}
+             end,
+    %% The names of processes that ended are dropped (a compiled look-up
+    %% of every live one).
+    Labels orelse erlang:put('$beam_probe_names', maps:with(All, Stored)),
     Known = case Labels orelse Filter =:= [] of
-                true ->
-                    #{};
-                false ->
-                    case erlang:get('$beam_probe_names') of
-                        Map when erlang:is_map(Map) -> Map;
-                        _ -> #{}
-                    end
+                true -> #{};
+                false -> erlang:get('$beam_probe_names')
             end,
     %% The slice's work is made by slice/6, where nothing of this pass is
     %% bound: a fun made here would carry every binding of this function
@@ -499,7 +501,7 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
 %% with a filter there, the slice also lists its proc_lib processes not
 %% in Known, for pass/9 to read.
 -spec slice(sort(), pos_integer(), [binary()], boolean(), fun(),
-            #{pid() => [{{dictionary, atom()}, term()}]}) ->
+            #{pid() => {term(), term(), term()}}) ->
           fun(([pid()]) -> {[{pid(), non_neg_integer()}], list(),
                             {non_neg_integer(), all | map(), [pid()]}}).
 slice(Sort, N, Filter, Labels, Top, Known) ->
@@ -525,10 +527,10 @@ slice(Sort, N, Filter, Labels, Top, Known) ->
                  [{{[Var || Var <- ['$1', '$2', '$3', '$4', '$5'],
                             Labels orelse Var < '$3'],
                     '$9'}}]}]),
-    %% A known process's names as the items of describe/1 give them.
+    %% A known process's names as describe/1 keeps them: its label,
+    %% '$initial_call' and process_name.
     Stored = ets:match_spec_compile(
-               [{[{'_', '$1'}, {'_', '$2'}, {'_', '$3'}], [],
-                 [['$1', '$2', '$3']]},
+               [{{'$1', '$2', '$3'}, [], [['$1', '$2', '$3']]},
                 {'_', [], [[]]}]),
     Names = ets:match_spec_compile(
               [{{{proc_lib, init_p, '_'}, '_'}, [], [[]]},
