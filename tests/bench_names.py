@@ -4,10 +4,9 @@ item 1; beam_probe_lib.erl's describe/1, beam_probe_top.erl's filter).
 1. The copy itself, on a node of this machine's OTP (25 here): a proc_lib
    gen_server named only in its dictionary, with a heap of ~24 MB (a busy
    RabbitMQ queue's 16-24 MB), and process_info(Q, dictionary) timed on
-   the node (median of RUNS): its time, its bytes (external_size, what
-   describe/1 charges the budget) against the heap's, and a proc-count
-   pass that names the queue against one that reads no dictionary
-   (total_heap_size only).
+   the node (median of RUNS): its time, its bytes (external_size;
+   describe/1 charges the budget at most 16 times that) against the
+   heap's, and a proc-count round trip that names the queue.
 2. top's filter at SIZE processes, PROC_LIB of them proc_lib gen_servers
    named in their dictionaries: the pass with a filter that names them
    (each pass reads at most 2,000 unknown ones' dictionaries, then
@@ -62,7 +61,8 @@ def copy_cost(runs: int) -> None:
                       if p.get("label")), "unnamed")
         print(f"a queue of {heap / 2**20:.1f} MiB of heap: its dictionary "
               f"copied in {took * 1e6:.0f} us, {size:,} bytes "
-              f"(external_size: what the budget is charged), its heap read "
+              f"(external_size; the budget is charged at most 16 times "
+              f"that), its heap read "
               f"in {heap_read * 1e6:.0f} us; proc-count memory 40 naming it "
               f"({label}) {statistics.median(named) * 1000:.0f} ms "
               "round trip")
