@@ -125,14 +125,22 @@ def test_one_frame_by_release(nodes, otp):
     with attach(node.node, node.cookie.encode()) as remote:
         ports = remote.call("erlang", "system_info", [Atom("port_count")])
     assert frame["header"]["port_count"] == ports - 1
-    # The node ranks: the largest binary holder is proc-count's too.
+    # The node ranks: the largest binary holder is proc-count's too, and
+    # top's figure is proc-count's distinct one (each binary once), not
+    # recon's per reference: a process holding 100 references to one
+    # 1 MiB binary is 100 MiB to recon, 1 MiB to top.
+    with attach(node.node, node.cookie.encode()) as remote:
+        shared = str(remote.call("beam_probe_workload", "shared_refs",
+                                 [1, 1024 * 1024, 100]))
     ranked = _json("top", node.node, "--once", "--interval", "0.5", "-N",
                    "3", "--sort", "binary_memory", node=node)
     holder = _json("proc-count", node.node, "binary_memory", "1",
                    node=node)["processes"][0]
     first = ranked["frames"][0]["processes"][0]
-    assert (first["pid"], first["binary_memory"]) == (holder["pid"],
-                                                      holder["value"])
+    assert holder["pid"] == first["pid"] == shared
+    assert holder["value"] == 100 * 1024 * 1024
+    assert first["binary_memory"] == holder["binary_distinct"] \
+        == 1024 * 1024
 
     text = run_here("top", node.node, "--once", "--interval", "0.5", "-N",
                     "5", "--sort", "message_queue_len", node=node)
