@@ -31,13 +31,21 @@ _FUNCTION = re.compile(r"\(([^()]+?:[^()]+?/\d+)(?: \+ \d+)?\)\s*$")
 _FIELD = re.compile(rb"^([A-Za-z][^:\n]{0,80}):(?: ([^\n]*))?$", re.M)
 
 
-def fields(dump: Dump, section: Section) -> dict[str, str]:
-    """The section's ``Key: value`` lines (later ones win); a value over
-    MAX_VALUE bytes is left out."""
+def _bounded(dump: Dump, section: Section) -> None:
+    """A DumpError where the section is longer than MAX_FIELDS: checked
+    before any read of it, by every reader of a whole section (a 1 GiB
+    line in a =proc was read whole by the overview's figures, 1 GB
+    resident, before the rule was applied there)."""
     if section.end - section.start > MAX_FIELDS:
         raise DumpError(f"{dump.path}: ={section.tag}:{section.id} is "
                         f"{section.end - section.start:,} bytes: no such "
                         "section is over 64 MiB in a real dump (damaged)")
+
+
+def fields(dump: Dump, section: Section) -> dict[str, str]:
+    """The section's ``Key: value`` lines (later ones win); a value over
+    MAX_VALUE bytes is left out."""
+    _bounded(dump, section)
     body = dump.read(section.start, section.end)
     return {key.decode("latin-1"): value.decode("utf-8", "replace")
             for key, value in _FIELD.findall(body)
@@ -74,6 +82,7 @@ def figures(dump: Dump, section: Section, keys: tuple[str, ...]
     """A few counts of a section, each found by a regex search in C:
     ranking a million processes by one figure reads that figure alone
     (the whole =proc, parsed, cost ~15 us a process; this ~2)."""
+    _bounded(dump, section)
     body = dump.read(section.start, section.end)
     out = []
     for key in keys:
@@ -121,6 +130,9 @@ def every_proc(dump: Dump, keys: tuple[str, ...]
     while i < len(numbers):
         j = max(i + 1, bisect_left(starts, starts[i] + WINDOW))
         lo, hi = starts[i], dump.end_of(numbers[j - 1])
+        # Every section of the window but its last ends within WINDOW of
+        # lo; the last may be any length: bounded as one.
+        _bounded(dump, dump.section_at(numbers[j - 1]))
         found = pattern.findall(dump.read(lo, hi))
         dump.release(lo, hi)
         if len(found) != j - i:
