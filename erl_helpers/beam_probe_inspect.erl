@@ -1455,10 +1455,19 @@ process(Target, Resolve, Walker, Describe, Options) ->
             %% function). lists:ukeysort/2 instead grew our worker to 75
             %% MB for 300,000 references, the set to 31 MB (twice as
             %% slow: 0.4 s, ours, not the process's).
+            %% The heap is read again just before the list: the first
+            %% read, at the start, comes before the dictionary and the
+            %% mailbox are copied and measured (up to the deadline), and a
+            %% busy process may grow past the bound meanwhile. Between the
+            %% two calls it runs for microseconds at most.
+            HeapNow = case erlang:process_info(Pid, total_heap_size) of
+                          {total_heap_size, Now} -> Now;
+                          undefined -> 0
+                      end,
             Binaries =
-                case Heap =< BinariesMost of
+                case erlang:max(Heap, HeapNow) =< BinariesMost of
                     false ->
-                        {too_large, Heap};
+                        {too_large, erlang:max(Heap, HeapNow)};
                     true ->
                         Set = ets:new(binary, [set, private]),
                         Listed =
