@@ -219,10 +219,14 @@ def format_term(term: Any, _depth: int = 0) -> str:
     if isinstance(term, ImproperList):
         head = ",".join(format_term(t, inner) for t in term.items)
         return f"[{head}|{format_term(term.tail, inner)}]"
-    if isinstance(term, dict):
+    if isinstance(term, (dict, FrozenMap)):
+        # A FrozenMap (a map that keys another, frozen) is its pairs.
+        items = term.items() if isinstance(term, dict) else term
         pairs = ",".join(f"{format_term(k, inner)} => {format_term(v, inner)}"
-                         for k, v in term.items())
+                         for k, v in items)
         return "#{" + pairs + "}"
+    if isinstance(term, BitString):
+        return _format_bits(term)
     if isinstance(term, bytes):
         if all(32 <= b < 127 for b in term):
             return '<<"' + term.decode("ascii").replace('"', '\\"') + '">>'
@@ -236,6 +240,18 @@ def format_term(term: Any, _depth: int = 0) -> str:
         # ValueError), and a peer can send one of millions.
         return f"<an integer of {term.bit_length()} bits>"
     return repr(term)
+
+
+def _format_bits(term: BitString) -> str:
+    """A bitstring as Erlang writes one, <<1,2,7:3>>: the whole bytes,
+    then the last byte's ``bits`` high bits as a value of that size."""
+    data, bits = term.data, term.bits
+    if not data or not 1 <= bits <= 8:
+        return "<<>>"
+    if bits == 8:
+        return format_term(bytes(data))
+    last = f"{data[-1] >> (8 - bits)}:{bits}"
+    return "<<" + ",".join([*(str(b) for b in data[:-1]), last]) + ">>"
 
 
 # Terms nested deeper than this are written "...": the decoder takes
