@@ -105,121 +105,11 @@ snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
     %% (Others/0 collects rex first: our traffic would show as rex
     %% growing in both intervals, measured on OTP 28.)
     Header = Sample(none, 0, Jobs, Pmap, Others, Top, Settled, Rss),
-    Supported = fun(Item) ->
-                        try erlang:process_info(erlang:self(), Item) of
-                            _ -> true
-                        catch
-                            error:badarg -> false
-                        end
-                end,
-    Label = Supported(label),
-    Dictionary = Supported({dictionary, '$initial_call'}),
-    %% The heap, in bytes, past which a process's whole dictionary is not
-    %% copied (OTP 25: above). The same figure as the rows' names
-    %% (beam_probe_lib:describe/1's PerCopy), so that a process is named
-    %% alike in top and in a snapshot: a RabbitMQ queue's heap is 16-24
-    %% MB and its dictionary ~1 KB, and a tester's process held a 317 MB
-    %% dictionary.
-    DictionaryHeapCap = 64 * 1024 * 1024,
-    HeapCapWords = DictionaryHeapCap div erlang:system_info(wordsize),
-    %% How a process is known, first match first, as match specification
-    %% clauses over Pattern's variables ($1 registered name, $2 initial
-    %% call, $3 parent, $4 label, $5 '$initial_call'), each giving
-    %% Result(Kind): for the rows, their group; for the ancestors, their
-    %% class. Code that says little (proc_lib's, a fun's) is known by its
-    %% place in the tree: {parent, Id, Parent}.
-    %% (As few clauses as can be: each clause tried matches the whole
-    %% pattern again, ~150 ns a process; one clause per vague call made a
-    %% snapshot of 1M processes 0.3 s slower, measured.)
-    ProcLib = {'orelse', {'==', '$2', {const, {proc_lib, init_p, 5}}},
-               {'==', '$2', {const, {proc_lib, init_p, 3}}}},
-    Kinds = fun(Pattern, Result) ->
-                    Vague = {'orelse', {'==', '$2', {const, {erlang, apply, 2}}},
-                             ProcLib},
-                    %% proc_lib's own {M, F, Arity}; what
-                    %% translate_initial_call/1 gives for none is none.
-                    Triple = [{is_tuple, '$5'}, {'==', {size, '$5'}, 3},
-                              {is_atom, {element, 1, '$5'}},
-                              {is_atom, {element, 2, '$5'}},
-                              {is_integer, {element, 3, '$5'}},
-                              {'=/=', '$5', {const, {proc_lib, init_p, 5}}}],
-                    [{Pattern, [{'=/=', '$4', undefined}],
-                      Result({{label, '$4'}})}
-                     || Label]
-                    ++ [{Pattern, [{'=/=', '$1', []}],
-                         Result({{name, '$1'}})},
-                        {Pattern, [{is_pid, '$3'}, ProcLib | Triple],
-                         Result({{parent, '$5', '$3'}})},
-                        {Pattern, [{is_pid, '$3'}, Vague],
-                         Result({{parent, '$2', '$3'}})},
-                        {Pattern, [], Result({{initial_call, '$2'}})}]
-            end,
-    %% Each item in a fixed place; one the node lacks is asked as
-    %% registered_name again, and its place is not looked at.
-    %% Fifth: the single key, or (before OTP 26.2) the heap that says
-    %% whether the whole dictionary may be copied.
-    Items = [registered_name, initial_call, parent,
-             case Label of true -> label; false -> registered_name end,
-             case Dictionary of
-                 true -> {dictionary, '$initial_call'};
-                 false -> total_heap_size
-             end,
-             memory, message_queue_len, binary],
-    %% What a pass matches: {Pid, Info} where the key is in Info, else
-    %% {Pid, Info, Id} with Id read from the whole dictionary (Named).
-    Outer = fun(Info) when Dictionary ->
-                    {'$10', [{registered_name, '$1'}, {initial_call, '$2'},
-                             {parent, '$3'}, {'_', '$4'}, {'_', '$5'}
-                             | Info]};
-               (Info) ->
-                    {'$10', [{registered_name, '$1'}, {initial_call, '$2'},
-                             {parent, '$3'}, {'_', '$4'}, {'_', '_'}
-                             | Info],
-                     '$5'}
-            end,
-    Pattern = Outer([{memory, '$6'}, {message_queue_len, '$7'},
-                     {binary, '$11'}]),
-    %% Before OTP 26.2: of [{Pid, Info}], the unregistered proc_lib
-    %% processes with a parent, as Pid when their heap is within the cap,
-    %% as 'over' when past it; the rest, nothing.
-    Pick = ets:match_spec_compile(
-             [{{'$10', [{registered_name, []}, {initial_call, '$2'},
-                        {parent, '$3'}, '_', {total_heap_size, '$5'} | '_']},
-               [{is_pid, '$3'}, ProcLib, {'=<', '$5', HeapCapWords}],
-               ['$10']},
-              {{'_', [{registered_name, []}, {initial_call, '$2'},
-                      {parent, '$3'} | '_']},
-               [{is_pid, '$3'}, ProcLib],
-               [over]}]),
-    %% What a pass's match specification runs over, and how many
-    %% dictionaries were read and left unread for their heap.
-    Named = fun(Now, Infos) when Dictionary ->
-                    {lists:zip(Now, Infos), 0, 0};
-               (Now, Infos) ->
-                    {Read, Over} = lists:partition(
-                                     fun erlang:is_pid/1,
-                                     ets:match_spec_run(lists:zip(Now, Infos),
-                                                        Pick)),
-                    Found = maps:from_list(
-                              lists:zip(Read,
-                                        lists:map(
-                                          fun proc_lib:translate_initial_call/1,
-                                          Read))),
-                    Count = erlang:length(Now),
-                    Ids = lists:zipwith3(fun maps:get/3, Now,
-                                         lists:duplicate(Count, Found),
-                                         lists:duplicate(Count, undefined)),
-                    {lists:zip3(Now, Infos, Ids), erlang:length(Read),
-                     erlang:length(Over)}
-            end,
-    Row = fun(Group) ->
-                  [{{{{'$10', Group, '$1', '$6', '$7', '$2'}}, '$11'}}]
-          end,
-    %% The first clause that matches gives the group, in this order. A
-    %% process that died meanwhile has 'undefined' for its info list and
-    %% matches none.
-    Clauses = Kinds(Pattern, Row),
-    Compiled = ets:match_spec_compile(Clauses),
+    %% The columns' funs first, before anything else is bound: an erl_eval
+    %% fun of OTP 25 holds the variables bound before it, and each worker
+    %% gets Batch's whole, flat, nested funs and all. Bound after the
+    %% patterns below, they made a snapshot of 100k plain processes cost
+    %% the node ~0.2 s more CPU (measured side by side, 2 cores).
     %% A chunk as columns, the repeated terms (groups, functions) each
     %% once, with an index per row: decoding a million rows of tuples
     %% took beam-probe 14 s, and most of it was the same few hundred
@@ -260,6 +150,113 @@ snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
                        binary_count => Pack(Counts),
                        binary_bytes => Pack(Bytes)}
              end,
+    Supported = fun(Item) ->
+                        try erlang:process_info(erlang:self(), Item) of
+                            _ -> true
+                        catch
+                            error:badarg -> false
+                        end
+                end,
+    Label = Supported(label),
+    Dictionary = Supported({dictionary, '$initial_call'}),
+    %% The heap, in bytes, past which a process's whole dictionary is not
+    %% copied (OTP 25: above). The same figure as the rows' names
+    %% (beam_probe_lib:describe/1's PerCopy), so that a process is named
+    %% alike in top and in a snapshot: a RabbitMQ queue's heap is 16-24
+    %% MB and its dictionary ~1 KB, and a tester's process held a 317 MB
+    %% dictionary.
+    DictionaryHeapCap = 64 * 1024 * 1024,
+    %% How a process is known, first match first, as match specification
+    %% clauses over Pattern's variables ($1 registered name, $2 initial
+    %% call, $3 parent, $4 label, $5 '$initial_call'), each giving
+    %% Result(Kind): for the rows, their group; for the ancestors, their
+    %% class. Code that says little (proc_lib's, a fun's) is known by its
+    %% place in the tree: {parent, Id, Parent}.
+    %% (As few clauses as can be: each clause tried matches the whole
+    %% pattern again, ~150 ns a process; one clause per vague call made a
+    %% snapshot of 1M processes 0.3 s slower, measured.)
+    ProcLib = {'orelse', {'==', '$2', {const, {proc_lib, init_p, 5}}},
+               {'==', '$2', {const, {proc_lib, init_p, 3}}}},
+    %% proc_lib's own {M, F, Arity} in $5; what translate_initial_call/1
+    %% gives for none is none.
+    Triple = [{is_tuple, '$5'}, {'==', {size, '$5'}, 3},
+              {is_atom, {element, 1, '$5'}}, {is_atom, {element, 2, '$5'}},
+              {is_integer, {element, 3, '$5'}},
+              {'=/=', '$5', {const, {proc_lib, init_p, 5}}}],
+    Kinds = fun(Pattern, Result) ->
+                    Vague = {'orelse', {'==', '$2', {const, {erlang, apply, 2}}},
+                             ProcLib},
+                    [{Pattern, [{'=/=', '$4', undefined}],
+                      Result({{label, '$4'}})}
+                     || Label]
+                    ++ [{Pattern, [{'=/=', '$1', []}],
+                         Result({{name, '$1'}})}]
+                    ++ [{Pattern, [{is_pid, '$3'}, ProcLib | Triple],
+                         Result({{parent, '$5', '$3'}})}
+                        || Dictionary]
+                    ++ [{Pattern, [{is_pid, '$3'}, Vague],
+                         Result({{parent, '$2', '$3'}})},
+                        {Pattern, [], Result({{initial_call, '$2'}})}]
+            end,
+    %% Each item in a fixed place; one the node lacks is asked as
+    %% registered_name again, and its place is not looked at.
+    %% Fifth: the single key, or (before OTP 26.2) the heap that says
+    %% whether the whole dictionary may be copied.
+    Items = [registered_name, initial_call, parent,
+             case Label of true -> label; false -> registered_name end,
+             case Dictionary of
+                 true -> {dictionary, '$initial_call'};
+                 false -> total_heap_size
+             end,
+             memory, message_queue_len, binary],
+    %% What a pass matches: {Pid, Info}, and before OTP 26.2 also {Pid,
+    %% Info, Id} for a process whose dictionary was copied (Batch), Id its
+    %% '$initial_call'. In {Pid, Info}, $5 is the single key where the
+    %% node reads one, else the heap.
+    Head = [{registered_name, '$1'}, {initial_call, '$2'}, {parent, '$3'},
+            {'_', '$4'}],
+    Tail = [{memory, '$6'}, {message_queue_len, '$7'}, {binary, '$11'}],
+    Pattern = {'$10', Head ++ [{'_', '$5'} | Tail]},
+    %% Before OTP 26.2, over [{Pid, Info}] ($5 the heap): a process whose
+    %% dictionary is copied, and Pick, which gives each as {Pid, Info},
+    %% and 'over' for each left unread for its heap. In the pass itself
+    %% such a {Pid, Info} gives 'skip' (its {Pid, Info, Id} gives its
+    %% row), taken out after. (Each clause or pass over every process
+    %% costs: a match specification clause more is ~0.3 us a process, a
+    %% pass that builds a list of every process ~0.6 us, measured. With
+    %% this, 100k plain processes cost the node what they did, 0.91 s of
+    %% CPU against 0.86, and 100k gen_servers 1.49 s against 0.78: ~7 us
+    %% a dictionary read, 2 cores, medians of 15.)
+    Candidate = {'andalso', {'==', '$1', []},
+                 {'andalso', {is_pid, '$3'},
+                  {'andalso', ProcLib,
+                   {'=<', '$5', DictionaryHeapCap
+                                div erlang:system_info(wordsize)}}}},
+    Pick = ets:match_spec_compile(
+             [{{'_', [{registered_name, '$1'}, {initial_call, '$2'},
+                      {parent, '$3'}, '_', {total_heap_size, '$5'} | '_']},
+               [Candidate], ['$_']},
+              {{'_', [{registered_name, []}, {initial_call, '$2'},
+                      {parent, '$3'} | '_']},
+               [{is_pid, '$3'}, ProcLib], [over]}]),
+    Row = fun(Group) ->
+                  [{{{{'$10', Group, '$1', '$6', '$7', '$2'}}, '$11'}}]
+          end,
+    %% The first clause that matches gives the group, in this order. A
+    %% process that died meanwhile has 'undefined' for its info list and
+    %% matches none.
+    Clauses = case Dictionary of
+                  true ->
+                      Kinds(Pattern, Row);
+                  false ->
+                      [{Pattern, [Candidate], [skip]} | Kinds(Pattern, Row)]
+                      ++ [{{'$10', Head ++ [{'_', '_'} | Tail], '$5'},
+                           [{is_pid, '$3'} | Triple],
+                           Row({{parent, '$5', '$3'}})},
+                          {{'$10', Head ++ [{'_', '_'} | Tail], '_'}, [],
+                           Row({{parent, '$2', '$3'}})}]
+              end,
+    Compiled = ets:match_spec_compile(Clauses),
     ParentOf = ets:match_spec_compile([{{parent, '_', '$1'}, [], ['$1']}]),
     %% A slice is read Chunk processes at a time, each batch encoded and
     %% compressed before the next is read, so a worker never holds more
@@ -280,9 +277,34 @@ snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
                 Infos = lists:zipwith(fun erlang:process_info/2, Now,
                                       lists:duplicate(erlang:length(Now),
                                                       Items)),
-                {Input, Read, Unread} = Named(Now, Infos),
+                %% What the match specification runs over, and how many
+                %% dictionaries were copied and left unread for the heap.
+                Pairs = lists:zip(Now, Infos),
+                {Input, Read, Unread} =
+                    case Dictionary of
+                        true ->
+                            {Pairs, 0, 0};
+                        false ->
+                            {Copy, Over} =
+                                lists:partition(fun erlang:is_tuple/1,
+                                                ets:match_spec_run(Pairs,
+                                                                   Pick)),
+                            %% {Pid, Info, Id}, Id the '$initial_call'.
+                            {lists:zipwith(
+                               fun erlang:append_element/2, Copy,
+                               lists:map(
+                                 fun proc_lib:translate_initial_call/1,
+                                 lists:zipwith(fun erlang:element/2,
+                                               lists:duplicate(
+                                                 erlang:length(Copy), 1),
+                                               Copy)))
+                             ++ Pairs,
+                             erlang:length(Copy), erlang:length(Over)}
+                    end,
                 {Rows, Binaries} =
-                    lists:unzip(ets:match_spec_run(Input, Compiled)),
+                    lists:unzip(lists:filter(fun erlang:is_tuple/1,
+                                             ets:match_spec_run(Input,
+                                                                Compiled))),
                 %% Each binary is {Id, Size, RefCount}, listed once per
                 %% reference: binary_bytes counts each Id once (the Id is
                 %% its address), so no process shows more than the node
@@ -305,30 +327,43 @@ snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
                 Parents = ets:match_spec_run(Groups, ParentOf),
                 Batch(Rest, [{erlang:term_to_binary(Encoded,
                                                     [{compressed, 1}]),
-                              Parents, erlang:length(Rows), {Read, Unread}}
+                              Parents, {erlang:length(Rows), Read, Unread}}
                              | Acc])
         end,
     Take = fun(Pids) -> Batch(Pids, []) end,
-    Batches = lists:append(Pmap(Take, Others(), Jobs)),
-    Processes = [Chunk1 || {Chunk1, _, _, _} <- Batches],
-    ParentLists = [Parents1 || {_, Parents1, _, _} <- Batches],
-    Counts = [Count1 || {_, _, Count1, _} <- Batches],
-    {Reads, Unreads} = lists:unzip([Dictionaries1
-                                    || {_, _, _, Dictionaries1} <- Batches]),
+    {Processes, ParentLists, Tallies} =
+        lists:unzip3(lists:append(Pmap(Take, Others(), Jobs))),
+    {Counts, Reads, Unreads} = lists:unzip3(Tallies),
     %% The ancestors, level by level: each level's processes read in one
     %% compiled pass, classified by Kinds, their unnamed ones' parents the
     %% next level; a process already known is not read again.
     AncestorItems = lists:sublist(Items, 5),
-    AncestorPattern = Outer([]),
+    AncestorPattern = {'$10', Head ++ [{'_', '$5'}]},
     Classify = ets:match_spec_compile(
-                 Kinds(AncestorPattern,
-                       fun({{parent, Id, Parent}}) ->
-                               [{{'$10', {{up, Parent, Id}}}}];
-                          ({{initial_call, Call}}) ->
-                               [{{'$10', {{call, Call}}}}];
-                          (Named) ->
-                               [{{'$10', Named}}]
-                       end)),
+                 case Dictionary of
+                     true ->
+                         [];
+                     false ->
+                         [{AncestorPattern, [Candidate], [skip]}]
+                 end
+                 ++ Kinds(AncestorPattern,
+                          fun({{parent, Id, Parent}}) ->
+                                  [{{'$10', {{up, Parent, Id}}}}];
+                             ({{initial_call, Call}}) ->
+                                  [{{'$10', {{call, Call}}}}];
+                             (Known) ->
+                                  [{{'$10', Known}}]
+                          end)
+                 ++ case Dictionary of
+                        true ->
+                            [];
+                        false ->
+                            [{{'$10', Head ++ [{'_', '_'}], '$5'},
+                              [{is_pid, '$3'} | Triple],
+                              [{{'$10', {{up, '$3', '$5'}}}}]},
+                             {{'$10', Head ++ [{'_', '_'}], '_'},
+                              [], [{{'$10', {{up, '$3', '$2'}}}}]}]
+                    end),
     UpOf = ets:match_spec_compile([{{'_', {up, '$1', '_'}}, [], ['$1']}]),
     Walk = fun Walk(_, [], Known, _) ->
                    Known;
@@ -339,8 +374,30 @@ snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
                    Infos = lists:zipwith(fun erlang:process_info/2, Now,
                                          lists:duplicate(erlang:length(Now),
                                                          AncestorItems)),
-                   {Input, _, _} = Named(Now, Infos),
-                   Classes = ets:match_spec_run(Input, Classify),
+                   %% As in Batch: the ancestors' '$initial_call' too.
+                   Pairs = lists:zip(Now, Infos),
+                   Input = case Dictionary of
+                               true ->
+                                   Pairs;
+                               false ->
+                                   {Copy, _} =
+                                       lists:partition(
+                                         fun erlang:is_tuple/1,
+                                         ets:match_spec_run(Pairs, Pick)),
+                                   lists:zipwith(
+                                     fun erlang:append_element/2, Copy,
+                                     lists:map(
+                                       fun proc_lib:translate_initial_call/1,
+                                       lists:zipwith(fun erlang:element/2,
+                                                     lists:duplicate(
+                                                       erlang:length(Copy),
+                                                       1),
+                                                     Copy)))
+                                   ++ Pairs
+                           end,
+                   Classes = lists:filter(fun erlang:is_tuple/1,
+                                          ets:match_spec_run(Input,
+                                                             Classify)),
                    Seen = maps:merge(Known, maps:from_list(Classes)),
                    Next = lists:filter(fun(Pid) ->
                                                not maps:is_key(Pid, Seen)
