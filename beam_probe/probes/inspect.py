@@ -27,6 +27,7 @@ from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply, count, escaped
 from beam_probe.probes.info import atom_names, refused, target
+from beam_probe.text.syntax import elixir_atom
 
 if TYPE_CHECKING:
     from beam_probe.probes.results import (InspectBinaries, InspectPart,
@@ -229,11 +230,7 @@ def key_text(key: Any, elixir: bool) -> str:
     if isinstance(key, Atom):
         if not elixir:
             return format_term(key)
-        if str(key).startswith("Elixir."):
-            return str(key)[7:]
-        if re.fullmatch(r"[a-z_][A-Za-z0-9_@]*[?!]?", str(key)):
-            return f":{key}"
-        return ':"' + escaped(str(key)).replace('"', '\\"') + '"'
+        return escaped(elixir_atom(str(key)))
     if isinstance(key, tuple) and len(key) == 2 and key[0] == Atom(
             "tuple") and isinstance(key[1], list):
         return "{" + (", " if elixir else ",").join(
@@ -245,16 +242,36 @@ def key_text(key: Any, elixir: bool) -> str:
     if isinstance(key, tuple) and len(key) == 3 and key[0] in (
             Atom("binary"), Atom("string")):
         cut, size = key[1], key[2]
-        text = cut.decode("utf-8", "replace") if isinstance(cut, bytes) \
-            else cut if isinstance(cut, str) else ""
-        text = escaped(text).replace('"', '\\"')
+        if key[0] == Atom("binary") and isinstance(cut, bytes):
+            return _binary_key(cut, size, elixir)
+        text = cut if isinstance(cut, str) else ""
         more = "..." if isinstance(size, int) and size > len(text) else ""
-        if key[0] == Atom("string"):
-            return f"'{text}{more}'" if elixir else f'"{text}{more}"'
-        return f'"{text}{more}"' if elixir else f'<<"{text}{more}">>'
+        text = escaped(text).replace('"', '\\"')
+        return f"'{text}{more}'" if elixir else f'"{text}{more}"'
     if isinstance(key, tuple) and len(key) == 2 and key[0] == Atom("kind"):
         return _term_of_kind(key[1], elixir)
     return "<key>"
+
+
+def _binary_key(cut: bytes, size: Any, elixir: bool) -> str:
+    """A binary key's first bytes (``cut``, of ``size`` in all) as the
+    node writes the binary: its text where it is UTF-8, else its bytes
+    (<<255,254,...>>), never U+FFFD in their place. The node cuts at 16
+    bytes, maybe inside a character: its last 1-3 bytes are left out."""
+    more = isinstance(size, int) and size > len(cut)
+    text = None
+    for drop in range(4 if more else 1):
+        try:
+            text = cut[:len(cut) - drop].decode("utf-8")
+            break
+        except UnicodeDecodeError:
+            continue
+    dots = "..." if more else ""
+    if text is None:
+        numbers = (", " if elixir else ",").join(str(b) for b in cut)
+        return f"<<{numbers}{(', ' if elixir else ',') + dots if more else ''}>>"
+    text = escaped(text).replace('"', '\\"')
+    return f'"{text}{dots}"' if elixir else f'<<"{text}{dots}">>'
 
 
 def _term_of_kind(kind: Any, elixir: bool) -> str:
@@ -272,7 +289,12 @@ def _term_of_kind(kind: Any, elixir: bool) -> str:
             return "{" + key_text(tag, elixir) + ", ...}"
         if what == Atom("struct"):
             if elixir:
-                return "%" + key_text(tag, True) + "{...}"
+                name = elixir_atom(str(tag))
+                # A tag no alias names ('Elixir.', 'Elixir.foo bar') is
+                # no module's struct: Elixir writes the map.
+                if name.startswith(":"):
+                    return "%{__struct__: " + escaped(name) + ", ...}"
+                return "%" + name + "{...}"
             return "#{'__struct__' => " + format_term(tag) + ", ...}"
     if isinstance(kind, Atom):
         return f"<{kind}>"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from beam_probe.text.syntax import Syntax
+from beam_probe.erldist.terms import Atom, format_term
+from beam_probe.text.syntax import Syntax, elixir_atom
 from beam_probe.text.tables import human_bytes, printable, table
 
 if TYPE_CHECKING:
@@ -28,12 +29,17 @@ def _kind(kind: str, syntax: Syntax) -> str:
         if kind.startswith(word):
             tag = kind[len(word):]
             if syntax.elixir:
-                return "{" + (tag[len("Elixir."):] if tag.startswith(
-                    "Elixir.") else ":" + tag) + ", ...}"
+                return "{" + elixir_atom(tag) + ", ...}"
             return f"#{tag}{{}}" if word == "record " else f"{{{tag}, ...}}"
     if kind.startswith("struct "):
         name = kind[len("struct "):]
-        return f"%{syntax.code(name)}{{}}"
+        if not syntax.elixir:
+            return f"#{{'__struct__' => {format_term(Atom(name))}, ...}}"
+        written = elixir_atom(name)
+        # A tag no alias names is no module's struct: Elixir writes the map.
+        return f"%{{__struct__: {written}, ...}}" \
+            if written.startswith(":") \
+            else f"%{written}{{}}"
     return kind
 
 

@@ -26,6 +26,8 @@ _MFA = rf"(?<![\w'/.#]){_ATOM}:{_ATOM}/\d+"
 _PID = r"(?<![#\w])<(\d+\.\d+\.\d+)>"
 _ELIXIR_MODULE = r"(?<![\w'.])'?Elixir\.([A-Z][\w.]*)'?"
 _PLAIN = r"[a-z_][A-Za-z0-9_@]*[?!]?"
+# An Elixir alias's atom: Elixir. and dot-separated capitalised words.
+_ALIAS = r"Elixir(?:\.[A-Z][A-Za-z0-9_]*)+"
 _QUOTED_MFA = rf"({_ATOM}):({_ATOM})$"
 
 
@@ -84,11 +86,22 @@ def _unquote(atom: str) -> str:
     return atom
 
 
-def _module(atom: str) -> str:
-    name = _unquote(atom)
-    if name.startswith("Elixir."):
+def elixir_atom(name: str) -> str:
+    """An atom (its text, unquoted) as Elixir writes it: a module alias
+    (Elixir.MyApp.Cache) as MyApp.Cache, a plain atom as :name, any other
+    as :"its text". Only a name Elixir could write as an alias loses its
+    'Elixir.': 'Elixir.', 'Elixir.foo bar' and 'Elixir.lower' are atoms
+    no alias names, and Elixir writes them :"Elixir.lower"."""
+    if re.fullmatch(_ALIAS, name):
         return name[len("Elixir."):]
-    return ":" + (name if re.fullmatch(_PLAIN, name) else f'"{name}"')
+    if re.fullmatch(_PLAIN, name):
+        return ":" + name
+    quoted = name.replace("\\", "\\\\").replace('"', '\\"')
+    return ':"' + quoted + '"'
+
+
+def _module(atom: str) -> str:
+    return elixir_atom(_unquote(atom))
 
 
 def _mfa(match: re.Match[str]) -> str:
@@ -104,4 +117,5 @@ def _mfa(match: re.Match[str]) -> str:
     return f"{_module(module)}.{function}{arity}"
 
 
-__all__ = ["ELIXIR", "ERLANG", "Syntax", "choose", "shows_code"]
+__all__ = ["ELIXIR", "ERLANG", "Syntax", "choose", "elixir_atom",
+           "shows_code"]
