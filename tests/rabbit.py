@@ -152,7 +152,8 @@ class Rabbit:
                 [os.path.join(RABBIT_HOME, "sbin", "rabbitmq-server"),
                  "-noinput"], cwd=self.base, env=env,
                 stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT)
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with(os.getpid()))
         self._await_startup(started + START_DEADLINE)
         self.started_in = time.monotonic() - started
         return self
@@ -234,6 +235,25 @@ class Rabbit:
         if self.base:
             shutil.rmtree(self.base, ignore_errors=True)
             self.base = ""
+
+
+def _die_with(parent: int) -> Any:
+    """The child's first act: SIGKILL it when ``parent`` (the tests)
+    ends, however it ends. The fixture's finally stops the broker on a
+    failure or Ctrl-C, but a SIGTERM or SIGKILL of pytest runs no
+    finally, and the broker (~100 MB, a distribution port) was left
+    running, its parent init (measured). PR_SET_PDEATHSIG outlives the
+    script's exec of erl and beam.smp; beam's own children see their
+    pipes close and exit."""
+    import ctypes
+
+    def arm() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the tests ended before it was set
+            os._exit(1)
+    return arm
 
 
 def _children(pid: int) -> list[int]:

@@ -1,0 +1,64 @@
+"""tests/rabbit.py's broker ends with the tests however they end: a
+SIGKILL of the process that started it (pytest killed by a CI timeout,
+or SIGTERM, which runs no finally) stops it too."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO
+from rabbit import rabbit_missing
+
+STARTER = """
+import sys, time
+sys.path.insert(0, "tests")
+import conftest  # noqa: F401 (rabbit imports it: it goes first)
+from rabbit import Rabbit
+broker = Rabbit().start()
+print(broker.pid, broker.base, flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(rabbit_missing() is not None,
+                    reason=str(rabbit_missing()))
+def test_the_broker_dies_with_the_process_that_started_it():
+    starter = subprocess.Popen([sys.executable, "-c", STARTER], cwd=REPO,
+                               stdout=subprocess.PIPE, text=True)
+    broker, base = 0, ""
+    try:
+        assert starter.stdout is not None
+        line = starter.stdout.readline()  # once the broker runs
+        assert line, "the starter ended without a broker"
+        pid_text, base = line.split()
+        broker = int(pid_text)
+        assert _alive(broker)
+        starter.send_signal(signal.SIGKILL)
+        starter.wait(30)
+        # A deadline only against a broker that never goes.
+        deadline = time.monotonic() + 60
+        while _alive(broker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(broker), "the broker outlived its starter"
+    finally:
+        if starter.poll() is None:
+            starter.kill()
+            starter.wait(30)
+        if broker and _alive(broker):
+            os.kill(broker, signal.SIGKILL)
+        if base.startswith("/tmp/"):
+            subprocess.run(["rm", "-rf", "--", base], check=False)
