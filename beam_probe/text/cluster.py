@@ -81,7 +81,7 @@ def proc_count_text(result: ClusterProcCount, syntax: Syntax) -> str:
             if not n.get("labels_read", True)])
         notes = ([DISTINCT_NOTE] if distinct else []) + \
             ([note] if note else [])
-        # Each node's rows left unnamed (before OTP 26.2), a line each.
+        # Each node's rows left unnamed (the cap or the budget), a line each.
         notes += [f"{n['node']}: {unnamed}"
                   for n in _answered(result["nodes"])
                   for unnamed in (unnamed_note(n),) if unnamed]

@@ -121,8 +121,10 @@ def labels_note(result: Any, nodes: Sequence[str] | None = None
 
 def unnamed_note(result: Any) -> str | None:
     """Once, under a table of processes, the rows left without the names
-    in their dictionary (before OTP 26.2 each is read from a copy of the
-    whole dictionary, within a cap a copy and a budget a command)."""
+    in their dictionary (each read within a cap a copy and a budget a
+    command: the heap bounds the copy, of the whole dictionary before OTP
+    26.2, of the three keys' values after; the cap is the budget's
+    there)."""
     unnamed = result.get("unnamed")
     if not unnamed:
         return None
@@ -134,9 +136,9 @@ def unnamed_note(result: Any) -> str | None:
                  if rows != 1 else
                  f"its heap ({human_bytes(largest)}) exceeds")
         return (f"{which}: {heaps} what reading a dictionary may cost "
-                f"before OTP 26.2 ({human_bytes(cap)} a process)")
+                f"({human_bytes(cap)} a process)")
     return (f"{which}: this command's budget for reading dictionaries "
-            f"before OTP 26.2 ({human_bytes(unnamed['budget'])}) was spent")
+            f"({human_bytes(unnamed['budget'])}) was spent")
 
 
 def _name_notes(result: Any) -> list[str]:

@@ -227,7 +227,7 @@ def frame_text(view: TopView, syntax: Syntax) -> str:
 
 def unnamed_lines(view: TopView) -> list[str]:
     """Under the table, each node's rows left without the names in their
-    dictionary (before OTP 26.2: proc-count's note)."""
+    dictionary (the cap or the budget: proc-count's note)."""
     out = []
     for frame in view["frames"]:
         note = unnamed_note(frame)

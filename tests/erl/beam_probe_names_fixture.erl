@@ -13,8 +13,11 @@
 
 %% A queue named {bpt_queue, Name}, whose heap holds about Words words in
 %% its state (Ballast words more in its dictionary, under another key).
-%% Returns its pid and its total_heap_size in bytes once settled.
--spec queue(binary(), {non_neg_integer(), non_neg_integer()}) ->
+%% Returns its pid and its total_heap_size in bytes once settled. A name
+%% {seq, N} is a list of N small integers made there (a value too large
+%% to send: a process_name the size of its heap).
+-spec queue(binary() | {seq, pos_integer()},
+            {non_neg_integer(), non_neg_integer()}) ->
           {pid(), non_neg_integer()}.
 queue(Name, {Words, Ballast}) ->
     %% gen_server:start/3 starts it by proc_lib, unlinked: its
@@ -25,10 +28,15 @@ queue(Name, {Words, Ballast}) ->
     {Pid, Heap * erlang:system_info(wordsize)}.
 
 init({Name, Words, Ballast}) ->
-    erlang:put(process_name, {bpt_queue, Name}),
+    erlang:put(process_name, {bpt_queue, name(Name)}),
     %% A list of small integers: two words an element, all on the heap.
     erlang:put(ballast, lists:seq(1, Ballast div 2)),
     {ok, lists:seq(1, Words div 2)}.
+
+name({seq, N}) ->
+    lists:seq(1, N);
+name(Name) ->
+    Name.
 
 handle_call(settle, _From, State) ->
     %% Collected so that the heap is what it holds (plus the room a
