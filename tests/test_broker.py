@@ -231,6 +231,20 @@ def test_inspect_of_a_backlog_queue_answers_from_outside(rabbit):
     assert again["binaries"]["count"] == binaries["count"]
 
 
+def test_list_queues_is_suggested_for_a_queue_only(rabbit):
+    """rabbitmqctl list_queues says what a queue holds, not what another
+    of the broker's processes does: for rabbit_node_monitor (a
+    gen_server of RabbitMQ's) only the node's memory breakdown is
+    suggested; for a backlog queue both."""
+    other = json.loads(_inspect(rabbit, "rabbit_node_monitor",
+                                "--format", "json").stdout)
+    assert other["see_also"] == ["rabbitmq-diagnostics memory_breakdown"]
+    queue = json.loads(_inspect(rabbit, rabbit.queues["bpt.idle.1"],
+                                "--format", "json").stdout)
+    assert queue["see_also"][0].startswith("rabbitmqctl list_queues")
+    assert len(queue["see_also"]) == 2
+
+
 def test_the_broker_s_resource_keys_are_written_in_erlang(rabbit):
     """A bare 3.10.8 (no management agent, no channel) has no table keyed
     {#resource{}, Stat} (its metrics tables are empty; checked here): its

@@ -181,6 +181,42 @@ def looks_like_rabbit(loop: str | None, info: dict[str, Any],
         name).startswith("rabbit_")) for name in names)
 
 
+# What marks a classic queue's process: its process_name's first element
+# (3.10: rabbit_amqqueue_process), the module it starts in
+# ('$initial_call' rabbit_prequeue:init/1) or a frame of its stack.
+_QUEUE_MODULES = ("rabbit_amqqueue_process", "rabbit_prequeue")
+
+
+def broker_view(loop: str | None, info: dict[str, Any], started: Any,
+                named: dict[str, Any] | None = None) -> list[str]:
+    """The broker's own commands that see what this process holds: for a
+    queue, or a gen_server2 nothing else names (it may be one), both;
+    for another of RabbitMQ's processes (a channel, a reader,
+    rabbit_node_monitor) only the node's memory breakdown, as
+    list_queues says nothing of it; none for a process of no broker."""
+    if not looks_like_rabbit(loop, info, started, named):
+        return []
+    names: list[Any] = [started]
+    label = (named or {}).get("process_name")
+    if isinstance(label, tuple) and label:
+        names.append(label[0])
+    if isinstance(started, tuple) and started:
+        names.append(started[0])
+    stack = info.get("current_stacktrace")
+    for frame in stack if isinstance(stack, list) else []:
+        if isinstance(frame, tuple) and frame:
+            names.append(frame[0])
+    if any(isinstance(name, Atom) and str(name) in _QUEUE_MODULES
+           for name in names):
+        return list(BROKER_VIEW)
+    # Nothing says what it is but its loop: it may be a queue.
+    others = [name for name in names + [info.get("registered_name")]
+              if isinstance(name, Atom) and str(name).startswith("rabbit")]
+    if loop == "gen_server2" and not others:
+        return list(BROKER_VIEW)
+    return [BROKER_VIEW[1]]
+
+
 def check_bounds(depth: int, width: int, budget: int | None,
                  table: bool) -> None:
     if not 0 <= depth <= MAX_DEPTH:
@@ -726,8 +762,7 @@ def _read_process(node: str, raw: Any) -> ProcessInspection:
             "mailbox": mailbox_note,
             "loop": loop, "binaries": binaries,
             "binaries_note": binaries_note,
-            "see_also": list(BROKER_VIEW)
-            if looks_like_rabbit(loop, info, started, named) else [],
+            "see_also": broker_view(loop, info, started, named),
             "label": _label(named)}
 
 
