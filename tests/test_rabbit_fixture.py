@@ -62,3 +62,37 @@ def test_the_broker_dies_with_the_process_that_started_it():
             os.kill(broker, signal.SIGKILL)
         if base.startswith("/tmp/"):
             subprocess.run(["rm", "-rf", "--", base], check=False)
+
+
+PROBE_TEST = f"""
+import sys
+sys.path.insert(0, {os.path.join(REPO, "tests")!r})
+from conftest import beam_dir  # noqa: E402,F401
+from rabbit import rabbit  # noqa: E402,F401
+
+
+def test_needs_the_broker(rabbit):
+    pass
+"""
+
+
+def test_a_broker_that_does_not_start_is_an_error_not_a_skip(tmp_path):
+    """A RabbitMQ root whose server exits at once (a broken unpack, a
+    release that no longer boots) errs the tests that need it, with the
+    broker's words: a skip let CI pass with every broker test unrun."""
+    root = tmp_path / "root"
+    sbin = root / "usr/lib/rabbitmq/lib/rabbitmq_server-3.10.8/sbin"
+    sbin.mkdir(parents=True)
+    server = sbin / "rabbitmq-server"
+    server.write_text("#!/bin/sh\necho 'BOOT FAILED: no such app'\nexit 1\n")
+    server.chmod(0o755)
+    test = tmp_path / "test_needs_broker.py"
+    test.write_text(PROBE_TEST)
+    env = dict(os.environ, BEAM_PROBE_RABBITMQ_ROOT=str(root))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         str(test)], cwd=str(tmp_path), env=env,
+        capture_output=True, text=True, timeout=600)
+    out = result.stdout + result.stderr
+    assert "1 error" in out and "skipped" not in out, out[-3000:]
+    assert "BOOT FAILED" in out, out[-3000:]
