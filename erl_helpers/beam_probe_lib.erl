@@ -623,9 +623,15 @@ describe(Pairs) ->
                                                           =< Budget ->
                                                        {PairsRow, CostRow} =
                                                            Copy([Row]),
-                                                       %% Freed now: a copy
-                                                       %% of up to 64 MiB.
-                                                       erlang:garbage_collect(),
+                                                       %% Freed now, a copy
+                                                       %% of up to 64 MiB;
+                                                       %% not a small one: a
+                                                       %% collection a row
+                                                       %% copies all we hold
+                                                       %% (--all's chunk)
+                                                       %% each time.
+                                                       CostRow > 1048576
+                                                           andalso erlang:garbage_collect(),
                                                        {SpentRow + CostRow,
                                                         [PairsRow | GotRow],
                                                         LeftRow};

@@ -262,3 +262,29 @@ def test_a_name_as_large_as_its_heap_is_not_read_on_any_release(nodes,
     assert _row(j["processes"], str(big))["label"] is None
     assert _row(j["processes"], str(small))["label"] == \
         '{bpt_queue,<<"lq.s">>}'
+    # --all says it too, once at the end (it said nothing before).
+    every = json.loads(run_here("proc-count", node.node, "memory", "--all",
+                                "--format", "json", node=node).stdout)
+    assert every["unnamed"]["pids"] == [str(big)], every.get("unnamed")
+    text = run_here("proc-count", node.node, "memory", "--all",
+                    node=node).stdout
+    assert text.count("1 row unnamed: its heap (") == 1, text[-500:]
+
+
+def test_proc_count_all_names_every_queue_of_a_large_broker(nodes, otp):
+    """18,000 queues whose dictionaries are ~1 KB in the external format
+    (a RabbitMQ queue's is ~780 bytes). Each copy was charged 16 times
+    that, ~16 KB, so on OTP 25 proc-count --all spent the 256 MiB budget
+    on the first ~16,000 and left the rest unnamed; a copy so small costs
+    what the row's other reads do and is charged nothing now: every queue
+    is named, on every release."""
+    count = 18_000
+    node = nodes.start(otp)
+    with attach(node.node, node.cookie.encode(), timeout=180) as remote:
+        remote.call(FIXTURE, "queues", [count, 1000], timeout=180)
+    j = json.loads(run_here("proc-count", node.node, "memory", "--all",
+                            "--format", "json", node=node).stdout)
+    queues = [p for p in j["processes"]
+              if (p["label"] or "").startswith("{bpt_queue,")]
+    assert len(queues) == count, (len(queues), j.get("unnamed"))
+    assert j["unnamed"] is None, j["unnamed"]

@@ -311,7 +311,9 @@ def proc_count_all(remote: Remote, attribute: str,
     """Every process by Attribute, largest first, in chunks of rows: the
     node sends the next chunk only when the last is taken, so a dump of a
     million processes never sits whole in the node's rex server or here.
-    The generator's return value is {"scanned": N, "sent": M}."""
+    The generator's return value is {"scanned": N, "sent": M,
+    "unnamed": ...}: the rows of every chunk left unnamed, said once at
+    the end as proc-count says its own (the chunks share one budget)."""
     check_request(attribute, jobs=jobs)
     progress(f"reading {attribute} of every process")
     stream = remote.stream(HELPER, "proc_count_all", Atom(attribute),
@@ -319,14 +321,20 @@ def proc_count_all(remote: Remote, attribute: str,
                            Local("pmap", LIB), Local("values", LIB),
                            Local("describe", LIB), Local("distinct", LIB),
                            Local("others", LIB))
+    # Only each chunk's unread rows are kept, never the chunk.
+    unread: list[Any] = []
     while True:
         try:
             chunk = next(stream)
         except StopIteration as end:
             done = Reply(f"{HELPER}:proc_count_all", end.value)
             return {"scanned": done.count("scanned"),
-                    "sent": done.count("sent")}
-        yield rows(chunk, "value")
+                    "sent": done.count("sent"),
+                    "unnamed": unnamed(*unread)}
+        found = rows(chunk, "value")
+        if isinstance(chunk, dict) and "unread" in chunk:
+            unread.append({"unread": chunk["unread"]})
+        yield found
 
 
 # The window is spent on the node, inside the call: allow it on top of the

@@ -104,6 +104,8 @@ class ProcCountAllSummary(TypedDict):
 
     scanned: int
     sent: int
+    # The rows of every chunk left without their names, as proc-count's.
+    unnamed: Optional[Unnamed]
 
 
 class _BinLeak(TypedDict):

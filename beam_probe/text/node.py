@@ -410,7 +410,9 @@ class EveryProcess:
                             self.head["attribute"])
 
     def footer(self, summary: dict[Any, Any]) -> str:
-        return f"{summary['sent']:,} of {summary['scanned']:,} processes"
+        note = unnamed_note(summary)
+        return f"{summary['sent']:,} of {summary['scanned']:,} processes" + \
+            (f"\n({note})" if note else "")
 
 
 __all__ = ["EveryProcess", "alloc_text", "bin_leak_text", "ets_text", "memory_text",

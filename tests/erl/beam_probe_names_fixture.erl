@@ -9,7 +9,8 @@
 -module(beam_probe_names_fixture).
 -behaviour(gen_server).
 
--export([queue/2, init/1, handle_call/3, handle_cast/2, handle_info/2]).
+-export([queue/2, queues/2, init/1, handle_call/3, handle_cast/2,
+         handle_info/2]).
 
 %% A queue named {bpt_queue, Name}, whose heap holds about Words words in
 %% its state (Ballast words more in its dictionary, under another key).
@@ -32,6 +33,21 @@ init({Name, Words, Ballast}) ->
     %% A list of small integers: two words an element, all on the heap.
     erlang:put(ballast, lists:seq(1, Ballast div 2)),
     {ok, lists:seq(1, Words div 2)}.
+
+%% Count queues as a large broker has, each named {bpt_queue, Name} with
+%% a Name of NameBytes characters (a list: a RabbitMQ queue's dictionary
+%% is ~780 bytes in the external format) and a heap of ~32 KB, started
+%% together without waiting for them to settle.
+-spec queues(pos_integer(), pos_integer()) -> ok.
+queues(Count, NameBytes) ->
+    Pad = lists:duplicate(NameBytes, $q),
+    lists:foreach(
+      fun(I) ->
+              {ok, _} = gen_server:start(
+                          ?MODULE,
+                          {erlang:integer_to_list(I) ++ Pad, 4000, 0}, [])
+      end,
+      lists:seq(1, Count)).
 
 name({seq, N}) ->
     lists:seq(1, N);
