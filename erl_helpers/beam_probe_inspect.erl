@@ -762,10 +762,17 @@ walker(Options) ->
                       false -> {kind, binary}
                   end;
                  (_, _, {short, Key}) when erlang:is_list(Key) ->
-                  Cut = lists:sublist(Key, 16),
-                  case io_lib:printable_unicode_list(Cut) of
-                      true -> {string, Cut, erlang:length(Key)};
-                      false -> {kind, list}
+                  %% An improper list ([$h, $i | 3]) is named by its kind:
+                  %% lists:sublist/2 and length/1 fail on its tail (a
+                  %% table keyed by one ended inspect in a function_clause).
+                  try lists:sublist(Key, 16) of
+                      Cut ->
+                          case io_lib:printable_unicode_list(Cut) of
+                              true -> {string, Cut, erlang:length(Key)};
+                              false -> {kind, list}
+                          end
+                  catch
+                      error:_ -> {kind, list}
                   end;
                  (Inspect, _, {short, Key}) when erlang:is_tuple(Key),
                                          erlang:tuple_size(Key) =< 4 ->

@@ -11,7 +11,8 @@ import json
 
 import pytest
 
-from beam_probe.erldist.terms import Atom, BitString, FrozenMap, format_term
+from beam_probe.erldist.terms import (Atom, BitString, FrozenMap,
+                                      ImproperList, format_term)
 from beam_probe.node.remote import attach
 from conftest import run_here
 
@@ -73,6 +74,11 @@ def odd_keys(session_nodes, otp):
                 b"\xff\xfe" * 20,          # not UTF-8
                 "é".encode() * 8,          # 16 bytes of UTF-8, whole
                 "é".encode() * 30,         # cut inside a character
+                # Improper lists, alone and in a tuple: sublist/2 and
+                # length/1 fail on them (inspect ended in a
+                # function_clause).
+                ImproperList([104, 105], 3),
+                (ImproperList([Atom("a")], Atom("b")), 1),
                 ]
         for i, key in enumerate(keys):
             # Larger objects first among the table's 40 of 136 bytes.
@@ -87,13 +93,15 @@ def odd_keys(session_nodes, otp):
                 "{'Elixir.lower', ...}",
                 "<<255,254,255,254,255,254,255,254,255,254,255,254,255,254,"
                 "255,254,...>>",
-                '<<"éééééééé">>', '<<"éééééééé...">>']),
+                '<<"éééééééé">>', '<<"éééééééé...">>', "<list>",
+                "{<list>, ...}"]),
     ("elixir", ['%{__struct__: :"Elixir.", ...}',
                 '%{__struct__: :"Elixir.foo bar", ...}',
                 '{:"Elixir.lower", ...}',
                 "<<255, 254, 255, 254, 255, 254, 255, 254, 255, 254, 255, "
                 "254, 255, 254, 255, 254, ...>>",
-                '"éééééééé"', '"éééééééé..."']),
+                '"éééééééé"', '"éééééééé..."', "<list>",
+                "{<list>, ...}"]),
 ])
 def test_odd_keys_are_written_as_the_node_writes_them(odd_keys, syntax,
                                                       expected):
