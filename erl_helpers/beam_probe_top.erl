@@ -519,14 +519,27 @@ slice(Sort, N, Filter, Labels, Top, Known) ->
         ++ [{dictionary, Key} || Labels,
                                  Key <- ['$process_label', '$initial_call',
                                          process_name]],
-    Values = ets:match_spec_compile(
-               [{{[{'_', Var} || Var <- ['$1', '$2', '$3', '$4', '$5'],
-                                 Labels orelse Var < '$3'],
-                  '$9'},
-                 [],
-                 [{{[Var || Var <- ['$1', '$2', '$3', '$4', '$5'],
-                            Labels orelse Var < '$3'],
-                    '$9'}}]}]),
+    [Values, Plain] =
+        [ets:match_spec_compile(
+           [{{[{'_', Var} || Var <- ['$1', '$2', '$3', '$4', '$5'],
+                             Keyed orelse Var < '$3'],
+              '$9'},
+             [],
+             [{{[Var || Var <- ['$1', '$2', '$3', '$4', '$5'],
+                        Keyed orelse Var < '$3'],
+                '$9'}}]}])
+         || Keyed <- [Labels, false]],
+    %% On 26.2+ a key's value is copied whole, however large (a process
+    %% may put 300 MB under process_name: every pass with a filter copied
+    %% and encoded it, 2.7 s a frame became 24-68 s). The heap, which
+    %% bounds the values, is read first: past 64 MiB (describe/1's cap
+    %% a copy before 26.2) a process is matched by its registered name
+    %% and initial call only.
+    Heavy = ets:match_spec_compile(
+              [{{{total_heap_size, '$1'}, '$2'},
+                [{'>', '$1', 64 * 1024 * 1024
+                  div erlang:system_info(wordsize)}],
+                ['$2']}]),
     %% A known process's names as describe/1 keeps them: its label,
     %% '$initial_call' and process_name.
     Stored = ets:match_spec_compile(
@@ -554,15 +567,40 @@ slice(Sort, N, Filter, Labels, Top, Known) ->
                   [{'not', {is_map_key, '$1', {const, Known}}}],
                   ['$1']}]),
     Chosen = fun(Slice) ->
+                     Big = case Labels of
+                               true ->
+                                   ets:match_spec_run(
+                                     lists:zip(
+                                       lists:zipwith(
+                                         fun erlang:process_info/2, Slice,
+                                         lists:duplicate(
+                                           erlang:length(Slice),
+                                           total_heap_size)),
+                                       Slice),
+                                     Heavy);
+                               false ->
+                                   []
+                           end,
                      {Each0, Alive} =
                          lists:unzip(
                            ets:match_spec_run(
                              lists:zip(lists:zipwith(
-                                         fun erlang:process_info/2, Slice,
+                                         fun erlang:process_info/2,
+                                         Slice -- Big,
                                          lists:duplicate(
-                                           erlang:length(Slice), Named)),
-                                       Slice),
-                             Values)),
+                                           erlang:length(Slice -- Big),
+                                           Named)),
+                                       Slice -- Big),
+                             Values)
+                           ++ ets:match_spec_run(
+                                lists:zip(lists:zipwith(
+                                            fun erlang:process_info/2, Big,
+                                            lists:duplicate(
+                                              erlang:length(Big),
+                                              [registered_name,
+                                               initial_call])),
+                                          Big),
+                                Plain)),
                      Each = case Labels of
                                 true ->
                                     Each0;
