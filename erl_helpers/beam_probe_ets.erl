@@ -46,6 +46,32 @@ largest(N, Sort) ->
                 end,
     Items = [registered_name, initial_call]
         ++ Supported(label) ++ Supported({dictionary, '$initial_call'}),
+    %% The label and the single key are copied whole, however large (any
+    %% process may put any term there): read only from an owner whose
+    %% heap, which bounds them, is within 64 MiB (beam_probe_lib's
+    %% describe/1 cap a copy), and kept only up to 1,024 bytes each, as
+    %% every name (a 16 KB '$initial_call' was printed whole as the
+    %% owner's group).
+    Wordsize = erlang:system_info(wordsize),
+    Owned = fun(Owner) ->
+                    case erlang:process_info(Owner, total_heap_size) of
+                        {total_heap_size, Heap}
+                          when Heap * Wordsize =< 64 * 1024 * 1024 ->
+                            case erlang:process_info(Owner, Items) of
+                                undefined ->
+                                    undefined;
+                                Got ->
+                                    [Pair || {_, Value} = Pair <- Got,
+                                             erlang:external_size(Value)
+                                                 =< 1024]
+                            end;
+                        {total_heap_size, _} ->
+                            erlang:process_info(
+                              Owner, [registered_name, initial_call]);
+                        undefined ->
+                            undefined
+                    end
+            end,
     Describe = fun(Table) ->
                        case ets:info(Table) of
                            undefined ->
@@ -54,7 +80,7 @@ largest(N, Sort) ->
                                {owner, Owner} = lists:keyfind(owner, 1, Info),
                                [#{id => Table,
                                   info => Info,
-                                  owner => erlang:process_info(Owner, Items)}]
+                                  owner => Owned(Owner)}]
                        end
                end,
     #{tables => erlang:length(All),

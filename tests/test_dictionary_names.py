@@ -297,3 +297,19 @@ def test_proc_count_all_names_every_queue_of_a_large_broker(nodes, otp):
               if (p["label"] or "").startswith("{bpt_queue,")]
     assert len(queues) == count, (len(queues), j.get("unnamed"))
     assert j["unnamed"] is None, j["unnamed"]
+
+
+def test_ets_bounds_what_its_owner_says_it_is(nodes, otp):
+    """A table's owner whose '$initial_call' is a 16 KB term (anyone may
+    put the key): from OTP 26.2, where ets reads the key alone, it was
+    the owner's group, printed whole (~9,000 characters); now a value is
+    kept only up to 1,024 bytes, as every name, and the owner is known
+    by its initial call."""
+    node = nodes.start(otp)
+    with attach(node.node, node.cookie.encode(), timeout=60) as remote:
+        owner = remote.call(FIXTURE, "owner", [2000], timeout=60)
+    j = json.loads(run_here("ets", node.node, "3", "--format", "json",
+                            node=node).stdout)
+    table = next(t for t in j["largest"] if t["owner"] == str(owner))
+    assert "bpt_owner" not in table["owner_group"], table["owner_group"][:200]
+    assert len(table["owner_group"]) < 100, table["owner_group"][:200]

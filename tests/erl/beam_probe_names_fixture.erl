@@ -9,7 +9,7 @@
 -module(beam_probe_names_fixture).
 -behaviour(gen_server).
 
--export([queue/2, queues/2, init/1, handle_call/3, handle_cast/2,
+-export([queue/2, queues/2, owner/1, init/1, handle_call/3, handle_cast/2,
          handle_info/2]).
 
 %% A queue named {bpt_queue, Name}, whose heap holds about Words words in
@@ -48,6 +48,24 @@ queues(Count, NameBytes) ->
                           {erlang:integer_to_list(I) ++ Pad, 4000, 0}, [])
       end,
       lists:seq(1, Count)).
+
+%% A process whose '$initial_call' is {bpt_owner, [1..Count], 1} (not
+%% proc_lib's: anyone may put the key) and which owns a table of 10,000
+%% rows, the node's largest. Returns its pid.
+-spec owner(pos_integer()) -> pid().
+owner(Count) ->
+    Parent = erlang:self(),
+    Pid = erlang:spawn(
+            fun() ->
+                    erlang:put('$initial_call',
+                               {bpt_owner, lists:seq(1, Count), 1}),
+                    Table = ets:new(bpt_owned, []),
+                    ets:insert(Table, [{I, <<0:800>>}
+                                       || I <- lists:seq(1, 10000)]),
+                    Parent ! {erlang:self(), ready},
+                    receive stop -> ok end
+            end),
+    receive {Pid, ready} -> Pid end.
 
 name({seq, N}) ->
     lists:seq(1, N);
