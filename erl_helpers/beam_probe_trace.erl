@@ -93,20 +93,24 @@ trace_gc(Sink, Tag, Targets, DurationMs, MaxMessages, FlushMs, WaitMs,
                                                         total_heap_size]),
                        Keys = ['$process_label', '$initial_call',
                                process_name],
+                       %% The heap bounds a single key's value too (26.2+
+                       %% copies it whole, however large).
+                       Words = case Info of
+                                   [_, _, _, {_, W}] -> W;
+                                   _ -> 0
+                               end,
+                       Small = Words * erlang:system_info(wordsize)
+                           =< 64 * 1024 * 1024,
                        Names =
                            try [{Key, Value}
-                                || Key <- Keys,
+                                || Small,
+                                   Key <- Keys,
                                    {{dictionary, _}, Value}
                                        <- [erlang:process_info(
                                              Pid, {dictionary, Key})]]
                            catch
                                error:badarg ->
-                                   Words = case Info of
-                                               [_, _, _, {_, W}] -> W;
-                                               _ -> 0
-                                           end,
-                                   Copy = Words * erlang:system_info(wordsize)
-                                       =< 64 * 1024 * 1024
+                                   Copy = Small
                                        andalso erlang:process_info(
                                                  Pid, dictionary),
                                    case Copy of
