@@ -742,14 +742,23 @@ def test_helper_atoms_are_few(target, remote):
             for item in term:
                 walk(item)
     walk(list(forms.values()))
-    assert sum(1 for name in seen if name.startswith("V")) < 45
+    # 44 when written; describe/1 reads the names of the rows shown from
+    # the dictionary on every release under a heap cap and a budget
+    # (issue 38), 78 variables, fewer than the snapshot's 98 that
+    # test_first_contact_adds_few_atoms_of_ours bounds at 100 for every
+    # helper: the names are V1..Vn, shared, so the largest function sets it.
+    assert sum(1 for name in seen if name.startswith("V")) <= 80
     # A node that never met beam-probe (no pool name, nothing parsed).
     fresh = run_fresh_check(target, sorted(seen))
     # 61 when written: 32 shared variable names, the rest map keys and
     # literals; 79 with the fan-out's, the workers' messages and the
     # dictionary keys that name a process (README, "What it costs the
     # node", counts every helper: test_first_contact_adds_few_atoms_of_ours).
-    assert len(fresh) <= 90, fresh
+    # 134 since the rows are named from the dictionary on every release
+    # (issue 38): describe/1's 78 variables, the names' cache and budget
+    # keys in our worker's dictionary, the unread rows' map. Still within
+    # the 300 that test bounds for every helper together.
+    assert len(fresh) <= 140, fresh
 
 
 def run_fresh_check(target, names):
