@@ -5,7 +5,7 @@
 -module(beam_probe_scan).
 
 -export([bin_leak/10, proc_count/9, proc_count_all/11, proc_window/10,
-         proc_info/2, health/7]).
+         proc_info/2, health/8]).
 
 -type memory() :: beam_probe_lib:memory().
 -type rows() :: beam_probe_lib:rows().
@@ -279,21 +279,26 @@ proc_info(Target, Resolve) ->
 %% a node of 110.5 MiB of binaries) and the longest message queue; the allocators' figures, the
 %% node's RSS and its largest ETS table (beam_probe_alloc's types/0 and
 %% rss/0 and beam_probe_ets's top_memory/0, passed as funs).
--spec health(non_neg_integer(), fun(), fun(), fun(), fun(), fun(), fun()) ->
+%%
+%% The two maxima name their processes (issue 38: an engineer paged for
+%% a 900 MiB holder had to run another command to learn who): each
+%% slice's largest {Value, Pid} (pids compare after values), the largest
+%% of those, and the (at most two) holders described by describe/1 as
+%% every table's rows are. A maximum of 0 names nothing.
+-spec health(non_neg_integer(), fun(), fun(), fun(), fun(), fun(), fun(),
+             fun()) ->
           #{memory := memory(),
             process_count := non_neg_integer(),
             atom_count := non_neg_integer(),
             atom_limit := non_neg_integer(),
             top_binary_memory := non_neg_integer(),
             max_queue := non_neg_integer(),
+            holders := rows(),
             allocators := [map()],
             rss := binary() | undefined,
             top_ets_memory := non_neg_integer()}.
-health(Jobs, Pmap, Values, Others, Allocators, Rss, TopEts) ->
-    Largest = fun(Pairs) ->
-                      {Numbers, _} = lists:unzip(Pairs),
-                      lists:max([0 | Numbers])
-              end,
+health(Jobs, Pmap, Values, Others, Allocators, Rss, TopEts, Describe) ->
+    Largest = fun(Pairs) -> lists:max([{0, none} | Pairs]) end,
     Pids = Others(),
     Slices = Pmap(fun(Slice) ->
                           {Largest(Values(binary_distinct, Slice, false)),
@@ -301,13 +306,16 @@ health(Jobs, Pmap, Values, Others, Allocators, Rss, TopEts) ->
                   end,
                   Pids, Jobs),
     {Binaries, Queues} = lists:unzip(Slices),
+    Tops = [Largest(Binaries), Largest(Queues)],
     #{memory => erlang:memory(),
       %% Every process but ours, as every command counts them.
       process_count => erlang:length(Pids),
       atom_count => erlang:system_info(atom_count),
       atom_limit => erlang:system_info(atom_limit),
-      top_binary_memory => lists:max([0 | Binaries]),
-      max_queue => lists:max([0 | Queues]),
+      top_binary_memory => erlang:element(1, lists:nth(1, Tops)),
+      max_queue => erlang:element(1, lists:nth(2, Tops)),
+      %% Rows in the order of the two figures, a figure of 0 left out.
+      holders => Describe([Pair || {Value, _} = Pair <- Tops, Value > 0]),
       allocators => Allocators(),
       rss => Rss(),
       top_ets_memory => TopEts()}.

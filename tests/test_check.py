@@ -405,6 +405,76 @@ def test_cluster_two_nodes_and_a_silent_one(nodes, otp):
     assert re.search(r"no answer within 1\.\d s", rows[b.node]["error"])
 
 
+# --- who: the processes behind the per-process figures (issue 38) -----------
+
+# A process named only by process_name, as RabbitMQ names a queue, that
+# holds 8,000 refc binaries of 4 KB (32 MB: more than anything a fresh
+# node holds) and leaves 1,000 messages waiting (it takes only stop).
+_HOLDER = ("S = self(), P = spawn(fun() -> put(process_name, "
+           "{bpt_check_queue, <<\"bpt.check.1\">>}), B = [binary:copy("
+           "<<I:32768>>) || I <- lists:seq(1, 8000)], S ! {self(), ready}, "
+           "receive stop -> length(B) end end), receive {P, ready} -> ok "
+           "after 60000 -> exit(P, kill) end, "
+           "[P ! {waiting, I} || I <- lists:seq(1, 1000)], P.")
+_HOLDER_NAME = '{bpt_check_queue,<<"bpt.check.1">>}'
+
+
+def _spawn_holder(node):
+    with attach(node.node, node.cookie.encode(), timeout=20) as remote:
+        _ok, tokens, _end = remote.call("erl_scan", "string", [_HOLDER])
+        ok, exprs = remote.call("erl_parse", "parse_exprs", [tokens])
+        assert ok == Atom("ok"), exprs
+        _value, pid, _bindings = remote.call("erl_eval", "exprs",
+                                             [exprs, []])
+    return str(pid)
+
+
+def test_check_names_the_holders(nodes, otp):
+    """The largest holder of binaries and the longest queue are named in
+    check's first line and its JSON, from the dictionary on every
+    release; the textfile gets no process label (one per process)."""
+    node = nodes.start(otp)
+    pid = _spawn_holder(node)
+    r = check(node, "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    row = json.loads(r.stdout)["nodes"][0]
+    holder = {"pid": pid, "name": _HOLDER_NAME,
+              "initial_call": row["top_binary_holder"]["initial_call"]}
+    assert row["top_binary_holder"] == holder, row
+    assert row["max_queue_holder"] == holder, row
+    assert row["values"]["top_binary_memory"] >= 8000 * 4096
+    assert row["values"]["max_queue"] >= 1000
+    r = check(node)
+    assert r.returncode == 0, r.stdout + r.stderr
+    first = r.stdout.splitlines()[0]
+    named = f"in {pid} {_HOLDER_NAME}"
+    summary, _perfdata = first.split(" | ")
+    assert re.search(r"top binary_memory [0-9.]+ MiB \(each binary once\) "
+                     + re.escape(named) + r", max_queue [0-9,]+ "
+                     + re.escape(named) + ", ", summary), first
+    r = check(node, "--format", "prometheus")
+    assert r.returncode == 0 and "bpt_check_queue" not in r.stdout \
+        and pid not in r.stdout and "bpt.check.1" not in r.stdout, r.stdout
+
+
+def test_holder_names_are_cut_and_kept_off_perfdata():
+    """A name past 60 characters keeps its start and end; a "|" in it
+    would start Nagios's perfdata."""
+    values = dict(VALUES, binary=30, total=100, binary_share=30.0, rss=None,
+                  alloc_usage_min=100.0, top_ets_memory=0)
+    name = "{bpt_queue,<<\"" + "x" * 100 + "|end\">>}"
+    holder = {"pid": "<0.705.0>", "name": name, "initial_call": None}
+    report_ = report.judge([{"node": "a@h", "values": values,
+                             "top_binary_holder": holder,
+                             "max_queue_holder": None}], {}, {}, {})
+    line = report.nagios(report_, {}, {})
+    assert line.count("|") == 1, line
+    shown = line.split(" in <0.705.0> ")[1].split(", max_queue")[0]
+    assert len(shown) == report.HOLDER_WIDTH, shown
+    assert shown.startswith("{bpt_queue,") and shown.endswith("¦end\">>}")
+    assert "max_queue 2, atom_use" in line
+
+
 # --- the container's entry point, run directly --------------------------------
 
 

@@ -528,11 +528,12 @@ def test_a_fifo_cookie_file_is_refused(target, tmp_path):
 
 
 def _forged_health(remote):
-    """The clauses of a health/7 that reports 4242 processes."""
-    text = ("health(_, _, _, _, _, _, _) -> #{memory => [{total, 1}, "
+    """The clauses of a health/8 that reports 4242 processes."""
+    text = ("health(_, _, _, _, _, _, _, _) -> #{memory => [{total, 1}, "
             "{processes, 1}, {binary, 1}, {ets, 1}, {atom, 1}], "
             "process_count => 4242, atom_count => 1, atom_limit => 100, "
-            "top_binary_memory => 0, max_queue => 0, allocators => [], "
+            "top_binary_memory => 0, max_queue => 0, holders => #{values "
+            "=> [], pids => [], infos => []}, allocators => [], "
             "rss => undefined, top_ets_memory => 0}.")
     _ok, tokens, _end = remote.call("erl_scan", "string", [text])
     _ok, form = remote.call("erl_parse", "parse_form", [tokens])

@@ -61,7 +61,32 @@ def _trend_text(fired: dict[str, Any]) -> str:
             f"{fired['since']}{rate} (trend)")
 
 
-def _summary(values: dict[str, Any]) -> str:
+# A holder's name in the summary: at most a top NAME cell's worth more
+# (Nagios keeps the first line; a process_name is any term).
+HOLDER_WIDTH = 60
+
+
+def _holder(row: Mapping[str, Any], key: str) -> str:
+    """` in <0.705.0> NAME` for the process behind a figure, NAME as
+    top's NAME column writes it (registered name, label or process_name
+    cut in the middle, else its initial call); "" where none is."""
+    from beam_probe.text.tables import one_line
+    from beam_probe.text.top import cut_middle
+
+    holder = row.get(key)
+    if not holder:
+        return ""
+    name = holder["name"] or holder["initial_call"]
+    if name:
+        # Nagios reads what follows the first "|" as perfdata; a label
+        # is any term.
+        name = one_line(name).replace("|", "¦")
+    return f" in {holder['pid']}" + (
+        f" {cut_middle(name, HOLDER_WIDTH)}" if name else "")
+
+
+def _summary(row: Mapping[str, Any]) -> str:
+    values = row["values"]
     return (f"binary {show('binary', values['binary'])} "
             f"({values['binary_share']:g}%), total "
             f"{show('total', values['total'])}, process_count "
@@ -70,8 +95,9 @@ def _summary(values: dict[str, Any]) -> str:
             # Which figure (issue 38): the bytes one process holds, never
             # recon's per-reference sum, which a threshold on a process
             # would meet at 800 times the node's memory.
-            "(each binary once), "
-            f"max_queue {values['max_queue']:,}, atom_use "
+            "(each binary once)" + _holder(row, "top_binary_holder") +
+            f", max_queue {values['max_queue']:,}"
+            + _holder(row, "max_queue_holder") + ", atom_use "
             f"{values['atom_use']:g}%, top ets "
             f"{show('top_ets_memory', values['top_ets_memory'])}, "
             f"alloc_usage_min {values['alloc_usage_min']:g}%"
@@ -111,7 +137,7 @@ def nagios(report: dict[str, Any], warn: dict[str, float],
         row = nodes[0]
         text = f"{row['node']}: " + "; ".join(row["problems"])
         if "values" in row:
-            text += ("; " if row["problems"] else "") + _summary(row["values"])
+            text += ("; " if row["problems"] else "") + _summary(row)
             perf = _perfdata(row["values"], warn, crit)
             return head + text + " | " + " ".join(perf)
         return head + text
@@ -124,7 +150,7 @@ def nagios(report: dict[str, Any], warn: dict[str, float],
                                   f"{row['node']} ")]
     lines = [head + text + (" | " + " ".join(perf) if perf else "")]
     for row in nodes:
-        detail = "; ".join(row["problems"] + ([_summary(row["values"])]
+        detail = "; ".join(row["problems"] + ([_summary(row)]
                                               if "values" in row else []))
         lines.append(f"{row['node']} {row['status']}: {detail}")
     return "\n".join(lines)

@@ -1,8 +1,9 @@
 """What `beam-probe check` measures, on one node or on a whole cluster.
 
-One helper call per node (beam_probe_scan:health/7): erlang:memory(), the
+One helper call per node (beam_probe_scan:health/8): erlang:memory(), the
 process and atom counts, one pass over every process for the largest
-binary_memory and the longest message queue, the allocators (as alloc
+binary_memory and the longest message queue, and the processes behind
+those two figures named as every table names its rows, the allocators (as alloc
 folds them), the node's RSS and its largest ETS table. For --cluster, the target
 itself fans the same expression out to every node it is connected to with
 erpc:multicall, so beam-probe needs one connection, and one cookie, for the
@@ -19,14 +20,15 @@ from beam_probe.errors import BadReply
 from beam_probe.node.replies import Reply
 from beam_probe.probes import cluster
 from beam_probe.probes.alloc import FRAGMENTED_MIN, LONG_LIVED, allocator_types, rss_bytes
-from beam_probe.probes.processes import HELPER
+from beam_probe.probes.processes import HELPER, rows
 
 if TYPE_CHECKING:
-    from beam_probe.probes.results import AllocType, CheckValues, NodeHealth
+    from beam_probe.probes.results import (AllocType, CheckValues, Holder,
+                                           NodeHealth)
 
 LOCALS = (Local("pmap", LIB), Local("values", LIB), Local("others", LIB),
           Local("types", "beam_probe_alloc"), Local("rss", "beam_probe_alloc"),
-          Local("top_memory", "beam_probe_ets"))
+          Local("top_memory", "beam_probe_ets"), Local("describe", LIB))
 
 
 def usage_min(types: list[AllocType]) -> float:
@@ -73,9 +75,35 @@ def measure(remote: Remote, jobs: int = 0) -> NodeHealth:
     return _health(remote.node, remote.ask(HELPER, "health", jobs, *LOCALS))
 
 
+def _holders(reply: Reply, values: CheckValues
+             ) -> tuple[Holder | None, Holder | None]:
+    """The processes behind top_binary_memory and max_queue (issue 38:
+    a page for a 900 MiB holder said how much, never who): describe/1's
+    rows, in the order of the two figures, a figure of 0 left out. Each
+    is its pid, its name as a table's NAME column takes it (registered
+    name, else label or process_name) and its initial call; None where
+    the figure is 0."""
+    described = rows(reply["holders"], "value")
+    wanted = [values["top_binary_memory"] > 0, values["max_queue"] > 0]
+    if len(described) != sum(wanted):
+        raise BadReply(f"{reply.helper}'s holders are {len(described)} "
+                       f"rows for {sum(wanted)} figures")
+    found = iter(described)
+    out: list[Holder | None] = []
+    for want in wanted:
+        row = next(found) if want else None
+        out.append(None if row is None else {
+            "pid": row["pid"], "name": row["name"] or row["label"],
+            "initial_call": row["initial_call"]})
+    return out[0], out[1]
+
+
 def _health(node: str, reply: Reply) -> NodeHealth:
     types = allocator_types(reply.list("allocators"))
-    return {"node": node, "values": _values(reply, types),
+    values = _values(reply, types)
+    binary, queue = _holders(reply, values)
+    return {"node": node, "values": values,
+            "top_binary_holder": binary, "max_queue_holder": queue,
             "allocators": _allocators(types)}
 
 

@@ -174,6 +174,17 @@ class CheckValues(TypedDict):
     top_ets_memory: int
 
 
+class Holder(TypedDict):
+    """The process behind one of check's per-process figures: its name
+    as a table's NAME column takes it (registered name, else its label
+    or process_name, written as Erlang writes the term), its initial
+    call ('$initial_call' where proc_lib set it)."""
+
+    pid: str
+    name: Optional[str]
+    initial_call: Optional[str]
+
+
 class _NodeHealth(TypedDict):
     node: str
 
@@ -186,6 +197,10 @@ class NodeHealth(_NodeHealth, total=False):
     # It answered, with figures no node has (a bad reply): UNKNOWN, not
     # CRITICAL as a node that did not answer.
     unjudged: bool
+    # Who holds top_binary_memory's bytes and max_queue's messages: None
+    # where the figure is 0. Never a textfile label (one per process).
+    top_binary_holder: Optional[Holder]
+    max_queue_holder: Optional[Holder]
     # Per allocator type, used and allocated bytes (for the textfile).
     allocators: Dict[str, Dict[str, int]]
 
@@ -789,6 +804,8 @@ class CheckNode(TypedDict):
     node: str
     values: NotRequired[CheckValues]
     error: NotRequired[str]
+    top_binary_holder: NotRequired[Optional[Holder]]
+    max_queue_holder: NotRequired[Optional[Holder]]
     allocators: NotRequired[Dict[str, Dict[str, int]]]
     status: str
     problems: List[str]
