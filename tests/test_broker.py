@@ -352,3 +352,27 @@ def test_snapshot_groups_the_backlog_queues_as_queues(rabbit, tmp_path):
     assert result["after"]["dictionaries_unread"] == 0
     text = run_here("diff", *map(str, paths)).stdout
     assert "unnamed:" not in text
+
+
+def test_check_names_a_backlog_queue_as_the_top_binary_holder(rabbit):
+    """check says who holds its top binary_memory (issue 38 item 1): a
+    backlog queue, named from its dictionary on OTP 25 as the tables
+    name it, in the JSON and in Nagios's first line."""
+    backlog = {rabbit.queues[f"bpt.backlog.{i}"]: f"bpt.backlog.{i}"
+               for i in range(1, BACKLOG_QUEUES + 1)}
+    r = run_here("check", rabbit.node, "--format", "json", node=rabbit)
+    assert r.returncode == 0, r.stdout + r.stderr
+    holder = json.loads(r.stdout)["nodes"][0]["top_binary_holder"]
+    assert holder["pid"] in backlog, holder
+    assert backlog[holder["pid"]] in holder["name"], holder
+    assert holder["name"].startswith("{rabbit_amqqueue_process,"), holder
+    r = run_here("check", rabbit.node, node=rabbit)
+    assert r.returncode == 0, r.stdout + r.stderr
+    first = r.stdout.splitlines()[0]
+    # Cut as top's NAME column cuts a label: its start (the kind) and its
+    # end (the queue's name) kept.
+    summary = first.split(" | ")[0]
+    assert f"(each binary once) in {holder['pid']} " \
+        "{rabbit_amqqueue_pro" in summary, first
+    assert f'<<"{backlog[holder["pid"]]}">>}}}}, max_queue ' in summary, \
+        first
