@@ -386,10 +386,21 @@ def test_cluster_two_nodes_and_a_silent_one(nodes, otp):
     j = json.loads(r.stdout)
     assert [row["node"] for row in j["nodes"]] == [a.node, b.node]
     assert all(row["status"] == "OK" for row in j["nodes"])
+    # Each node names its own top holder (on a fresh OTP 27 node an
+    # unnamed erlang:apply/2: its initial call), and so does its line.
+    holders = [row["top_binary_holder"] for row in j["nodes"]]
+    assert all(h and h["pid"].startswith("<") and (h["name"] or
+                                                   h["initial_call"])
+               for h in holders), holders
     r = run_here("check", a.node, "--cluster", "--crit", "process_count=1",
                 env={"HOME": a.home})
     assert r.returncode == 2
     assert f"'{b.node} binary'=" in r.stdout and b.node in r.stdout
+    lines = r.stdout.splitlines()
+    for node in (a.node, b.node):
+        (line,) = [x for x in lines[1:] if x.startswith(node + " ")]
+        assert re.search(r"\(each binary once\) in <[0-9.]+> \S", line), \
+            line
     # A node that stops answering: reported as such, and CRITICAL.
     os.kill(b.pid, signal.SIGSTOP)
     try:
