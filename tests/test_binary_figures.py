@@ -99,15 +99,16 @@ def test_proc_count_keeps_recons_figure_beside_the_distinct(sliced):
 
 
 def test_check_judges_the_bytes_held_and_says_so(sliced):
-    node, _remote, _holder, binary = sliced
+    node, _remote, holder, binary = sliced
     values = _json(node, "check", node.node)["nodes"][0]["values"]
     assert values["top_binary_memory"] == HELD <= binary
     # A threshold on one process's binaries does not fire on recon's sum.
     r = run_here("check", node.node, "--warn", "top_binary_memory=100MiB",
                  node=node)
     assert r.returncode == 0, r.stdout
-    assert "top binary_memory 1.0 MiB (each binary once)," in r.stdout, \
-        r.stdout
+    # ... and names the process that holds them (issue 38 item 1).
+    assert f"top binary_memory 1.0 MiB (each binary once) in {holder}" \
+        in r.stdout, r.stdout
     assert f"'top_binary_memory'={HELD}B;" in r.stdout
 
 

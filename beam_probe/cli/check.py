@@ -62,7 +62,8 @@ def check(args: tuple[str, ...], warn_specs: tuple[str, ...],
 
     Measures erlang:memory(), the process count, the most refc binary bytes
     one process references (each binary once), the longest message queue and atom use, and compares
-    them with the thresholds. With no thresholds: OK whenever the node
+    them with the thresholds; the two per-process figures name their
+    process. With no thresholds: OK whenever the node
     answers. Output: a Nagios plugin line with perfdata (default), --format
     json, or --format prometheus (also --textfile for node_exporter).
 
