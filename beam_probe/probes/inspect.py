@@ -27,7 +27,7 @@ from beam_probe.node.forms import LIB, Local
 from beam_probe.node.remote import Remote
 from beam_probe.node.replies import Reply, count, escaped
 from beam_probe.probes.info import atom_names, refused, target
-from beam_probe.text.syntax import elixir_atom
+from beam_probe.probes.atoms import elixir_atom
 
 if TYPE_CHECKING:
     from beam_probe.probes.results import (InspectBinaries, InspectPart,

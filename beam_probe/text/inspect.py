@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from beam_probe.erldist.terms import Atom, format_term
-from beam_probe.text.syntax import Syntax, elixir_atom
+from beam_probe.probes.atoms import elixir_atom, erlang_atom
+from beam_probe.text.syntax import Syntax
 from beam_probe.text.tables import human_bytes, printable, table
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def _kind(kind: str, syntax: Syntax) -> str:
     if kind.startswith("struct "):
         name = kind[len("struct "):]
         if not syntax.elixir:
-            return f"#{{'__struct__' => {format_term(Atom(name))}, ...}}"
+            return f"#{{'__struct__' => {erlang_atom(name)}, ...}}"
         written = elixir_atom(name)
         # A tag no alias names is no module's struct: Elixir writes the map.
         return f"%{{__struct__: {written}, ...}}" \

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+from beam_probe.probes.atoms import PLAIN, elixir_atom
+
 # Patterns, compiled by re (and cached there) when first used: a run on an
 # Erlang node uses two of them (shows_code), and compiling all five at
 # import was ~1 ms of every run's start-up.
@@ -25,9 +27,6 @@ _ATOM = r"(?:'(?:[^'\\]|\\.)+'|[a-z][A-Za-z0-9_@]*)"
 _MFA = rf"(?<![\w'/.#]){_ATOM}:{_ATOM}/\d+"
 _PID = r"(?<![#\w])<(\d+\.\d+\.\d+)>"
 _ELIXIR_MODULE = r"(?<![\w'.])'?Elixir\.([A-Z][\w.]*)'?"
-_PLAIN = r"[a-z_][A-Za-z0-9_@]*[?!]?"
-# An Elixir alias's atom: Elixir. and dot-separated capitalised words.
-_ALIAS = r"Elixir(?:\.[A-Z][A-Za-z0-9_]*)+"
 _QUOTED_MFA = rf"({_ATOM}):({_ATOM})$"
 
 
@@ -86,20 +85,6 @@ def _unquote(atom: str) -> str:
     return atom
 
 
-def elixir_atom(name: str) -> str:
-    """An atom (its text, unquoted) as Elixir writes it: a module alias
-    (Elixir.MyApp.Cache) as MyApp.Cache, a plain atom as :name, any other
-    as :"its text". Only a name Elixir could write as an alias loses its
-    'Elixir.': 'Elixir.', 'Elixir.foo bar' and 'Elixir.lower' are atoms
-    no alias names, and Elixir writes them :"Elixir.lower"."""
-    if re.fullmatch(_ALIAS, name):
-        return name[len("Elixir."):]
-    if re.fullmatch(_PLAIN, name):
-        return ":" + name
-    quoted = name.replace("\\", "\\\\").replace('"', '\\"')
-    return ':"' + quoted + '"'
-
-
 def _module(atom: str) -> str:
     return elixir_atom(_unquote(atom))
 
@@ -112,10 +97,10 @@ def _mfa(match: re.Match[str]) -> str:
     if quoted is None:
         return text
     module, function = quoted.group(1), _unquote(quoted.group(2))
-    if not re.fullmatch(_PLAIN, function):
+    if not re.fullmatch(PLAIN, function):
         function = f'"{function}"'
     return f"{_module(module)}.{function}{arity}"
 
 
-__all__ = ["ELIXIR", "ERLANG", "Syntax", "choose", "elixir_atom",
+__all__ = ["ELIXIR", "ERLANG", "Syntax", "choose",
            "shows_code"]
