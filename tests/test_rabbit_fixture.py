@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import REPO
-from rabbit import rabbit_missing
+from rabbit import _alive, rabbit_missing
 
 STARTER = """
 import sys, time
@@ -24,14 +24,6 @@ broker = Rabbit().start()
 print(broker.pid, broker.base, flush=True)
 time.sleep(600)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.skipif(rabbit_missing() is not None,
