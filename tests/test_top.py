@@ -182,6 +182,36 @@ def test_a_filter_matches_names_and_initial_calls(busy):
     assert view["frames"][0]["matched"] < 5, view["frames"][0]
 
 
+def test_a_filter_typed_during_a_pass_labels_the_next_frame(busy):
+    """The view's thread sets the filter while the feed's thread waits on
+    a pass: the frame says the filter it was asked with (a CI run showed
+    every process under a filter typed mid-pass), and the next refresh
+    applies the new one."""
+    from beam_probe.probes.top import TopFeed
+
+    feed = TopFeed(_connect(busy), interval=0.5, n=40)
+    feed.open()
+    asked = feed._request
+
+    def typed_meanwhile(filter_text):
+        request = asked(filter_text)
+        feed.filter = "code_serv"  # a key pressed once the pass is asked
+        return request
+
+    try:
+        feed._request = typed_meanwhile
+        view = feed.refresh()
+        assert view["filter"] == "" and view["frames"][0]["filter"] == ""
+        assert len(view["frames"][0]["processes"]) > 1
+        feed._request = asked
+        view = feed.refresh()
+        assert view["filter"] == "code_serv"
+        assert [p["name"] for p in view["frames"][0]["processes"]] == [
+            "code_server"]
+    finally:
+        feed.close()
+
+
 @pytest.mark.parametrize("args, words", [
     (("--interval", "0.1"), ("--interval",)),
     (("-N", "0"), ("-N", "500")),

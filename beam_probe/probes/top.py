@@ -290,17 +290,17 @@ class TopFeed:
         check_request(self.sort, self.n, self.filter, self.interval,
                       self.jobs)
 
-    def _request(self) -> dict[Atom, Any]:
+    def _request(self, filter_text: str) -> dict[Atom, Any]:
         """The request's map: the filter as the patterns binary:match/2
         takes (UTF-8, and latin1 too where the text has one: OTP 25
         writes latin1 atoms in latin1), [] for none; the idle time the
         keeper waits for the next refresh, longer than any wait between
         two of them (a stretched interval, a pass of seconds)."""
         patterns = []
-        if self.filter:
-            patterns.append(self.filter.encode("utf-8"))
+        if filter_text:
+            patterns.append(filter_text.encode("utf-8"))
             try:
-                latin1 = self.filter.encode("latin-1")
+                latin1 = filter_text.encode("latin-1")
             except UnicodeEncodeError:
                 latin1 = patterns[0]
             if latin1 != patterns[0]:
@@ -373,19 +373,26 @@ class TopFeed:
         keepers = list(self._keepers.values())
         idle = int(self.idle_time() * 1000)
         timeout = remote.timeout
+        # The filter read once: a key typed while the pass runs (another
+        # thread sets self.filter) applies at the next refresh, and this
+        # frame says the filter it was made with (a CI run labelled a
+        # frame of every process with a filter typed during its pass).
+        filter_text = self.filter
+        request = self._request(filter_text)
 
         def read(node: str, reply: Reply) -> Any:
             keeper = reply["keeper"]
             if not isinstance(keeper, Pid):
                 raise BadReply(f"{reply.helper}'s keeper is not a pid")
-            return read_frame(node, reply, self.filter, self.clock()), keeper
+            return read_frame(node, reply, filter_text, self.clock()), keeper
 
         if not self.cluster:
             keeper = self._keepers.get(self.node)
             if keeper is not None and \
                     self.clock() - self._asked < self.idle_time() / 2:
                 try:
-                    return [read(self.node, self._direct(remote, keeper))]
+                    return [read(self.node, self._direct(remote, keeper,
+                                                              request))]
                 except TimedOut:
                     # No answer: a keeper that died, or far slower than
                     # its last pass, or a node that answers nothing (a
@@ -397,15 +404,16 @@ class TopFeed:
                     self._keepers.pop(self.node, None)
             reply = remote.ask(HELPER, "refresh",
                                remote.watch(), keepers,
-                               self._secret, self._request(), idle,
+                               self._secret, request, idle,
                                self.jobs, *LOCALS, timeout=timeout)
             return [read(self.node, reply)]
         return cluster.fan(remote, asked, HELPER, "refresh",
                            (Var("BeamProbeWatch"), keepers, self._secret,
-                            self._request(), idle, self.jobs, *LOCALS),
+                            request, idle, self.jobs, *LOCALS),
                            read, timeout, self.connected)
 
-    def _direct(self, remote: Remote, keeper: Pid) -> Reply:
+    def _direct(self, remote: Remote, keeper: Pid,
+                request: dict[Atom, Any]) -> Reply:
         """A refresh asked of the keeper itself, by message: rex carries
         none of it (beam_probe_top:keep/4 says why). Waited on for a few
         of its last passes: it is known to be alive only by answering."""
@@ -417,7 +425,7 @@ class TopFeed:
         box = conn.mailbox(tag, 1)
         try:
             conn.send(keeper, (self._secret, A_REFRESH, conn.pid, tag,
-                               self._request(), []))
+                               request, []))
             kind, items = box.get(wait, "top's refresh")
         finally:
             conn.close_mailbox(box)
