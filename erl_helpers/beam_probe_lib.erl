@@ -28,7 +28,7 @@
 %% suite does).
 -module(beam_probe_lib).
 
--export([guard/3, others/0, pmap/3, values/3, top/2, describe/1,
+-export([guard/3, others/0, pmap/5, values/3, top/2, describe/1,
          distinct/1, settled/1, snapshots/6, resolve/1, fan_out/5,
          encoded/5, piece/4]).
 -export_type([memory/0, rows/0]).
@@ -155,8 +155,10 @@ guard(Watch, TimeoutMs, Work) ->
             Work()
     end.
 
-%% Every process of the node but ours (see guard/3), rex collected.
--spec others() -> [pid()].
+%% Every process of the node but ours (see guard/3), rex collected, as
+%% pmap/5 walks it: 'every' (the pids are read by the pass itself, so that
+%% no list of them is held twice, and none at all on OTP 28+).
+-spec others() -> every.
 others() ->
     %% rex carries every call of ours: its heap holds our traffic (a
     %% helper's forms, ~12 KB a call) until it collects, and that would
@@ -167,89 +169,151 @@ others() ->
         undefined -> ok;
         Rex -> erlang:garbage_collect(Rex)
     end,
-    Ours = case erlang:get('$beam_probe_ours') of
-               undefined -> [erlang:self()];
-               List -> List
-           end,
-    lists:subtract(erlang:processes(), Ours).
+    every.
 
-%% Fun over slices of List in Jobs processes of their own, so one pass
-%% runs on several schedulers at once. Results in slice order. Jobs 0
-%% means two workers per online scheduler: a worker spends most of its
-%% pass waiting for the process it asked, and with two per scheduler one
-%% is always ready to run (measured at 100,000 processes on 2 schedulers:
-%% 1 worker 248 ms, 2: 217 ms, 4: 151 ms, 8: 171 ms). Jobs is clamped to
-%% four per online scheduler and to the length of List: more only costs
-%% memory (a --jobs of 100,000 once took a small node to 357 MB).
+%% A pass: Fun over slices of Source in Jobs processes of their own, so
+%% that one pass runs on several schedulers at once. Source is a list of
+%% pids, or 'every' for every process of the node but ours (see guard/3).
+%% Each slice's result is folded, in slice order, into Acc0 by Fold(Result,
+%% Acc), or with Fold = list kept as a list in slice order. Returns {Acc,
+%% Count}: Count is the number of processes the slices held.
 %%
-%% A piece of List at a time (32,768 elements, or 2,048 a worker where
-%% that is more), each piece in Jobs slices, the next piece once the last
-%% is done: a pass builds lists as long as its slice (process_info's
-%% answers, the zips, the matches: ~580 bytes a process at its peak,
-%% measured), and the node's memory bears them only for the processes of
-%% one piece at a time, whatever the node's size (measured at 300,000
-%% processes: proc-count raised the node's memory by 174 MB at its peak in
-%% one piece, by 96-109 MB in pieces; recon's proc_count, 73-78 MB). So Fun
-%% must give a result that does not grow with its slice (a top N, a count,
-%% compressed chunks) for the bound to hold, and callers combine the
-%% results of every slice of every piece (lists:append, a top of tops).
+%% What the node holds during a pass is bounded, whatever its size (issue
+%% 39: a pass over 300,000 processes had raised the node by 96-288 MB):
+%%   * the pids: on OTP 28+ none beyond a slice, walked with
+%%     erlang:processes_iterator/0 and processes_next/1; before, the list
+%%     of erlang:processes(), 16 bytes a process (the floor: nothing else
+%%     enumerates processes), walked without a copy (our own processes are
+%%     taken out of each slice, not out of the list: lists:subtract/2 on
+%%     the whole list had held two for a moment);
+%%   * the work in flight: at most InFlight pids across the workers, a
+%%     slice each (128-2,048 pids). A slice's lists (process_info's
+%%     answers, the zips, the matches) cost a worker ~1.5 KB a pid at the
+%%     peak of its heap (measured: 12 MB a worker for slices of 8,192);
+%%   * the results: Fold keeps what the caller keeps (a top N, a count,
+%%     compressed chunks), in slice order as they are folded (at most Jobs
+%%     results wait for an earlier slice).
+%% A worker is given its next slice as soon as it answers, so no worker
+%% waits for the slowest of a round.
+%%
+%% Jobs 0 means two workers per online scheduler: a worker spends most of
+%% its pass waiting for the process it asked, and with two per scheduler
+%% one is always ready to run (measured at 100,000 processes on 2
+%% schedulers: 1 worker 248 ms, 2: 217 ms, 4: 151 ms, 8: 171 ms). Jobs is
+%% clamped to four per online scheduler and to the processes there are:
+%% more only costs memory (a --jobs of 100,000 once took a small node to
+%% 357 MB).
 %%
 %% Why the workers live for the whole pass and are sent their slices: a
 %% fun made by erl_eval is copied whole into each process spawned with it,
-%% and copying flattens what it shares; the snapshot's fun is ~13,000
-%% words shared and 1.15 million flat (measured), so a fresh process a
-%% slice made a snapshot of 1M processes 2.6x slower (31 pieces x 4).
-%% (Fresh processes cost the node less memory, +78-81 MB against +100 MB
-%% for proc-count at 300k, measured side by side; giving each worker its
-%% next slice without waiting for the piece, or collecting its heap after
-%% each slice, cost more, +104-201 MB, or time, 3.9 s at 1M.)
+%% and copying flattens what it shares (the snapshot's fun was ~13,000
+%% words shared and 1.15 million flat, measured), so a fresh process a
+%% slice made a snapshot of 1M processes 2.6x slower.
 %% Why processes: process_info(P, binary) on another process is a signal
 %% that P must be scheduled to answer (about 1.5-2.5 us each, measured), so
 %% one caller walking every process is bound to one scheduler; several
 %% callers keep all of them busy.
-%% Why a large initial heap: a slice's pass builds a few lists as long as
-%% the slice; grown from the default heap, the garbage collections that
-%% copy them cost more than the rest of the pass besides process_info
-%% (measured: 340 ms against 60 ms over 100,000 processes). 16 words per
-%% pid covers the live lists.
+%% Why an initial heap the size of a slice's lists: grown from the default
+%% heap, the garbage collections that copy them cost more than the rest of
+%% the pass besides process_info (measured: 340 ms against 60 ms over
+%% 100,000 processes). 16 words a pid covers the live lists.
 %% Why links: killing this process (guard/3) kills the workers with it.
 %% This process traps exits meanwhile, so a worker's end is a message: a
 %% failure fails the call. A worker that cannot be spawned (the node is at
 %% its process limit) has its slices done here.
--spec pmap(fun((list()) -> R), list(), non_neg_integer()) -> [R].
-pmap(Fun, List, Jobs0) ->
+-spec pmap(fun((list()) -> R), list | fun((R, Acc) -> Acc), Acc,
+           [pid()] | every, non_neg_integer()) ->
+          {Acc | [R], non_neg_integer()}.
+pmap(Fun, Fold, Acc0, Source, Jobs0) ->
     Schedulers = erlang:system_info(schedulers_online),
     Wanted = case Jobs0 of
                  0 -> 2 * Schedulers;
                  _ -> Jobs0
              end,
-    Length = erlang:length(List),
+    Ours = case erlang:get('$beam_probe_ours') of
+               undefined -> [erlang:self()];
+               OursList -> OursList
+           end,
+    Iterates = Source =:= every andalso
+        erlang:function_exported(erlang, processes_iterator, 0),
+    %% The walk's state: {list, Rest, Left} or {iterator, Iter, Buffer}.
+    {Walk0, Length} =
+        case Source of
+            every when Iterates ->
+                {{iterator, erlang:processes_iterator(), []},
+                 erlang:system_info(process_count)};
+            every ->
+                All = erlang:processes(),
+                AllLength = erlang:length(All),
+                {{list, All, AllLength}, AllLength};
+            _ ->
+                SourceLength = erlang:length(Source),
+                {{list, Source, SourceLength}, SourceLength}
+        end,
     Jobs = erlang:max(1, erlang:min(erlang:min(Wanted, 4 * Schedulers),
                                     Length)),
-    PieceLength = erlang:max(32768, 2048 * Jobs),
-    SliceLength = (erlang:min(Length, PieceLength) + Jobs - 1) div Jobs,
-    %% The first K slices of Count elements of Rest, each at most Size long.
-    Split = fun Split(1, _, _, Rest) ->
-                    [Rest];
-                Split(K, Size, Count, Rest) ->
-                    Taken = erlang:min(Size, Count),
-                    {Slice, Tail} = lists:split(Taken, Rest),
-                    [Slice | Split(K - 1, Size, Count - Taken, Tail)]
-            end,
+    SliceLength = erlang:max(128, erlang:min(2048, 4096 div Jobs)),
+    %% The next slice, and the walk after it; none at the end. On OTP 28
+    %% the iterator hands out the process table a block at a time
+    %% ({Index, Pids}: ~4,000 pids on 28.0, measured), so a block is taken
+    %% whole rather than one interpreted call a pid; any other shape is
+    %% walked a pid at a time.
+    Refill = fun Refill(Iter, Buffer, Count) when Count >= SliceLength ->
+                     {Iter, Buffer};
+                 Refill(Iter, Buffer, Count) ->
+                     case erlang:processes_next(Iter) of
+                         none ->
+                             {none, Buffer};
+                         {Pid, {Index, Block}} when erlang:is_integer(Index),
+                                                    erlang:is_list(Block) ->
+                             Refill({Index, []}, [[Pid | Block] | Buffer],
+                                    Count + 1 + erlang:length(Block));
+                         {Pid, Next} ->
+                             Refill(Next, [[Pid] | Buffer], Count + 1)
+                     end
+             end,
+    NextSlice = fun({list, [], _}) ->
+                        none;
+                   ({list, Rest, Left}) ->
+                        Taken = erlang:min(SliceLength, Left),
+                        {Slice, Tail} = lists:split(Taken, Rest),
+                        {Slice, {list, Tail, Left - Taken}};
+                   ({iterator, Iter, Held}) ->
+                        {Iter1, Blocks} = case Iter of
+                                              none -> {none, [Held]};
+                                              _ -> Refill(Iter, [Held], erlang:length(Held))
+                                          end,
+                        case lists:append(lists:reverse(Blocks)) of
+                            [] ->
+                                none;
+                            Pids ->
+                                Taken = erlang:min(SliceLength,
+                                                   erlang:length(Pids)),
+                                {Slice, Tail} = lists:split(Taken, Pids),
+                                {Slice, {iterator, Iter1, Tail}}
+                        end
+                end,
     Caller = erlang:self(),
     %% erl_eval funs keep only the variables they use: a worker holds Fun
-    %% and Caller, not List.
+    %% and Caller.
     Work = fun Work() ->
                    receive
-                       {beam_probe_slice, Slice} ->
-                           Caller ! {beam_probe_done, erlang:self(),
+                       {beam_probe_slice, Index, Slice} ->
+                           Caller ! {beam_probe_done, erlang:self(), Index,
                                      Fun(Slice)},
+                           %% What the slice left is garbage; a minor
+                           %% collection would have promoted the slice's
+                           %% lists to the old heap, which grows until a
+                           %% full sweep (measured: 6.7 MB a snapshot
+                           %% worker after slices of 1,024). Live now is
+                           %% Fun alone, so this costs little.
+                           erlang:garbage_collect(),
                            Work();
                        beam_probe_stop ->
                            ok
                    end
            end,
-    Options = [link, {min_heap_size, 16 * erlang:max(1, SliceLength) + 1000}],
+    Options = [link, {min_heap_size, 16 * SliceLength + 1000}],
     Trapping = erlang:process_flag(trap_exit, true),
     Workers = lists:map(fun(_) ->
                                 try
@@ -259,37 +323,81 @@ pmap(Fun, List, Jobs0) ->
                                 end
                         end,
                         lists:seq(1, Jobs)),
-    Run = fun(here, Slice) ->
-                  {done, Fun(Slice)};
-             (Worker, Slice) ->
-                  Worker ! {beam_probe_slice, Slice},
-                  Worker
-          end,
-    Result = fun({done, Done}) ->
-                     Done;
-                (Worker) ->
-                     receive
-                         {beam_probe_done, Worker, Done} ->
-                             Done;
-                         {'EXIT', Worker, Reason} ->
-                             erlang:error({beam_probe_worker, Reason})
+    %% Ours, and the workers: the iterator walks the table as it is, and
+    %% would meet them.
+    Mine = Ours ++ lists:filter(fun erlang:is_pid/1, Workers),
+    Folding = case Fold of
+                  list -> fun(Result, Acc) -> [Result | Acc] end;
+                  _ -> Fold
+              end,
+    %% Results folded in slice order: Pending holds those that came
+    %% before an earlier one, at most one a worker.
+    Settle = fun Settle(Next, Pending, Acc) ->
+                     case lists:keytake(Next, 1, Pending) of
+                         {value, {_, Result}, Rest} ->
+                             Settle(Next + 1, Rest, Folding(Result, Acc));
+                         false ->
+                             {Next, Pending, Acc}
                      end
              end,
-    Piece = fun(Elements, Count) ->
-                    K = erlang:min(Jobs, erlang:max(1, Count)),
-                    Slices = Split(K, (Count + K - 1) div K, Count, Elements),
-                    Started = lists:zipwith(Run, lists:sublist(Workers, K),
-                                            Slices),
-                    lists:map(Result, Started)
+    %% Give Worker the next slice (or do it here): Index counts slices,
+    %% Count processes.
+    Give = fun(Worker, Walk, Index, Count) ->
+                   case NextSlice(Walk) of
+                       none ->
+                           {idle, Walk, Index, Count};
+                       {Slice0, Walk1} ->
+                           Slice = case Source of
+                                       every -> lists:subtract(Slice0, Mine);
+                                       _ -> Slice0
+                                   end,
+                           case Worker of
+                               here ->
+                                   Caller ! {beam_probe_done, here, Index,
+                                             Fun(Slice)};
+                               _ ->
+                                   Worker ! {beam_probe_slice, Index, Slice}
+                           end,
+                           {busy, Walk1, Index + 1,
+                            Count + erlang:length(Slice)}
+                   end
+           end,
+    Start = fun Start([], Walk, Index, Count, Busy) ->
+                    {Walk, Index, Count, Busy};
+                Start([Worker | Rest], Walk, Index, Count, Busy) ->
+                    case Give(Worker, Walk, Index, Count) of
+                        {busy, Walk1, Index1, Count1} ->
+                            Start(Rest, Walk1, Index1, Count1, Busy + 1);
+                        {idle, Walk1, Index1, Count1} ->
+                            Start(Rest, Walk1, Index1, Count1, Busy)
+                    end
             end,
-    Pieces = fun Pieces(Rest, Left) when Left =< PieceLength ->
-                     Piece(Rest, Left);
-                 Pieces(Rest, Left) ->
-                     {Elements, Tail} = lists:split(PieceLength, Rest),
-                     Done = Piece(Elements, PieceLength),
-                     Done ++ Pieces(Tail, Left - PieceLength)
-             end,
-    Results = Pieces(List, Length),
+    {Walk0a, Index0, Count0, Busy0} = Start(Workers, Walk0, 0, 0, 0),
+    Loop = fun Loop(_, _, Count, 0, {_, [], Acc}) ->
+                   {Acc, Count};
+               Loop(Walk, Index, Count, Busy, {Next, Pending, Acc}) ->
+                   receive
+                       {beam_probe_done, Worker, Done, Result} ->
+                           Folded = Settle(Next, [{Done, Result} | Pending],
+                                           Acc),
+                           case Give(Worker, Walk, Index, Count) of
+                               {busy, Walk1, Index1, Count1} ->
+                                   Loop(Walk1, Index1, Count1, Busy, Folded);
+                               {idle, Walk1, Index1, Count1} ->
+                                   Loop(Walk1, Index1, Count1, Busy - 1,
+                                        Folded)
+                           end;
+                       {'EXIT', Worker, Reason} when Reason =/= normal ->
+                           case lists:member(Worker, Workers) of
+                               true ->
+                                   erlang:error({beam_probe_worker, Reason});
+                               false ->
+                                   Loop(Walk, Index, Count, Busy,
+                                        {Next, Pending, Acc})
+                           end
+                   end
+           end,
+    {Acc1, Scanned} = Loop(Walk0a, Index0, Count0, Busy0, {0, [], Acc0}),
     %% Each worker ends, and its heap with it, before the caller goes on.
     lists:foreach(fun(here) ->
                           ok;
@@ -301,7 +409,10 @@ pmap(Fun, List, Jobs0) ->
                   end,
                   Workers),
     erlang:process_flag(trap_exit, Trapping),
-    Results.
+    case Fold of
+        list -> {lists:reverse(Acc1), Scanned};
+        _ -> {Acc1, Scanned}
+    end.
 
 %% [{Value, Pid}] for the processes of Pids still alive, in Pids order.
 %% Attribute is any integer-valued process_info item, or binary_memory: the
@@ -744,11 +855,14 @@ settled(Wait) ->
             columns := [[integer() | none]],
             scanned := [non_neg_integer()]}.
 snapshots(K, Millis, Take, Jobs, Pmap, Others) ->
+    Shoot = fun() ->
+                    lists:append(erlang:element(
+                                   1, Pmap(Take, list, [], Others(), Jobs)))
+            end,
     Loop = fun Loop(1, Taken) ->
-                   lists:reverse([lists:append(Pmap(Take, Others(), Jobs))
-                                  | Taken]);
+                   lists:reverse([Shoot() | Taken]);
                Loop(Left, Taken) ->
-                   Shot = lists:append(Pmap(Take, Others(), Jobs)),
+                   Shot = Shoot(),
                    receive
                    after Millis ->
                        Loop(Left - 1, [Shot | Taken])

@@ -57,16 +57,17 @@ bin_leak(N, MaxGc, DryRun, Jobs, Pmap, Top, Describe, Distinct, Others,
         end,
     %% Memory is read before the counting workers exist, and after the
     %% collections once their heaps are freed (settled/1).
-    Pids = Others(),
     MemoryBefore = Settled(true),
-    Holders = lists:append(Pmap(CountHolders, Pids, Jobs)),
-    HolderCount = erlang:length(Holders),
-    Chosen = case MaxGc < HolderCount of
-                 true -> Top(Holders, MaxGc);
-                 false -> Holders
+    %% The holders counted, and only the MaxGc holding most kept, slice
+    %% after slice in process order (Top keeps its input's order).
+    {{HolderCount, Chosen}, Scanned} =
+        Pmap(CountHolders,
+             fun(Holders, {Count, Kept}) ->
+                     {Count + erlang:length(Holders), Top(Kept ++ Holders, MaxGc)}
              end,
+             {0, []}, Others(), Jobs),
     {Before, Victims} = lists:unzip(Chosen),
-    Summary = #{scanned => erlang:length(Pids),
+    Summary = #{scanned => Scanned,
                 holders => HolderCount,
                 would_collect => erlang:length(Victims),
                 memory_before => MemoryBefore},
@@ -76,7 +77,8 @@ bin_leak(N, MaxGc, DryRun, Jobs, Pmap, Top, Describe, Distinct, Others,
                      memory_after => MemoryBefore,
                      rows => Describe([])};
         false ->
-            After = lists:append(Pmap(Collect, Victims, Jobs)),
+            After = lists:append(erlang:element(
+                                   1, Pmap(Collect, list, [], Victims, Jobs))),
             MemoryAfter = Settled(true),
             Deltas = ets:match_spec_run(
                        lists:zip3(After, Before, Victims),
@@ -106,12 +108,17 @@ bin_leak(N, MaxGc, DryRun, Jobs, Pmap, Top, Describe, Distinct, Others,
           #{scanned := non_neg_integer(), rows := rows()}.
 proc_count(Attribute, N, Jobs, Pmap, Values, Top, Describe, Distinct,
            Others) ->
-    Pids = Others(),
-    Tops = Pmap(fun(Slice) -> Top(Values(Attribute, Slice, false), N) end,
-                Pids,
-                Jobs),
-    Rows = Describe(Top(lists:append(Tops), N)),
-    #{scanned => erlang:length(Pids),
+    %% Each slice's top N joins the top N of the slices before it, in
+    %% process order, so the node holds one top N, not one a slice.
+    {Best, Scanned} = Pmap(fun(Slice) ->
+                                   Top(Values(Attribute, Slice, false), N)
+                           end,
+                           fun(SliceTop, Kept) -> Top(Kept ++ SliceTop, N) end,
+                           [],
+                           Others(),
+                           Jobs),
+    Rows = Describe(Best),
+    #{scanned => Scanned,
       rows => case Attribute of
                   binary_memory ->
                       Rows#{distinct => Distinct(maps:get(pids, Rows))};
@@ -131,12 +138,11 @@ proc_count(Attribute, N, Jobs, Pmap, Values, Top, Describe, Distinct,
           #{scanned := non_neg_integer(), sent := non_neg_integer()}.
 proc_count_all(Sink, Tag, Attribute, Chunk, WaitMs, Jobs, Pmap, Values,
                Describe, Distinct, Others) ->
-    Pids = Others(),
-    Pairs = lists:append(Pmap(fun(Slice) ->
-                                      Values(Attribute, Slice, false)
-                              end,
-                              Pids,
-                              Jobs)),
+    {PairLists, Scanned} = Pmap(fun(Slice) ->
+                                        Values(Attribute, Slice, false)
+                                end,
+                                list, [], Others(), Jobs),
+    Pairs = lists:append(PairLists),
     Ranked = lists:reverse(lists:keysort(1, Pairs)),
     Show = fun(Rows) ->
                    Described = Describe(Rows),
@@ -165,7 +171,7 @@ proc_count_all(Sink, Tag, Attribute, Chunk, WaitMs, Jobs, Pmap, Values,
                    end
            end,
     Send(Ranked),
-    #{scanned => erlang:length(Pids), sent => erlang:length(Ranked)}.
+    #{scanned => Scanned, sent => erlang:length(Ranked)}.
 
 %% recon's proc_window: the largest increases of Attribute over Millis
 %% milliseconds: two snapshots (snapshots/6 with K = 2). Unlike recon, a
@@ -299,17 +305,18 @@ proc_info(Target, Resolve) ->
             top_ets_memory := non_neg_integer()}.
 health(Jobs, Pmap, Values, Others, Allocators, Rss, TopEts, Describe) ->
     Largest = fun(Pairs) -> lists:max([{0, none} | Pairs]) end,
-    Pids = Others(),
-    Slices = Pmap(fun(Slice) ->
-                          {Largest(Values(binary_distinct, Slice, false)),
-                           Largest(Values(message_queue_len, Slice, false))}
-                  end,
-                  Pids, Jobs),
-    {Binaries, Queues} = lists:unzip(Slices),
-    Tops = [Largest(Binaries), Largest(Queues)],
+    {Tops, Scanned} =
+        Pmap(fun(Slice) ->
+                     [Largest(Values(binary_distinct, Slice, false)),
+                      Largest(Values(message_queue_len, Slice, false))]
+             end,
+             fun(SliceTops, Kept) ->
+                     lists:zipwith(fun erlang:max/2, SliceTops, Kept)
+             end,
+             [{0, none}, {0, none}], Others(), Jobs),
     #{memory => erlang:memory(),
       %% Every process but ours, as every command counts them.
-      process_count => erlang:length(Pids),
+      process_count => Scanned,
       atom_count => erlang:system_info(atom_count),
       atom_limit => erlang:system_info(atom_limit),
       top_binary_memory => erlang:element(1, lists:nth(1, Tops)),

@@ -10,7 +10,7 @@
 %% processes instead of 20-30 MB.
 -module(beam_probe_snapshot).
 
--export([snapshot/11]).
+-export([snapshot/12, parts/1]).
 
 %% One chunk of processes, compressed: a map of columns, one element per
 %% process, each column a binary of fixed-width records so that a reader
@@ -99,17 +99,166 @@
 %% up, at most MaxAncestors of them.
 -spec snapshot(pos_integer(), non_neg_integer(), pos_integer(),
                pos_integer(), non_neg_integer(), fun(), fun(), fun(),
-               fun(), fun(), fun()) -> snapshot().
+               fun(), fun(), fun(), fun()) -> snapshot().
 snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
-         Settled, Sample, Rss) ->
+         Settled, Sample, Rss, Parts) ->
     %% (Others/0 collects rex first: our traffic would show as rex
     %% growing in both intervals, measured on OTP 28.)
     Header = Sample(none, 0, Jobs, Pmap, Others, Top, Settled, Rss),
+    #{take := Take, label := Label, dictionary := Dictionary,
+      items := Items, head := Head, candidate := Candidate, kinds := Kinds,
+      triple := Triple, pick := Pick,
+      dictionary_heap_cap := DictionaryHeapCap} = Parts(Chunk),
+    {Batches, _} = Pmap(Take, list, [], Others(), Jobs),
+    {Processes, ParentLists, Tallies} = lists:unzip3(lists:append(Batches)),
+    {Counts, Reads, Unreads} = lists:unzip3(Tallies),
+    %% The ancestors, level by level: each level's processes read in one
+    %% compiled pass, classified by Kinds, their unnamed ones' parents the
+    %% next level; a process already known is not read again.
+    AncestorItems = lists:sublist(Items, 5),
+    AncestorPattern = {'$10', Head ++ [{'_', '$5'}]},
+    Classify = ets:match_spec_compile(
+                 case Dictionary of
+                     true ->
+                         [];
+                     false ->
+                         [{AncestorPattern, [Candidate], [skip]}]
+                 end
+                 ++ Kinds(AncestorPattern,
+                          fun({{parent, Id, Parent}}) ->
+                                  [{{'$10', {{up, Parent, Id}}}}];
+                             ({{initial_call, Call}}) ->
+                                  [{{'$10', {{call, Call}}}}];
+                             (Known) ->
+                                  [{{'$10', Known}}]
+                          end)
+                 ++ case Dictionary of
+                        true ->
+                            [];
+                        false ->
+                            [{{'$10', Head ++ [{'_', '_'}], '$5'},
+                              [{is_pid, '$3'} | Triple],
+                              [{{'$10', {{up, '$3', '$5'}}}}]},
+                             {{'$10', Head ++ [{'_', '_'}], '_'},
+                              [], [{{'$10', {{up, '$3', '$2'}}}}]}]
+                    end),
+    UpOf = ets:match_spec_compile([{{'_', {up, '$1', '_'}}, [], ['$1']}]),
+    Walk = fun Walk(_, [], Known, _) ->
+                   Known;
+               Walk(0, _, Known, _) ->
+                   Known;
+               Walk(Depth, Level, Known, Room) ->
+                   Now = lists:sublist(Level, Room),
+                   Infos = lists:zipwith(fun erlang:process_info/2, Now,
+                                         lists:duplicate(erlang:length(Now),
+                                                         AncestorItems)),
+                   %% As in Batch: the ancestors' '$initial_call' too.
+                   Pairs = lists:zip(Now, Infos),
+                   Input = case Dictionary of
+                               true ->
+                                   Pairs;
+                               false ->
+                                   {Copy, _} =
+                                       lists:partition(
+                                         fun erlang:is_tuple/1,
+                                         ets:match_spec_run(Pairs, Pick)),
+                                   lists:zipwith(
+                                     fun erlang:append_element/2, Copy,
+                                     lists:map(
+                                       fun proc_lib:translate_initial_call/1,
+                                       lists:zipwith(fun erlang:element/2,
+                                                     lists:duplicate(
+                                                       erlang:length(Copy),
+                                                       1),
+                                                     Copy)))
+                                   ++ Pairs
+                           end,
+                   Classes = lists:filter(fun erlang:is_tuple/1,
+                                          ets:match_spec_run(Input,
+                                                             Classify)),
+                   Seen = maps:merge(Known, maps:from_list(Classes)),
+                   Next = lists:filter(fun(Pid) ->
+                                               not maps:is_key(Pid, Seen)
+                                       end,
+                                       lists:usort(ets:match_spec_run(
+                                                     Classes, UpOf))),
+                   Walk(Depth - 1, Next, Seen,
+                        Room - erlang:length(Now))
+           end,
+    Ancestors = Walk(MaxDepth, lists:usort(lists:append(ParentLists)), #{},
+                     MaxAncestors),
+    Tables = lists:map(fun(T) ->
+                               {T, ets:info(T, name), ets:info(T, owner),
+                                ets:info(T, size), ets:info(T, memory),
+                                ets:info(T, type)}
+                       end,
+                       ets:all()),
+    %% Our connection's port (TCP distribution) is ours, as our processes
+    %% are: not the node's to report.
+    Ours = case erlang:get('$beam_probe_ours') of
+               undefined -> [];
+               List -> List
+           end,
+    Ports = lists:map(fun(P) ->
+                              {P, erlang:port_info(P, name),
+                               erlang:port_info(P, connected),
+                               erlang:port_info(P, memory)}
+                      end,
+                      lists:subtract(erlang:ports(), Ours)),
+    AtomCount = erlang:system_info(atom_count),
+    From = erlang:max(0, AtomCount - MaxAtoms),
+    %% Atom indices are dense below the count; an index the node refuses
+    %% (the encoding is undocumented) gives no names at all rather than
+    %% wrong ones. One compiled lists:map: an interpreted loop with a try
+    %% per atom cost ~0.2 ms each (measured, 2,000 atoms).
+    Atoms = try
+                lists:map(fun erlang:binary_to_term/1,
+                          [<<131, 75, Index:24>>
+                           || Index <- lists:seq(From, AtomCount - 1)])
+            catch
+                _:_ -> []
+            end,
+    #{sample => Header,
+      items => [Item || Item <- [label], Label]
+               ++ [dictionary_initial_call || Dictionary],
+      processes => Processes,
+      %% Every process but ours: the rows, counted.
+      process_count => lists:sum(Counts),
+      ancestors => erlang:term_to_binary(maps:to_list(Ancestors),
+                                         [{compressed, 1}]),
+      tables => erlang:term_to_binary(Tables, [{compressed, 1}]),
+      ports => erlang:term_to_binary(Ports, [{compressed, 1}]),
+      atom_count => AtomCount,
+      creation => erlang:system_info(creation),
+      otp_release => erlang:system_info(otp_release),
+      %% Whether the node runs Elixir: diff, offline, shows its names in
+      %% the node's syntax.
+      elixir => lists:keymember(elixir, 1,
+                                application:loaded_applications()),
+      atoms => [Atom || Atom <- Atoms, erlang:is_atom(Atom)],
+      atoms_from => From,
+      %% Whole dictionaries copied for their '$initial_call' (OTP 25),
+      %% and the proc_lib processes left in init_p's group for a heap
+      %% past the cap: the rows' only (an ancestor is read again).
+      dictionary_heap_cap => DictionaryHeapCap,
+      dictionaries_read => lists:sum(Reads),
+      dictionaries_unread => lists:sum(Unreads)}.
+
+%% What a snapshot's pass needs, made where only Chunk is bound: Take, the
+%% work of a slice (for pmap/5), and the patterns snapshot/12 uses again
+%% for the ancestors. Made inside snapshot/12, every fun there held its
+%% parameters (pmap's, sample's and describe's clauses among them), and
+%% each worker got Take flat: ~1 million words, 8 MB a worker (measured:
+%% a snapshot of 300,000 processes raised the node by 104 MB, 56 of them
+%% its four workers' copies; issue 39).
+-spec parts(pos_integer()) -> #{atom() => term()}.
+parts(Chunk) ->
     %% The columns' funs first, before anything else is bound: an erl_eval
-    %% fun of OTP 25 holds the variables bound before it, and each worker
-    %% gets Batch's whole, flat, nested funs and all. Bound after the
-    %% patterns below, they made a snapshot of 100k plain processes cost
-    %% the node ~0.2 s more CPU (measured side by side, 2 cores).
+    %% fun holds the variables bound before it that its function uses
+    %% anywhere, and each worker gets Batch's whole, flat, nested funs and
+    %% all. Bound after the patterns below, they made a snapshot of 100k
+    %% plain processes cost the node ~0.2 s more CPU (measured side by
+    %% side, 2 cores).
     %% A chunk as columns, the repeated terms (groups, functions) each
     %% once, with an index per row: decoding a million rows of tuples
     %% took beam-probe 14 s, and most of it was the same few hundred
@@ -331,137 +480,7 @@ snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
                              | Acc])
         end,
     Take = fun(Pids) -> Batch(Pids, []) end,
-    {Processes, ParentLists, Tallies} =
-        lists:unzip3(lists:append(Pmap(Take, Others(), Jobs))),
-    {Counts, Reads, Unreads} = lists:unzip3(Tallies),
-    %% The ancestors, level by level: each level's processes read in one
-    %% compiled pass, classified by Kinds, their unnamed ones' parents the
-    %% next level; a process already known is not read again.
-    AncestorItems = lists:sublist(Items, 5),
-    AncestorPattern = {'$10', Head ++ [{'_', '$5'}]},
-    Classify = ets:match_spec_compile(
-                 case Dictionary of
-                     true ->
-                         [];
-                     false ->
-                         [{AncestorPattern, [Candidate], [skip]}]
-                 end
-                 ++ Kinds(AncestorPattern,
-                          fun({{parent, Id, Parent}}) ->
-                                  [{{'$10', {{up, Parent, Id}}}}];
-                             ({{initial_call, Call}}) ->
-                                  [{{'$10', {{call, Call}}}}];
-                             (Known) ->
-                                  [{{'$10', Known}}]
-                          end)
-                 ++ case Dictionary of
-                        true ->
-                            [];
-                        false ->
-                            [{{'$10', Head ++ [{'_', '_'}], '$5'},
-                              [{is_pid, '$3'} | Triple],
-                              [{{'$10', {{up, '$3', '$5'}}}}]},
-                             {{'$10', Head ++ [{'_', '_'}], '_'},
-                              [], [{{'$10', {{up, '$3', '$2'}}}}]}]
-                    end),
-    UpOf = ets:match_spec_compile([{{'_', {up, '$1', '_'}}, [], ['$1']}]),
-    Walk = fun Walk(_, [], Known, _) ->
-                   Known;
-               Walk(0, _, Known, _) ->
-                   Known;
-               Walk(Depth, Level, Known, Room) ->
-                   Now = lists:sublist(Level, Room),
-                   Infos = lists:zipwith(fun erlang:process_info/2, Now,
-                                         lists:duplicate(erlang:length(Now),
-                                                         AncestorItems)),
-                   %% As in Batch: the ancestors' '$initial_call' too.
-                   Pairs = lists:zip(Now, Infos),
-                   Input = case Dictionary of
-                               true ->
-                                   Pairs;
-                               false ->
-                                   {Copy, _} =
-                                       lists:partition(
-                                         fun erlang:is_tuple/1,
-                                         ets:match_spec_run(Pairs, Pick)),
-                                   lists:zipwith(
-                                     fun erlang:append_element/2, Copy,
-                                     lists:map(
-                                       fun proc_lib:translate_initial_call/1,
-                                       lists:zipwith(fun erlang:element/2,
-                                                     lists:duplicate(
-                                                       erlang:length(Copy),
-                                                       1),
-                                                     Copy)))
-                                   ++ Pairs
-                           end,
-                   Classes = lists:filter(fun erlang:is_tuple/1,
-                                          ets:match_spec_run(Input,
-                                                             Classify)),
-                   Seen = maps:merge(Known, maps:from_list(Classes)),
-                   Next = lists:filter(fun(Pid) ->
-                                               not maps:is_key(Pid, Seen)
-                                       end,
-                                       lists:usort(ets:match_spec_run(
-                                                     Classes, UpOf))),
-                   Walk(Depth - 1, Next, Seen,
-                        Room - erlang:length(Now))
-           end,
-    Ancestors = Walk(MaxDepth, lists:usort(lists:append(ParentLists)), #{},
-                     MaxAncestors),
-    Tables = lists:map(fun(T) ->
-                               {T, ets:info(T, name), ets:info(T, owner),
-                                ets:info(T, size), ets:info(T, memory),
-                                ets:info(T, type)}
-                       end,
-                       ets:all()),
-    %% Our connection's port (TCP distribution) is ours, as our processes
-    %% are: not the node's to report.
-    Ours = case erlang:get('$beam_probe_ours') of
-               undefined -> [];
-               List -> List
-           end,
-    Ports = lists:map(fun(P) ->
-                              {P, erlang:port_info(P, name),
-                               erlang:port_info(P, connected),
-                               erlang:port_info(P, memory)}
-                      end,
-                      lists:subtract(erlang:ports(), Ours)),
-    AtomCount = erlang:system_info(atom_count),
-    From = erlang:max(0, AtomCount - MaxAtoms),
-    %% Atom indices are dense below the count; an index the node refuses
-    %% (the encoding is undocumented) gives no names at all rather than
-    %% wrong ones. One compiled lists:map: an interpreted loop with a try
-    %% per atom cost ~0.2 ms each (measured, 2,000 atoms).
-    Atoms = try
-                lists:map(fun erlang:binary_to_term/1,
-                          [<<131, 75, Index:24>>
-                           || Index <- lists:seq(From, AtomCount - 1)])
-            catch
-                _:_ -> []
-            end,
-    #{sample => Header,
-      items => [Item || Item <- [label], Label]
-               ++ [dictionary_initial_call || Dictionary],
-      processes => Processes,
-      %% Every process but ours: the rows, counted.
-      process_count => lists:sum(Counts),
-      ancestors => erlang:term_to_binary(maps:to_list(Ancestors),
-                                         [{compressed, 1}]),
-      tables => erlang:term_to_binary(Tables, [{compressed, 1}]),
-      ports => erlang:term_to_binary(Ports, [{compressed, 1}]),
-      atom_count => AtomCount,
-      creation => erlang:system_info(creation),
-      otp_release => erlang:system_info(otp_release),
-      %% Whether the node runs Elixir: diff, offline, shows its names in
-      %% the node's syntax.
-      elixir => lists:keymember(elixir, 1,
-                                application:loaded_applications()),
-      atoms => [Atom || Atom <- Atoms, erlang:is_atom(Atom)],
-      atoms_from => From,
-      %% Whole dictionaries copied for their '$initial_call' (OTP 25),
-      %% and the proc_lib processes left in init_p's group for a heap
-      %% past the cap: the rows' only (an ancestor is read again).
-      dictionary_heap_cap => DictionaryHeapCap,
-      dictionaries_read => lists:sum(Reads),
-      dictionaries_unread => lists:sum(Unreads)}.
+    #{take => Take, label => Label, dictionary => Dictionary,
+      items => Items, head => Head, candidate => Candidate, kinds => Kinds,
+      triple => Triple, pick => Pick,
+      dictionary_heap_cap => DictionaryHeapCap}.

@@ -296,8 +296,6 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
                     words => maps:get(words, Now) - maps:get(words, Before)
                         - maps:get(words, Ours)}
           end,
-    All = Others(),
-    Scanned = erlang:length(All),
     %% Whether this node reads one dictionary key at a time (OTP 26.2+),
     %% as describe/1 finds out. Before, describe/1 copies the dictionary
     %% of each row shown, within a budget that is this pass's, and keeps
@@ -315,9 +313,12 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
                  Map when erlang:is_map(Map) -> Map;
                  _ -> #{}
              end,
-    %% The names of processes that ended are dropped (a compiled look-up
-    %% of every live one).
-    Labels orelse erlang:put('$beam_probe_names', maps:with(All, Stored)),
+    %% The names of processes that ended are dropped (each of the names
+    %% kept, at most 10,000, asked whether its process lives).
+    Labels orelse erlang:put('$beam_probe_names',
+                             maps:with(lists:filter(fun erlang:is_process_alive/1,
+                                                    maps:keys(Stored)),
+                                       Stored)),
     Known = case Labels orelse Filter =:= [] of
                 true -> #{};
                 false -> erlang:get('$beam_probe_names')
@@ -327,7 +328,8 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
     %% into each worker, the last pass's reductions among them (erl_eval
     %% keeps them all: 3 million words a worker at 100,000 processes, and
     %% twice the pass's time, measured).
-    Slices = Pmap(Slice(Sort, N, Filter, Labels, Top, Known), All, Jobs),
+    {Slices, Scanned} = Pmap(Slice(Sort, N, Filter, Labels, Top, Known), list,
+                             [], Others(), Jobs),
     {PerSlice, Tops, Tally} = lists:unzip3(Slices),
     {Counts, Lets, Unknown} = lists:unzip3(Tally),
     %% Kept as a list for the next pass: a map of it cost 25 ms a pass at

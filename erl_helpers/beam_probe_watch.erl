@@ -54,13 +54,12 @@
              fun(), fun(), fun()) -> sample().
 sample(Gc, MaxGc, Jobs, Pmap, Others, Top, Settled, Rss) ->
     Collect = fun(Pids) ->
-                      Pmap(fun(Slice) ->
-                                   lists:foreach(fun erlang:garbage_collect/1,
-                                                 Slice)
-                           end,
-                           Pids,
-                           Jobs),
-                      erlang:length(Pids)
+                      erlang:element(
+                        2, Pmap(fun(Slice) ->
+                                        lists:foreach(
+                                          fun erlang:garbage_collect/1, Slice)
+                                end,
+                                fun(_, Acc) -> Acc end, ok, Pids, Jobs))
               end,
     GcStarted = erlang:monotonic_time(microsecond),
     Collected =
@@ -68,27 +67,27 @@ sample(Gc, MaxGc, Jobs, Pmap, Others, Top, Settled, Rss) ->
             none ->
                 0;
             holders ->
-                Holders = lists:append(
-                            Pmap(fun(Pids) ->
-                                         Infos = lists:zipwith(
-                                                   fun erlang:process_info/2,
-                                                   Pids,
-                                                   lists:duplicate(
-                                                     erlang:length(Pids),
-                                                     binary)),
-                                         ets:match_spec_run(
-                                           lists:zip(Infos, Pids),
-                                           ets:match_spec_compile(
-                                             [{{{binary, '$1'}, '$2'},
-                                               [{'=/=', '$1', []}],
-                                               [{{{length, '$1'}, '$2'}}]}]))
-                                 end,
-                                 Others(),
-                                 Jobs)),
-                Chosen = case MaxGc < erlang:length(Holders) of
-                             true -> Top(Holders, MaxGc);
-                             false -> Holders
+                %% Only the MaxGc holding most are kept, slice after
+                %% slice in process order.
+                {Chosen, _} =
+                    Pmap(fun(Pids) ->
+                                 Infos = lists:zipwith(
+                                           fun erlang:process_info/2,
+                                           Pids,
+                                           lists:duplicate(
+                                             erlang:length(Pids),
+                                             binary)),
+                                 ets:match_spec_run(
+                                   lists:zip(Infos, Pids),
+                                   ets:match_spec_compile(
+                                     [{{{binary, '$1'}, '$2'},
+                                       [{'=/=', '$1', []}],
+                                       [{{{length, '$1'}, '$2'}}]}]))
                          end,
+                         fun(Holders, Kept) ->
+                                 Top(Kept ++ Holders, MaxGc)
+                         end,
+                         [], Others(), Jobs),
                 {_, Victims} = lists:unzip(Chosen),
                 Collect(Victims);
             all ->

@@ -19,9 +19,10 @@ import time
 import pytest
 
 from beam_probe.erldist.dial import NAME_POOL
-from beam_probe.erldist.terms import Atom, ExportFun, integers
+from beam_probe.erldist.terms import Atom
 from beam_probe.errors import TimedOut
-from beam_probe.node.forms import Local
+from beam_probe.node.forms import (A_CLAUSE, A_CLAUSES, A_FUN, A_VAR, Form,
+                                   Local)
 from beam_probe.probes import processes
 from beam_probe.node.remote import attach
 from conftest import one_line, run_cli
@@ -290,18 +291,31 @@ def test_a_call_we_gave_up_on_is_stopped_by_its_deadline(target, remote):
 
 
 def test_jobs_are_clamped_on_the_node(remote):
+    """However many jobs are asked, a pass runs at most four workers a
+    scheduler, each slice at most 2,048 processes (the work in flight is
+    bounded: issue 39), and every element is done once."""
     schedulers = remote.call("erlang", "system_info",
                              [Atom("schedulers_online")])
-    for jobs in (10**14, 200, 0, 1):
-        lengths = integers(remote.run(
-            "beam_probe_lib", "pmap",
-            ExportFun(Atom("erlang"), Atom("length"), 1), list(range(100)),
-            jobs))
-        assert sum(lengths) == 100
-        assert 1 <= len(lengths) <= 4 * schedulers
-    assert len(remote.run("beam_probe_lib", "pmap",
-                          ExportFun(Atom("erlang"), Atom("length"), 1),
-                          [1, 2, 3], 64)) <= 3
+    v = (A_VAR, 1, Atom("Slice"))
+    # fun(Slice) -> {erlang:self(), erlang:length(Slice)} end
+    each = Form((A_FUN, 1, (A_CLAUSES, [(A_CLAUSE, 1, [v], [], [
+        (Atom("tuple"), 1, [_call("self", []), _call("length", [v])])])])))
+    for jobs, length in ((10**14, 5000), (200, 5000), (0, 5000), (1, 5000),
+                         (64, 3)):
+        results, count = remote.run("beam_probe_lib", "pmap", each,
+                                    Atom("list"), [], list(range(length)),
+                                    jobs)
+        assert count == length
+        assert sum(n for _, n in results) == length
+        workers = {pid for pid, _ in results}
+        assert 1 <= len(workers) <= min(4 * schedulers, length)
+        assert max(n for _, n in results) <= 2048
+
+
+def _call(name: str, args: list) -> tuple:
+    return (Atom("call"), 1, (Atom("remote"), 1, (Atom("atom"), 1,
+                                                  Atom("erlang")),
+                              (Atom("atom"), 1, Atom(name))), args)
 
 
 def test_huge_jobs_give_the_right_answer(target):

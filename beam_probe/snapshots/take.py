@@ -1,7 +1,7 @@
 """snapshot: the whole node at one moment, to a file, for diff and
 leak-hunt (the three-snapshot method).
 
-One call on the node (beam_probe_snapshot:snapshot/11) returns the memory
+One call on the node (beam_probe_snapshot:snapshot/12) returns the memory
 figures, every process as compressed row chunks, the ancestors of the
 processes grouped by their place in the tree, every ETS table and port,
 and the names of the newest atoms. The chunks go to the file as the node
@@ -106,7 +106,7 @@ def args(jobs: int) -> tuple[Any, ...]:
     return (CHUNK_ROWS, MAX_ATOMS, MAX_DEPTH, MAX_ANCESTORS, jobs,
             Local("pmap", LIB), Local("others", LIB), Local("top", LIB),
             Local("settled", LIB), Local("sample", "beam_probe_watch"),
-            Local("rss", "beam_probe_alloc"))
+            Local("rss", "beam_probe_alloc"), Local("parts", HELPER))
 
 
 def read(node: str, reply: Reply, epoch: float, gc: str
