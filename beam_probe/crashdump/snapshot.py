@@ -47,11 +47,11 @@ def is_dump(path: str) -> bool:
 def snapshot_or_dump(path: str, last: bool) -> Any:
     """diff's reader: a snapshot file, or a crash dump, which is the
     node's last state and so comes last."""
-    from beam_probe.snapshots.columns import load
+    from beam_probe.snapshots.columns import open_file
     from beam_probe.snapshots.format import SnapshotError
 
     if not is_dump(path):
-        return load(path)
+        return open_file(path)
     if not last:
         raise SnapshotError(f"{path} is a crash dump: give it last (the "
                             "node died after the snapshots)")

@@ -1,7 +1,13 @@
-"""A snapshot's processes in columns: arrays of machine integers, groups
-and initial calls interned, about 50 bytes a process, so three snapshots
-of a million processes fit in a few hundred MB. Groups known by their place
-in the tree are named here, from the ancestors the file holds.
+"""A snapshot's processes, a process section (a chunk of rows) at a time:
+each chunk's columns as arrays of machine integers, groups and initial
+calls interned per snapshot. Groups known by their place in the tree are
+named here, from the ancestors the file holds.
+
+Two ways to hold a snapshot: Stream, which decodes a chunk at a time on
+each pass and keeps no row (what diff and leak-hunt compare: issue 39,
+three snapshots of a million processes in columns took 272 MB), and
+Loaded, every chunk's columns appended, about 50 bytes a process (a
+crash dump's rows, and tests that look at rows).
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from itertools import compress
 from typing import Any, Callable, Iterator
 
 from beam_probe.erldist.terms import Atom, Pid, format_term, integers
-from beam_probe.snapshots.format import SnapshotError, decoded, read
+from beam_probe.snapshots.format import (Sections, SnapshotError,
+                                         held_sections, open_sections, read)
 
 
 def _mfa(term: Any) -> str:
@@ -24,21 +31,30 @@ def _mfa(term: Any) -> str:
     return format_term(term)
 
 
-class Loaded:
-    """One snapshot, in columns."""
+class Chunk:
+    """One process section's rows: pid keys, group and initial-call ids
+    (the snapshot's), memory and refc binary bytes, and the registered
+    names of the few rows that have one (row -> name)."""
+
+    __slots__ = ("keys", "groups", "calls", "memory", "binary", "named")
+
+    def __init__(self, keys: array[int], groups: array[int],
+                 calls: array[int], memory: array[int], binary: array[int],
+                 named: dict[int, str]) -> None:
+        self.keys, self.groups, self.calls = keys, groups, calls
+        self.memory, self.binary, self.named = memory, binary, named
+
+
+class Snapshot:
+    """One snapshot's header, names and small sections; its rows are
+    passed over a chunk at a time with chunks()."""
 
     def __init__(self, path: str, header: dict[Any, Any]) -> None:
         self.path, self.header = path, header
         self.node: str = header["node"]
         self.epoch = float(header.get("epoch", 0))
         self.creation: int | None = None
-        self.keys = array("q")
-        self.groups = array("i")
-        self.calls = array("i")
-        self.memory = array("q")
-        self.binary = array("q")
-        self.binary_count = array("q")
-        self.queue = array("q")
+        self.rows = 0  # how many, once a pass has read them all
         self.group_names: list[str] = []
         self.call_names: list[str] = []
         self._groups: dict[Any, int] = {}
@@ -53,15 +69,23 @@ class Loaded:
         self.placed: list[tuple[int, str, int]] = []
         # Format 3: each ancestor's class, by pid key (see name_placed).
         self.ancestors: dict[int, tuple[Any, ...]] | None = None
+        # Each named or labelled process's name, by pid key: what formats
+        # 1 and 2 name a group's parent by. A Stream of format 3 keeps
+        # none (its ancestors name the groups), so that a node of a
+        # million labelled processes is no million-entry dict.
+        self.keep_names = True
 
-    def rows_of(self, keys: set[int]) -> dict[int, int]:
-        """The rows of a few pid keys, in one pass: no index of every row
-        (a million-entry dict is ~100 MB)."""
-        if not keys:
-            return {}
-        rows = compress(range(len(self.keys)),
-                        map(keys.__contains__, self.keys))
-        return {self.keys[i]: i for i in rows}
+    def chunks(self) -> Iterator[Chunk]:
+        """Every row, a chunk at a time; once they are all read, every
+        group is named and ``rows`` counts them."""
+        raise NotImplementedError
+
+    def calls_of(self, keys: set[int]) -> dict[int, str]:
+        """What the rows of a few pid keys run (the last row of a key)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
 
     def intern(self, table: dict[Any, Any], names: list[Any], key: Any,
                text: Callable[[], str]) -> int:
@@ -79,6 +103,127 @@ class Loaded:
         return {name: i for i, name in enumerate(self.call_names)}
 
 
+class Loaded(Snapshot):
+    """One snapshot, in columns: every chunk's rows appended."""
+
+    def __init__(self, path: str, header: dict[Any, Any]) -> None:
+        super().__init__(path, header)
+        self.keys = array("q")
+        self.groups = array("i")
+        self.calls = array("i")
+        self.memory = array("q")
+        self.binary = array("q")
+        self.binary_count = array("q")
+        self.queue = array("q")
+
+    def rows_of(self, keys: set[int]) -> dict[int, int]:
+        """The rows of a few pid keys, in one pass: no index of every row
+        (a million-entry dict is ~100 MB)."""
+        if not keys:
+            return {}
+        rows = compress(range(len(self.keys)),
+                        map(keys.__contains__, self.keys))
+        return {self.keys[i]: i for i in rows}
+
+    def chunks(self) -> Iterator[Chunk]:
+        """The columns as one chunk."""
+        rows = self.rows_of(set(self.names))
+        self.rows = len(self.keys)
+        yield Chunk(self.keys, self.groups, self.calls, self.memory,
+                    self.binary, {row: self.names[key]
+                                  for key, row in rows.items()})
+
+    def calls_of(self, keys: set[int]) -> dict[int, str]:
+        return {key: self.call_names[self.calls[row]]
+                for key, row in self.rows_of(keys).items()}
+
+
+class Stream(Snapshot):
+    """One snapshot, its rows read from its sections on each pass, a
+    chunk at a time: what it holds is its names and small sections,
+    whatever the number of processes."""
+
+    def __init__(self, path: str, header: dict[Any, Any],
+                 sections: Sections) -> None:
+        super().__init__(path, header)
+        self._sections = sections
+        self.creation = header.get("creation")
+        self.keep_names = header.get("format") != 3
+        if not sections.count:
+            sections.close()
+            raise SnapshotError(f"{path} holds no processes")
+        for kind, term in sections.small:
+            _add_section(self, kind, term)
+
+    def chunks(self) -> Iterator[Chunk]:
+        rows = 0
+        for term in self._sections.processes():
+            chunk = _checked(self, term)
+            rows += len(chunk.keys)
+            yield chunk
+        self.rows = rows
+        name_placed(self)
+
+    def calls_of(self, keys: set[int]) -> dict[int, str]:
+        found: dict[int, str] = {}
+        if not keys:
+            return found
+        for term in self._sections.processes():
+            chunk = _checked(self, term)
+            for row in compress(range(len(chunk.keys)),
+                                map(keys.__contains__, chunk.keys)):
+                found[chunk.keys[row]] = self.call_names[chunk.calls[row]]
+        return found
+
+    def close(self) -> None:
+        self._sections.close()
+
+
+def _checked(snap: Snapshot, term: Any) -> Chunk:
+    try:
+        return _chunk(snap, term)
+    except _DAMAGE:
+        raise SnapshotError(f"{snap.path} is damaged (unexpected rows in "
+                            "its processes)") from None
+
+
+def open_file(path: str) -> Stream:
+    """A snapshot file, for passes over its rows (the file stays open
+    until close())."""
+    header, sections = open_sections(path)
+    return Stream(path, header, sections)
+
+
+def held(path: str, header: dict[str, Any],
+         sections: list[tuple[bytes, bytes]]) -> Stream:
+    """A snapshot just taken (and written to ``path``), for passes over its
+    rows from the bytes in hand, its header as the file holds it (JSON)."""
+    return Stream(path, json.loads(json.dumps(header)),
+                  held_sections(path, sections))
+
+
+def check_taken(path: str, header: dict[str, Any],
+                sections: list[tuple[bytes, bytes]]) -> Stream:
+    """held(), each section decoded and checked once as a file's are: what
+    a file may not hold, the node may not have sent (a BadReply, not a
+    damaged file)."""
+    from beam_probe.errors import BadReply
+
+    try:
+        snap = held(path, header, sections)
+        for _chunk_ in snap.chunks():
+            pass
+        return snap
+    except SnapshotError as exc:
+        raise BadReply(f"beam_probe_snapshot's reply from "
+                       f"{header['node']} makes no snapshot: {exc}") \
+            from None
+
+
+_DAMAGE = (TypeError, ValueError, IndexError, AttributeError, KeyError,
+           OverflowError)
+
+
 def _key(pid: Pid) -> int:
     return (pid.serial << 32) | pid.id  # as _pid_keys makes them
 
@@ -89,47 +234,39 @@ def load(path: str) -> Loaded:
     return _build(path, header, sections)
 
 
-def taken(path: str, header: dict[str, Any],
-          sections: list[tuple[bytes, bytes]]) -> Loaded:
-    """A snapshot just taken (and written to ``path``), into columns from
-    the bytes in hand: its header as the file holds it (JSON), its
-    sections decoded and checked as a file's are: what a file may not
-    hold, the node may not have sent (a BadReply, not a damaged file)."""
-    from beam_probe.errors import BadReply
-
-    try:
-        return _build(path, json.loads(json.dumps(header)),
-                      decoded(path, sections))
-    except SnapshotError as exc:
-        raise BadReply(f"beam_probe_snapshot's reply from "
-                       f"{header['node']} makes no snapshot: {exc}") \
-            from None
-
-
 def _build(path: str, header: dict[str, Any],
            sections: Iterator[tuple[str, Any]]) -> Loaded:
     snap = Loaded(path, header)
     seen = set()
     for kind, term in sections:
         seen.add(kind)
-        try:
-            if kind == "processes":
+        if kind == "processes":
+            try:
                 _add_rows(snap, term)
-            elif kind == "ancestors":
-                snap.ancestors = {_key(pid): _class(c) for pid, c in term}
-            elif kind == "tables":
-                snap.tables = [_table(snap, t) for t in term]
-            elif kind == "ports":
-                snap.ports = [_port(p) for p in term]
-        except (TypeError, ValueError, IndexError, AttributeError,
-                KeyError, OverflowError):
-            raise SnapshotError(f"{path} is damaged (unexpected rows in "
-                                f"its {kind})") from None
+            except _DAMAGE:
+                raise SnapshotError(f"{path} is damaged (unexpected rows "
+                                    f"in its {kind})") from None
+        else:
+            _add_section(snap, kind, term)
     if "processes" not in seen:
         raise SnapshotError(f"{path} holds no processes")
     snap.creation = header.get("creation")
     name_placed(snap)
     return snap
+
+
+def _add_section(snap: Snapshot, kind: str, term: Any) -> None:
+    """A section other than a chunk of processes."""
+    try:
+        if kind == "ancestors":
+            snap.ancestors = {_key(pid): _class(c) for pid, c in term}
+        elif kind == "tables":
+            snap.tables = [_table(snap, t) for t in term]
+        elif kind == "ports":
+            snap.ports = [_port(p) for p in term]
+    except _DAMAGE:
+        raise SnapshotError(f"{snap.path} is damaged (unexpected rows in "
+                            f"its {kind})") from None
 
 
 # Code that says little of what a process is for: proc_lib's (a fun's, an
@@ -150,7 +287,7 @@ def _class(term: Any) -> tuple[Any, ...]:
     return (kind, _group_text(term))
 
 
-def name_placed(snap: Loaded) -> None:
+def name_placed(snap: Snapshot) -> None:
     """Name each group known by its place in the tree: "what under whom",
     whom being the nearest named (registered or labelled) ancestor, with
     how many levels up when it is not the parent: "proc_lib:init_p/5
@@ -158,16 +295,17 @@ def name_placed(snap: Loaded) -> None:
     at the code of its last ancestor, or its pid when that code says
     little, never "X under X". Files of formats 1 and 2 hold no
     ancestors: there the parent's own name, label or code is used."""
-    rows_of: dict[int, int] = {}
+    calls_of: dict[int, str] = {}
     if snap.ancestors is None:
         # The few parents that are neither named nor labelled are found
         # in one pass, with no index of every row.
-        rows_of = snap.rows_of({parent for _g, _w, parent in snap.placed
-                                if parent not in snap.names
-                                and parent not in snap.labels})
+        calls_of = snap.calls_of({parent for _g, _w, parent in snap.placed
+                                  if parent not in snap.names
+                                  and parent not in snap.labels})
     for group, what, parent in snap.placed:
         under, depth = (_walk(snap.ancestors, parent) if snap.ancestors
-                        is not None else _parent_only(snap, parent, rows_of))
+                        is not None else _parent_only(snap, parent,
+                                                      calls_of))
         if under == what:
             under = snap.pid_text(parent)  # never "X under X"
         snap.group_names[group] = f"{what} under {under}" + (
@@ -198,14 +336,14 @@ def _walk(ancestors: dict[int, tuple[Any, ...]], parent: int) -> tuple[str, int]
 MAX_WALK = 16
 
 
-def _parent_only(snap: Loaded, parent: int, rows_of: dict[int, int]
+def _parent_only(snap: Snapshot, parent: int, calls_of: dict[int, str]
                  ) -> tuple[str, int]:
     if parent in snap.names:
         return snap.names[parent], 1
     if parent in snap.labels:
         return snap.labels[parent], 1
-    if parent in rows_of:
-        return snap.call_names[snap.calls[rows_of[parent]]], 1
+    if parent in calls_of:
+        return calls_of[parent], 1
     return snap.pid_text(parent), 1
 
 
@@ -269,7 +407,7 @@ def _big_endian(raw: bytes | bytearray, code: str = "q") -> array[int]:
     return out
 
 
-def _interned(snap: Loaded, column: Any, table: dict[Any, Any], names: list[Any],
+def _interned(snap: Snapshot, column: Any, table: dict[Any, Any], names: list[Any],
               text: Callable[[Any], str]) -> array[int]:
     """A column sent as {Unique, Indices}: our ids, one per row."""
     unique, indices = column
@@ -300,12 +438,26 @@ def _group_text(group: Any) -> str:
     return _mfa(value)
 
 
-def _add_rows(snap: Loaded, chunk: Any) -> None:
+def _add_rows(snap: Loaded, term: Any) -> None:
+    chunk = _chunk(snap, term)
+    snap.keys.extend(chunk.keys)
+    snap.groups.extend(chunk.groups)
+    snap.calls.extend(chunk.calls)
+    snap.memory.extend(chunk.memory)
+    snap.binary.extend(chunk.binary)
+    snap.binary_count.extend(_numbers(term["binary_count"]))
+    snap.queue.extend(_numbers(term["message_queue_len"]))
+    if not len(snap.binary_count) == len(snap.queue) == len(snap.keys):
+        raise ValueError("columns of different lengths")
+
+
+def _chunk(snap: Snapshot, chunk: Any) -> Chunk:
+    """One process section's rows, its groups and calls interned in
+    ``snap``, the names and labels kept there (keep_names)."""
     memory = _numbers(chunk["memory"])
     count = len(memory)
     keys = _pid_keys(chunk["pids"], count)
-    columns = [memory] + [_numbers(chunk[name]) for name in (
-        "binary_bytes", "binary_count", "message_queue_len")]
+    binary = _numbers(chunk["binary_bytes"])
     calls = _interned(snap, chunk["initial_call"], snap._calls,
                       snap.call_names, _mfa)
     unique, group_indices = chunk["groups"]
@@ -330,22 +482,21 @@ def _add_rows(snap: Loaded, chunk: Any) -> None:
         named = [(row, row) for row, name in enumerate(names)
                  if isinstance(name, Atom)]
     if not all(len(c) == count for c in
-               [*columns, keys, calls, indices, name_indices]):
+               [binary, keys, calls, indices, name_indices]):
         raise ValueError("columns of different lengths")
-    for row, value in _rows_of(indices, {
-            i for i, group in enumerate(unique) if group[0] == "label"}):
-        snap.labels[keys[row]] = snap.group_names[group_ids[value]]
-    for row, value in named:
-        snap.names[keys[row]] = str(name_values[value])
-    snap.groups.extend(map(group_ids.__getitem__, indices))
-    snap.keys.extend(keys)
-    snap.calls.extend(calls)
-    for array_, column in zip((snap.memory, snap.binary, snap.binary_count,
-                               snap.queue), columns):
-        array_.extend(column)
+    if snap.keep_names:
+        for row, value in _rows_of(indices, {
+                i for i, group in enumerate(unique) if group[0] == "label"}):
+            snap.labels[keys[row]] = snap.group_names[group_ids[value]]
+    rows_named = {row: str(name_values[value]) for row, value in named}
+    if snap.keep_names:
+        for row, name in rows_named.items():
+            snap.names[keys[row]] = name
+    return Chunk(keys, array("i", map(group_ids.__getitem__, indices)),
+                 calls, memory, binary, rows_named)
 
 
-def _placed(snap: Loaded, group: tuple[Any, ...]) -> int:
+def _placed(snap: Snapshot, group: tuple[Any, ...]) -> int:
     """The id of a group known by its place: {parent, What, Pid} (format
     3); named once the ancestors are read. Formats 1-2's {parent, Pid}
     are given their ids per row (_place_by_row)."""
@@ -354,7 +505,7 @@ def _placed(snap: Loaded, group: tuple[Any, ...]) -> int:
     return _placed_id(snap, _mfa(group[1]), _key(group[2]))
 
 
-def _placed_id(snap: Loaded, what: str, parent: int) -> int:
+def _placed_id(snap: Snapshot, what: str, parent: int) -> int:
     key = ("parent", what, parent)
     found = snap._groups.get(key)
     if found is None:
@@ -364,7 +515,7 @@ def _placed_id(snap: Loaded, what: str, parent: int) -> int:
     return found
 
 
-def _place_by_row(snap: Loaded, unique: list[Any], indices: array[int],
+def _place_by_row(snap: Snapshot, unique: list[Any], indices: array[int],
                   group_ids: list[Any], calls: array[int]) -> None:
     """Formats 1 and 2: a {parent, Pid} group is what each of its rows
     runs, under that parent."""
@@ -393,7 +544,7 @@ def _gone_or_count(value: Any) -> int:
     return 0 if isinstance(value, Atom) else _count(value)
 
 
-def _table(snap: Loaded, t: tuple[Any, ...]) -> dict[Any, Any]:
+def _table(snap: Snapshot, t: tuple[Any, ...]) -> dict[Any, Any]:
     ident, name, owner, size, words, kind = t
     owner_key = _key(owner) if isinstance(owner, Pid) else None
     return {"id": format_term(ident), "name": format_term(name),
@@ -413,4 +564,5 @@ def _port(p: tuple[Any, ...]) -> dict[Any, Any]:
 # -- comparing ---------------------------------------------------------------
 
 
-__all__ = ["Loaded", "load"]
+__all__ = ["Chunk", "Loaded", "Snapshot", "Stream", "check_taken", "held",
+           "load", "open_file"]

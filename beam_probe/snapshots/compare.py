@@ -1,8 +1,11 @@
 """diff: memwatch's HeapDiff between two snapshots, and the three-snapshot
 rule for three. Offline: snapshot files in, a result out.
 
-The snapshots arrive in columns (columns.py); every pass over their rows
-below runs in C.
+The snapshots are read a chunk of rows at a time (columns.Stream), in
+passes that keep per group only what the answer shows (passes.py): the
+hub's rows by key, totals per group, a group's first rows for examples,
+the growing processes' top rows. Issue 39: three snapshots of a million
+processes, read whole into columns, took 272 MB of our memory.
 
 Identity across snapshots is the pid and its initial call together: a
 pid's serial wraps on a long-running node, and a reused pid with another
@@ -12,14 +15,13 @@ initial call is another process.
 from __future__ import annotations
 
 import re
-from array import array
-from collections import Counter, deque
-from itertools import compress, repeat
-from operator import eq, not_
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
-from beam_probe.snapshots.columns import Loaded, load
+from beam_probe.snapshots.columns import Snapshot, open_file
 from beam_probe.snapshots.format import SnapshotError
+from beam_probe.snapshots.passes import (EXAMPLES, MIN_GROWTH, TOP_ROWS,
+                                         First, Hub, Last, Totals,
+                                         born_kept_rows)
 
 
 MEMORY_KEYS = ("total", "processes", "binary", "ets", "atom", "code",
@@ -27,21 +29,6 @@ MEMORY_KEYS = ("total", "processes", "binary", "ets", "atom", "code",
 
 
 TOP_GROUPS = 200
-
-
-# Pids of a group's processes to look at next (proc-info, trace-gc): this
-# many in JSON, the text shows the first few.
-EXAMPLES = 10
-
-
-TOP_ROWS = 50
-
-
-# A long-lived process is a suspect when its memory (or its refc binary
-# bytes) rose in both intervals by this much in all: an idle system
-# process's heap moves by a few KB between collections.
-MIN_GROWTH = 64 * 1024
-
 # A table is a suspect for its bytes only when they rose in both intervals
 # by more than a table's own wobble in all: rows rewritten in place with
 # terms of another size move ets:info(T, memory) with no leak at all.
@@ -63,24 +50,24 @@ def table_floor(before: int) -> float:
     return max(MIN_GROWTH, TABLE_SHARE * before)
 
 
-def _owners(snap: Loaded) -> dict[int | None, str]:
-    """The group of each table owner of a snapshot."""
-    keys = {t["owner"] for t in snap.tables if t["owner"] is not None}
-    rows = snap.rows_of(keys)
+def _owners(snap: Snapshot, last: Last) -> dict[int | None, str]:
+    """The group of each table owner of the last snapshot."""
     out: dict[int | None, str] = {None: "?"}
-    for key in keys:
-        out[key] = snap.group_names[snap.groups[rows[key]]] \
-            if key in rows else snap.pid_text(key)
+    for t in snap.tables:
+        key = t["owner"]
+        if key is not None and key not in out:
+            out[key] = snap.group_names[last.owners[key]] \
+                if key in last.owners else snap.pid_text(key)
     return out
 
 
-def _summary(snap: Loaded) -> dict[Any, Any]:
+def _summary(snap: Snapshot) -> dict[Any, Any]:
     sample = snap.header["sample"]
     return {"node": snap.node, "time": snap.header.get("time"),
             "memory": {k: sample.get(k) for k in MEMORY_KEYS},
             "alloc_used": sample.get("alloc_used"),
             "alloc_allocated": sample.get("alloc_allocated"),
-            "processes": len(snap.keys), "ets_tables": len(snap.tables),
+            "processes": snap.rows, "ets_tables": len(snap.tables),
             "ports": len(snap.ports),
             "atoms": snap.header.get("atom_count"),
             # proc_lib processes left as proc_lib:init_p/N, their heap
@@ -94,88 +81,10 @@ def _summary(snap: Loaded) -> dict[Any, Any]:
                else {})}
 
 
-# The passes over every row below run in C (map, zip, compress, Counter,
-# bytes): a Python statement per row costs ~0.1 s a million, and a diff of
-# three 1M-process snapshots took 8.4 s that way.
-_FOUND = (-1).__lt__  # a row number, not -1
-
-
-_FLIP = bytes([1, 0]) + bytes(254)  # a 0/1 mask's complement, by translate
-
-
-def _rows_by_key(snap: Loaded) -> dict[int, int]:
-    """Each pid key's row: ~100 MB at a million, so built once per diff,
-    for the middle snapshot, and freed after."""
-    return dict(zip(snap.keys, range(len(snap.keys))))
-
-
-def _alive_in(a: Loaded, b: Loaded, index: dict[int, int] | None = None
-              ) -> array[int]:
-    """For each row of a, its row in b (same process: pid and initial
-    call), or -1. An array: a list of a million row numbers would be ~40
-    MB of int objects. Found through ``index``, b's rows by key
-    (erlang:processes() lists pids in its table's order, which is not pid
-    order once the table is over 32,768, measured, so no merge)."""
-    if index is None:
-        index = _rows_by_key(b)
-    found = array("q", map(index.get, a.keys, repeat(-1)))
-    # A pid reused by a process of another initial call is another
-    # process: a's initial-call ids as b's, compared as numbers.
-    translate = [b.calls_by_name.get(name, -2) for name in a.call_names]
-    same = map(eq, map(translate.__getitem__, a.calls),
-               map(b.calls.__getitem__, found))
-    for i in compress(range(len(found)), map(not_, same)):
-        found[i] = -1
-    return found
-
-
-def _through(a_in_b: array[int], b_in_c: array[int]) -> array[int]:
-    """a's rows in c, through b: a process alive in a and c was alive in
-    b (one that died and whose pid was taken again is another)."""
-    ext = b_in_c + array("q", [-1])  # a_in_b's -1 reads this last -1
-    return array("q", map(ext.__getitem__, a_in_b))
-
-
-def _inverse(forward: array[int], size: int) -> array[int]:
-    """The rows of b to a's rows, from a's rows to b's (-1: none)."""
-    back = array("q", [-1]) * size
-    found = bytes(map(_FOUND, forward))
-    deque(map(back.__setitem__, compress(forward, found),
-              compress(range(len(forward)), found)), maxlen=0)
-    return back
-
-
-def _per_group(snap: Loaded, rows: Iterable[int] | None = None
-               ) -> list[int]:
-    """How many rows of each group id: of every row, or of ``rows``."""
-    if rows is None and snap.counts is not None:
-        return snap.counts
-    counted = Counter(snap.groups if rows is None
-                      else map(snap.groups.__getitem__, rows))
-    counts = [counted.get(g, 0) for g in range(len(snap.group_names))]
-    if rows is None:
-        snap.counts = counts
-    return counts
-
-
-def _totals(snap: Loaded) -> tuple[list[int], list[int], list[int]]:
-    """Count, memory and refc binary bytes per group id."""
-    size = len(snap.group_names)
-    memory, binary = [0] * size, [0] * size
-    for g, m in zip(snap.groups, snap.memory):
-        memory[g] += m
-    # Most processes hold no refc binary: only those that do are visited.
-    for g, b in compress(zip(snap.groups, snap.binary), snap.binary):
-        binary[g] += b
-    return _per_group(snap), memory, binary
-
-
-def _groups(a: Loaded, b: Loaded, a_in_b: array[int]) -> list[dict[str, Any]]:
+def _groups(a: Snapshot, a_totals: Totals, b: Snapshot, last: Last
+            ) -> list[dict[str, Any]]:
     """Per group (b's for the living and born, a's for the dead): counts,
     born, died, and the change in bytes, largest growth first."""
-    found = bytes(map(_FOUND, a_in_b))
-    kept_a = _per_group(a, compress(range(len(a_in_b)), found))
-    kept_b = _per_group(b, compress(a_in_b, found))
     stats: dict[str, dict[Any, Any]] = {}
 
     def entry(name: str) -> dict[Any, Any]:
@@ -186,62 +95,49 @@ def _groups(a: Loaded, b: Loaded, a_in_b: array[int]) -> list[dict[str, Any]]:
                                    "before": 0, "after": 0}
         return found
 
-    for snap, sign, key, kept in ((a, -1, "before", kept_a),
-                                  (b, 1, "after", kept_b)):
-        count, memory, binary = _totals(snap)
+    for snap, sign, key, totals, kept in (
+            (a, -1, "before", a_totals, last.kept_first),
+            (b, 1, "after", last.totals, last.kept)):
         for g, name in enumerate(snap.group_names):
-            if count[g]:
+            count = totals.count[g] if g < len(totals.count) else 0
+            if count:
                 e = entry(name)
-                e[key] += count[g]
-                e["size_bytes"] += sign * memory[g]
-                e["binary_bytes"] += sign * binary[g]
-                e["-" if sign < 0 else "+"] += count[g] - kept[g]
+                e[key] += count
+                e["size_bytes"] += sign * totals.memory[g]
+                e["binary_bytes"] += sign * totals.binary[g]
+                e["-" if sign < 0 else "+"] += count - kept[g]
     return sorted(stats.values(),
                   key=lambda e: (-(e["size_bytes"] + e["binary_bytes"]),
                                  e["what"]))
 
 
-def _examples(snap: Loaded, names: set[str], born: Iterable[int]
+def _examples(snap: Snapshot, last: Last, names: set[str], new: bool
               ) -> dict[str, list[str]]:
-    """Up to EXAMPLES pids per group of ``names`` in ``snap``: its rows in
-    ``born`` first (the ones a leak hunt is about), then any. One pass at
-    most over the rows, which stops once every group has its examples
-    (a group with fewer processes has them all)."""
-    ids = {g for g, name in enumerate(snap.group_names) if name in names}
-    counts = _per_group(snap)
-    want = {name: 0 for name in names}
-    for g in ids:
-        want[snap.group_names[g]] += counts[g]
-    need = {name: min(EXAMPLES, n) for name, n in want.items()}
-    out: dict[str, list[str]] = {name: [] for name in names}
-    taken: set[int] = set()
-    missing = sum(need.values())
-
-    def take(rows: Iterable[int]) -> int:
-        nonlocal missing
-        for row in rows:
-            g = snap.groups[row]
-            if g not in ids or row in taken:
-                continue
-            name = snap.group_names[g]
-            if len(out[name]) < need[name]:
-                out[name].append(snap.pid_text(snap.keys[row]))
-                taken.add(row)
-                missing -= 1
-                if not missing:
-                    break
-        return missing
-
-    if take(born):
-        take(range(len(snap.keys)))
+    """Up to EXAMPLES pids per group of ``names`` in the last snapshot:
+    its rows born since the first (``new``: since the middle) first, the
+    ones a leak hunt is about, then any, each in the snapshot's order."""
+    ids: dict[str, list[int]] = {name: [] for name in names}
+    for g, name in enumerate(snap.group_names):
+        if name in ids:
+            ids[name].append(g)
+    born = last.new if new else last.born
+    out: dict[str, list[str]] = {}
+    for name, gids in ids.items():
+        need = min(EXAMPLES, sum(last.totals.count[g] for g in gids
+                                 if g < len(last.totals.count)))
+        chosen = born.of(gids)[:need]
+        taken = {row for row, _key in chosen}
+        chosen += [(row, key) for row, key in last.any.of(gids)
+                   if row not in taken][:need - len(chosen)]
+        out[name] = [snap.pid_text(key) for _row, key in chosen]
     return out
 
 
-def _tables(a: Loaded, b: Loaded) -> list[dict[str, Any]]:
+def _tables(a: Snapshot, b: Snapshot, owners: dict[int | None, str]
+            ) -> list[dict[str, Any]]:
     """Tables of b that are new since a, or have more rows, or more bytes
     beyond a table's wobble (table_floor), largest growth first."""
     before = {t["id"]: t for t in a.tables}
-    owners = _owners(b)
     out = []
     for t in b.tables:
         old = before.get(t["id"])
@@ -263,7 +159,7 @@ def _tables(a: Loaded, b: Loaded) -> list[dict[str, Any]]:
 _OUR_ATOM = re.compile(r"beam_probe_[1-8]@")
 
 
-def _atoms(a: Loaded, b: Loaded) -> dict[Any, Any]:
+def _atoms(a: Any, b: Any) -> dict[Any, Any]:
     """Atoms made between a and b, ours left out: how many, and the names
     of those b's file holds."""
     first, last = a.header["atom_count"], b.header["atom_count"]
@@ -279,7 +175,7 @@ def _atoms(a: Loaded, b: Loaded) -> dict[Any, Any]:
             "all_named": first >= start and len(known) == last - first}
 
 
-def _ports(a: Loaded, b: Loaded) -> dict[Any, Any]:
+def _ports(a: Snapshot, b: Snapshot) -> dict[Any, Any]:
     old = {p["id"] for p in a.ports}
     new = [p["name"] for p in b.ports if p["id"] not in old]
     return {"before": len(a.ports), "after": len(b.ports),
@@ -290,7 +186,7 @@ def _ports(a: Loaded, b: Loaded) -> dict[Any, Any]:
 ZONES = 26 * 3600.0
 
 
-def check_pair(a: Loaded, b: Loaded, force: bool) -> None:
+def check_pair(a: Snapshot, b: Snapshot, force: bool) -> None:
     if force:
         return
     if a.node != b.node:
@@ -318,64 +214,63 @@ def check_count(count: int) -> None:
 
 def diff_files(paths: list[str], force: bool = False,
                progress: Callable[[str], None] = lambda text: None,
-               reader: Callable[[str, bool], Loaded] = lambda path, last:
-               load(path)) -> dict[str, Any]:
+               reader: Callable[[str, bool], Snapshot] = lambda path, last:
+               open_file(path)) -> dict[str, Any]:
     """heap_diff of snapshot files, oldest first: their count is checked
-    before any is read. ``reader`` reads one (and is told whether it is
+    before any is read. ``reader`` opens one (and is told whether it is
     the last): crashdump's reads a crash dump there too."""
     check_count(len(paths))
-    loaded = []
-    for i, path in enumerate(paths):
-        progress(f"reading {path}")
-        loaded.append(reader(path, i == len(paths) - 1))
-    progress("comparing")
-    return _compare(loaded, force)
+    opened: list[Snapshot] = []
+    try:
+        for i, path in enumerate(paths):
+            progress(f"reading {path}")
+            opened.append(reader(path, i == len(paths) - 1))
+        progress("comparing")
+        return _compare(opened, force)
+    finally:
+        for snap in opened:
+            snap.close()
 
 
-def heap_diff(snaps: list[Loaded], force: bool = False) -> dict[str, Any]:
+def heap_diff(snaps: list[Snapshot], force: bool = False) -> dict[str, Any]:
     """Two snapshots: memwatch's HeapDiff. Three: the same between the
     first and the last, with the three-snapshot rule's suspects first."""
     check_count(len(snaps))
     return _compare(snaps, force)
 
 
-def _compare(snaps: list[Loaded], force: bool) -> dict[str, Any]:
+def _compare(snaps: list[Snapshot], force: bool) -> dict[str, Any]:
     for a, b in zip(snaps, snaps[1:]):
         check_pair(a, b, force)
     first, last = snaps[0], snaps[-1]
-    if len(snaps) == 2:
-        first_in_last = _alive_in(first, last)
-    else:
-        # One index, of the middle snapshot's rows, serves both intervals:
-        # the first's rows in it, and the last's (turned around).
-        middle = snaps[1]
-        index = _rows_by_key(middle)
-        a_in_b = _alive_in(first, middle, index)
-        c_in_b = _alive_in(last, middle, index)
-        del index
-        b_in_c = _inverse(c_in_b, len(middle.keys))
-        first_in_last = _through(a_in_b, b_in_c)
+    three = len(snaps) == 3
+    # The middle of three is the hub both others are found in; of two,
+    # the first.
+    hub = Hub(snaps[1] if three else first, groups=not three, values=three)
+    older = First(hub, first) if three else None
+    first_totals = older.totals if older is not None else hub.totals
+    owners = {t["owner"] for t in last.tables if t["owner"] is not None}
+    ended = Last(hub, last, first, older, owners)
     before, after = _summary(first), _summary(last)
     change = {k: (after["memory"][k] or 0) - (before["memory"][k] or 0)
               for k in MEMORY_KEYS}
-    details = _groups(first, last, first_in_last)
+    details = _groups(first, first_totals, last, ended)
     shown = details[:TOP_GROUPS]
-    born = compress(range(len(last.keys)), bytes(map(
-        _FOUND, _inverse(first_in_last, len(last.keys)))).translate(_FLIP))
-    examples = _examples(last, {d["what"] for d in shown}, born)
+    examples = _examples(last, ended, {d["what"] for d in shown}, False)
     for d in shown:
         d["examples"] = examples[d["what"]]
     result: dict[str, Any] = {"before": before, "after": after}
-    if len(snaps) == 3:
+    last_owners = _owners(last, ended)
+    if three:
         result["middle"] = _summary(snaps[1])
-        result["suspects"] = suspects(snaps[0], snaps[1], snaps[2], a_in_b,
-                                       b_in_c, c_in_b)
+        result["suspects"] = suspects(first, hub, last, first_totals,
+                                      ended, last_owners)
     result["change"] = {
         "size_bytes": change["total"], "memory": change,
         "details": shown, "groups": len(details),
         # JSON shows the first TOP_GROUPS: say so when it cut.
         "truncated": len(details) > len(shown)}
-    result["ets"] = _tables(first, last)[:TOP_ROWS]
+    result["ets"] = _tables(first, last, last_owners)[:TOP_ROWS]
     result["atoms"] = _atoms(first, last)
     result["ports"] = _ports(first, last)
     # Whether the node ran Elixir (files of format 1 do not say): text
@@ -384,64 +279,37 @@ def _compare(snaps: list[Loaded], force: bool) -> dict[str, Any]:
     return result
 
 
-def suspects(a: Loaded, b: Loaded, c: Loaded, a_in_b: array[int],
-             b_in_c: array[int], c_from_b: array[int]) -> dict[Any, Any]:
+def suspects(a: Snapshot, hub: Hub, c: Snapshot, a_totals: Totals,
+             last: Last, owners: dict[int | None, str]) -> dict[Any, Any]:
     """What was made between a and b and is still there at c, what kept
-    growing through both intervals: the three-snapshot rule. The row maps
-    between them as heap_diff finds them."""
-    b_from_a = _inverse(a_in_b, len(b.keys))
-    # Born between a and b (no row of a) and alive in c: two masks of b's
-    # rows, ANDed as integers.
-    born = bytes(map(_FOUND, b_from_a)).translate(_FLIP)
-    alive = bytes(map(_FOUND, b_in_c))
-    both = (int.from_bytes(born, "little")
-            & int.from_bytes(alive, "little")).to_bytes(len(born), "little")
+    growing through both intervals: the three-snapshot rule, from the
+    passes' findings (b is the hub)."""
+    b = hub.snap
     kept: dict[str, dict[Any, Any]] = {}
-    for j in compress(range(len(both)), both):
-        k = b_in_c[j]
-        name = c.group_names[c.groups[k]]
+    names: dict[str, list[int]] = {}
+    for g, (count, size, binary, growth) in last.born_kept.items():
+        name = c.group_names[g]
+        names.setdefault(name, []).append(g)
         e = kept.setdefault(name, {"what": name, "count": 0,
                                    "bytes": 0, "binary_bytes": 0,
                                    "growth": 0, "examples": []})
-        e["count"] += 1
-        if len(e["examples"]) < EXAMPLES:
-            e["examples"].append(c.pid_text(c.keys[k]))
-        e["bytes"] += c.memory[k]
-        e["binary_bytes"] += c.binary[k]
-        e["growth"] += c.memory[k] - b.memory[j]
-    # Growing: only a row of c of at least MIN_GROWTH bytes can have grown
-    # by MIN_GROWTH; those few are followed back through b to a.
-    candidates = set(compress(range(len(c.keys)),
-                              map(MIN_GROWTH.__le__, c.memory)))
-    candidates.update(compress(range(len(c.keys)),
-                               map(MIN_GROWTH.__le__, c.binary)))
-    growing: list[dict[str, Any]] = []
-    for k in sorted(candidates):
-        j = c_from_b[k]
-        i = b_from_a[j] if j >= 0 else -1
-        if i < 0:
-            continue
-        rows = []
-        for name, col_a, col_b, col_c in (("memory", a.memory, b.memory,
-                                           c.memory),
-                                          ("binary_bytes", a.binary,
-                                           b.binary, c.binary)):
-            x, y, z = col_a[i], col_b[j], col_c[k]
-            if x < y < z and z - x >= MIN_GROWTH:
-                rows.append(name)
-        if rows:
-            key = c.keys[k]
-            growing.append({
-                "pid": c.pid_text(key),
-                "what": c.group_names[c.groups[k]],
-                "name": c.names.get(key),
-                "rising": rows,
-                "memory": [a.memory[i], b.memory[j], c.memory[k]],
-                "binary_bytes": [a.binary[i], b.binary[j], c.binary[k]]})
-    growing.sort(key=lambda r: -(r["memory"][2] - r["memory"][0]
-                                 + r["binary_bytes"][2]
-                                 - r["binary_bytes"][0]))
-    counts = [_counts(s) for s in (a, b, c)]
+        e["count"] += count
+        e["bytes"] += size
+        e["binary_bytes"] += binary
+        e["growth"] += growth
+    for name, gids in names.items():
+        kept[name]["examples"] = [c.pid_text(key) for _row, key in
+                                  born_kept_rows(last, gids)[:EXAMPLES]]
+    growing = []
+    for growth, row, found in sorted(last.growing, key=lambda e: (
+            -e[0], -e[1])):
+        growing.append({"pid": c.pid_text(found["key"]),
+                        "what": c.group_names[found["group"]],
+                        "name": found["name"], "rising": found["rising"],
+                        "memory": found["memory"],
+                        "binary_bytes": found["binary_bytes"]})
+    counts = [a_totals.by_name(a), hub.totals.by_name(b),
+              last.totals.by_name(c)]
     rising_groups: list[dict[str, Any]] = [
         {"what": g, "counts": [counts[0].get(g, 0), counts[1].get(g, 0), n]}
         for g, n in counts[2].items()
@@ -451,13 +319,11 @@ def suspects(a: Loaded, b: Loaded, c: Loaded, a_in_b: array[int],
     del rising_groups[TOP_ROWS:]
     # Examples of the rising groups: the processes born since the second
     # snapshot first.
-    born_c = compress(range(len(c.keys)), bytes(map(_FOUND, c_from_b))
-                      .translate(_FLIP))
-    rising_examples = _examples(c, {g["what"] for g in rising_groups},
-                                born_c)
+    rising_examples = _examples(c, last, {g["what"] for g in rising_groups},
+                                True)
     for group in rising_groups:
         group["examples"] = rising_examples[group["what"]]
-    tables = _tables_kept(a, b, c)
+    tables = _tables_kept(a, b, c, owners)
     ports_a = {p["id"] for p in a.ports}
     ports_c = {p["id"] for p in c.ports}
     ports = [p["name"] for p in b.ports
@@ -467,7 +333,7 @@ def suspects(a: Loaded, b: Loaded, c: Loaded, a_in_b: array[int],
         "born_and_kept": sorted(kept.values(),
                                 key=lambda e: (-e["count"], e["what"])
                                 )[:TOP_GROUPS],
-        "growing_processes": growing[:TOP_ROWS],
+        "growing_processes": growing,
         "groups_rising": rising_groups,
         "ets": tables[:TOP_ROWS],
         "ports_born_and_kept": ports[:TOP_ROWS],
@@ -476,22 +342,13 @@ def suspects(a: Loaded, b: Loaded, c: Loaded, a_in_b: array[int],
     }
 
 
-def _counts(snap: Loaded) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for g, n in enumerate(_per_group(snap)):
-        if n:
-            name = snap.group_names[g]
-            counts[name] = counts.get(name, 0) + n
-    return counts
-
-
-def _tables_kept(a: Loaded, b: Loaded, c: Loaded) -> list[dict[str, Any]]:
+def _tables_kept(a: Snapshot, b: Snapshot, c: Snapshot,
+                 owners: dict[int | None, str]) -> list[dict[str, Any]]:
     """Tables born between a and b and alive at c, and tables that grew in
     both intervals: in rows, or in bytes by more than table_floor in all
     (a steady table's rows rewritten in place move its bytes)."""
     ta = {t["id"]: t for t in a.tables}
     tc = {t["id"]: t for t in c.tables}
-    owners = _owners(c)
     out = []
     for t in b.tables:
         now = tc.get(t["id"])
@@ -515,4 +372,5 @@ def _tables_kept(a: Loaded, b: Loaded, c: Loaded) -> list[dict[str, Any]]:
     return sorted(out, key=lambda t: (-t["bytes"][2], t["name"]))
 
 
-__all__ = ["check_count", "diff_files", "heap_diff", "load", "suspects"]
+__all__ = ["MIN_GROWTH", "check_count", "diff_files", "heap_diff",
+           "suspects"]

@@ -226,14 +226,16 @@ def _hunt(remote: Remote, count: int, interval: float, gc: str,
           progress: Callable[[str], None],
           sleep: Callable[[float], None]) -> dict[Any, Any]:
     from beam_probe.errors import EndedEarly, ProbeError
-    from beam_probe.snapshots.columns import Loaded, load, taken
+    from beam_probe.snapshots.columns import (Snapshot, check_taken,
+                                              open_file)
     from beam_probe.snapshots.compare import heap_diff
 
     folder = place.path
     files: list[str] = []
-    # The first, the second and the latest, into columns as they are
-    # taken (while the next interval passes), never read back from disk.
-    kept: dict[int, Loaded] = {}
+    # The first, the second and the latest, as taken: their sections in
+    # hand (~4 bytes a process, compressed), each checked as it is taken,
+    # compared a chunk at a time at the end, never read back from disk.
+    kept: dict[int, Snapshot] = {}
     interrupted = False
     failure: ProbeError | None = None
     elixir = False
@@ -252,7 +254,7 @@ def _hunt(remote: Remote, count: int, interval: float, gc: str,
             elixir = header["elixir"]
             if i >= 3:
                 kept.pop(i - 1, None)  # no longer the latest
-            kept[i] = taken(path, header, sections)
+            kept[i] = check_taken(path, header, sections)
     except KeyboardInterrupt:
         interrupted = True
     except ProbeError as exc:
@@ -264,9 +266,14 @@ def _hunt(remote: Remote, count: int, interval: float, gc: str,
     diff = None
     if len(chosen) >= 2:
         progress("comparing")
-        # One cut short by Ctrl-C as it was read in is read from its file.
-        diff = heap_diff([kept[i] if i in kept else load(files[i])
-                          for i in chosen])
+        # One cut short by Ctrl-C as it was checked is read from its file.
+        snaps = [kept[i] if i in kept else open_file(files[i])
+                 for i in chosen]
+        try:
+            diff = heap_diff(snaps)
+        finally:
+            for snap in snaps:
+                snap.close()
     result = {"node": remote.node, "interval": interval, "gc": gc,
               "taken": len(files), "files": files,
               "saved": folder if files or saved else None,
