@@ -29,7 +29,7 @@
 -module(beam_probe_lib).
 
 -export([guard/3, others/0, pmap/5, values/3, top/2, describe/1,
-         distinct/1, settled/1, snapshots/6, resolve/1, fan_out/5,
+         distinct/1, settled/1, reader/3, resolve/1, fan_out/5,
          encoded/5, piece/4]).
 -export_type([memory/0, rows/0]).
 
@@ -335,7 +335,19 @@ pmap(Fun, Fold, Acc0, Source, Jobs0) ->
     Settle = fun Settle(Next, Pending, Acc) ->
                      case lists:keytake(Next, 1, Pending) of
                          {value, {_, Result}, Rest} ->
-                             Settle(Next + 1, Rest, Folding(Result, Acc));
+                             Folded = Folding(Result, Acc),
+                             %% What the folds replaced is garbage, but a
+                             %% minor collection promotes what is live at
+                             %% its moment (the pid list, a map being
+                             %% built) to the old heap, where what it
+                             %% replaces stays until the old heap fills:
+                             %% proc-window's map of 9 MB took 42-56 MB
+                             %% (300,000 processes). A full collection
+                             %% every 32 slices costs a copy of what is
+                             %% live (~10 copies a pass at 300,000).
+                             Next rem 32 =:= 31 andalso
+                                 erlang:garbage_collect(),
+                             Settle(Next + 1, Rest, Folded);
                          false ->
                              {Next, Pending, Acc}
                      end
@@ -841,51 +853,14 @@ settled(Wait) ->
               end,
               erlang:memory()).
 
-%% K snapshots of every process (but ours), Millis apart, joined by pid.
-%% Take(Slice) gives [{Value, Pid}] for the live processes of a slice.
-%% Pids: those of the last snapshot in its order, then those seen only
-%% before it; one column per snapshot, aligned with Pids, holding each
-%% pid's value or 'none' where the snapshot did not see it. Meanwhile the
-%% node holds the snapshots taken so far (a map per snapshot at the end).
-%% The workers of a pass are spawned after its others() and gone before
-%% the next, so no snapshot sees them.
--spec snapshots(pos_integer(), non_neg_integer(), fun(), non_neg_integer(),
-                fun(), fun()) ->
-          #{pids := [pid()],
-            columns := [[integer() | none]],
-            scanned := [non_neg_integer()]}.
-snapshots(K, Millis, Take, Jobs, Pmap, Others) ->
-    Shoot = fun() ->
-                    lists:append(erlang:element(
-                                   1, Pmap(Take, list, [], Others(), Jobs)))
-            end,
-    Loop = fun Loop(1, Taken) ->
-                   lists:reverse([Shoot() | Taken]);
-               Loop(Left, Taken) ->
-                   Shot = Shoot(),
-                   receive
-                   after Millis ->
-                       Loop(Left - 1, [Shot | Taken])
-                   end
-           end,
-    Shots = Loop(K, []),
-    Maps = lists:map(fun(Shot) ->
-                             {Values, Pids} = lists:unzip(Shot),
-                             maps:from_list(lists:zip(Pids, Values))
-                     end,
-                     Shots),
-    {_, LastPids} = lists:unzip(lists:last(Shots)),
-    Earlier = lists:foldl(fun maps:merge/2, #{}, lists:droplast(Maps)),
-    Pids = LastPids ++ maps:keys(maps:without(LastPids, Earlier)),
-    Count = erlang:length(Pids),
-    #{pids => Pids,
-      columns => lists:map(fun(Map) ->
-                                   lists:zipwith3(fun maps:get/3, Pids,
-                                                  lists:duplicate(Count, Map),
-                                                  lists:duplicate(Count, none))
-                           end,
-                           Maps),
-      scanned => lists:map(fun erlang:length/1, Shots)}.
+%% Values(Attribute, Slice, Zeros) as a fun of the slice, for pmap/5,
+%% made here where nothing else is bound: a fun made inside a helper holds
+%% every parameter that helper uses (erl_eval keeps the variables its
+%% function uses), and each worker gets its own flat copy, describe/1's
+%% and pmap/5's clauses among them (~30,000 words a worker).
+-spec reader(fun(), atom(), boolean()) -> fun(([pid()]) -> pairs()).
+reader(Values, Attribute, Zeros) ->
+    fun(Slice) -> Values(Attribute, Slice, Zeros) end.
 
 %% The process a user named (proc-info, trace-gc): Target is {pid,
 %% "<0.1.0>"} or {names, ["Name", ...]}, the registered names it may be (an

@@ -174,11 +174,24 @@ proc_count_all(Sink, Tag, Attribute, Chunk, WaitMs, Jobs, Pmap, Values,
     #{scanned => Scanned, sent => erlang:length(Ranked)}.
 
 %% recon's proc_window: the largest increases of Attribute over Millis
-%% milliseconds: two snapshots (snapshots/6 with K = 2). Unlike recon, a
-%% process born or dead inside the window is not given its absolute value
-%% as a delta: those are counted and listed apart (born: value at the end;
-%% dead: value at the start). Each row list is a top N in process order;
+%% milliseconds: two passes. Unlike recon, a process born or dead inside
+%% the window is not given its absolute value as a delta: those are
+%% counted and listed apart (born: value at the end; dead: value at the
+%% start). Each row list is a top N in the second pass's process order;
 %% the dead, gone before they could be described, as two columns.
+%%
+%% What the node holds between the passes is the first one's values as
+%% one map, pid to value (29 bytes a process, measured at 300,000: recon
+%% keeps a list of every process's info, and this helper had kept two
+%% lists and two maps, +227-325 MB at 300,000 processes). The second
+%% pass's slices are joined to it as they are folded, in order, here:
+%% a slice's pids are looked up (compiled maps:get/3) and taken out of
+%% it, so what is left at the end is the dead. The map is never sent to
+%% a worker: a copy a worker would have cost its size again each.
+%% Reader(Slice) is Values(Attribute, Slice, true), made by reader/3
+%% where nothing else is bound (a fun made here would take this
+%% function's parameters, describe/1's clauses among them, to each
+%% worker).
 -spec proc_window(atom(), pos_integer(), pos_integer(), non_neg_integer(),
                   fun(), fun(), fun(), fun(), fun(), fun()) ->
           #{scanned_first := non_neg_integer(),
@@ -189,25 +202,57 @@ proc_count_all(Sink, Tag, Attribute, Chunk, WaitMs, Jobs, Pmap, Values,
             dead_count := non_neg_integer(),
             dead := #{values := [integer()], pids := [pid()]}}.
 proc_window(Attribute, N, Millis, Jobs, Pmap, Values, Top, Describe,
-            Others, Snapshots) ->
-    #{pids := Pids, columns := [Start, End], scanned := [First, Last]} =
-        Snapshots(2, Millis, fun(Slice) -> Values(Attribute, Slice, true) end,
-                  Jobs, Pmap, Others),
-    Joined = lists:zip3(End, Start, Pids),
-    Select = fun(Spec) ->
-                     ets:match_spec_run(Joined, ets:match_spec_compile(Spec))
+            Others, Reader) ->
+    Read = Reader(Values, Attribute, true),
+    {Start, First} =
+        Pmap(Read,
+             fun(Pairs, Kept) ->
+                     maps:merge(Kept,
+                                maps:from_list(
+                                  ets:match_spec_run(
+                                    Pairs,
+                                    ets:match_spec_compile(
+                                      [{{'$1', '$2'}, [],
+                                        [{{'$2', '$1'}}]}]))))
              end,
-    Deltas = Select([{{'$1', '$2', '$3'},
-                      [{is_integer, '$1'}, {is_integer, '$2'}],
-                      [{{{'-', '$1', '$2'}, '$3'}}]}]),
-    Born = Select([{{'$1', none, '$3'}, [], [{{'$1', '$3'}}]}]),
-    Dead = Select([{{none, '$2', '$3'}, [], [{{'$2', '$3'}}]}]),
+             #{}, Others(), Jobs),
+    receive
+    after Millis ->
+        ok
+    end,
+    %% {Deltas, Born, BornCount, Left}: the tops so far, and the first
+    %% pass's values not yet seen again.
+    Join = fun(Pairs, {Deltas, Born, BornCount, Left}) ->
+                   {Ends, Pids} = lists:unzip(Pairs),
+                   Many = erlang:length(Pids),
+                   Starts = lists:zipwith3(fun maps:get/3, Pids,
+                                           lists:duplicate(Many, Left),
+                                           lists:duplicate(Many, none)),
+                   Joined = lists:zip3(Ends, Starts, Pids),
+                   Select = fun(Spec) ->
+                                    ets:match_spec_run(
+                                      Joined, ets:match_spec_compile(Spec))
+                            end,
+                   New = Select([{{'$1', none, '$3'}, [], [{{'$1', '$3'}}]}]),
+                   {Top(Deltas
+                        ++ Select([{{'$1', '$2', '$3'}, [{is_integer, '$2'}],
+                                    [{{{'-', '$1', '$2'}, '$3'}}]}]),
+                        N),
+                    Top(Born ++ New, N),
+                    BornCount + erlang:length(New),
+                    maps:without(Pids, Left)}
+           end,
+    {{Deltas, Born, BornCount, Gone}, Last} =
+        Pmap(Read, Join, {[], [], 0, Start}, Others(), Jobs),
+    Dead = ets:match_spec_run(maps:to_list(Gone),
+                              ets:match_spec_compile(
+                                [{{'$1', '$2'}, [], [{{'$2', '$1'}}]}])),
     #{scanned_first => First,
       scanned_last => Last,
-      rows => Describe(Top(Deltas, N)),
-      born_count => erlang:length(Born),
-      born => Describe(Top(Born, N)),
-      dead_count => erlang:length(Dead),
+      rows => Describe(Deltas),
+      born_count => BornCount,
+      born => Describe(Born),
+      dead_count => maps:size(Gone),
       dead => maps:from_list(lists:zip([values, pids],
                                        erlang:tuple_to_list(
                                          lists:unzip(Top(Dead, N)))))}.

@@ -281,7 +281,7 @@ def test_a_call_we_gave_up_on_is_stopped_by_its_deadline(target, remote):
         with pytest.raises(TimedOut):
             caller.run("beam_probe_scan", "proc_window", Atom("memory"), 3,
                        60_000, 1, *processes.LOCALS,
-                       Local("snapshots", "beam_probe_lib"),
+                       Local("reader", "beam_probe_lib"),
                        timeout=0.5)
         assert ours_running(remote) != []
         assert wait_for(lambda: not ours_running(remote), 5.0)
