@@ -12,7 +12,9 @@ side by side, medians; beam-probe's peak RSS and the file's size; then
 
 Targets (the snapshot issue): snapshot <= 1.5x the reference on 2 cores
 at 1M processes (none is set at 100k); peak RSS <= 300 MB; the file <= 30 MB; diff of three
-1M-process snapshots under 5 s and 500 MB.
+1M-process snapshots under 5 s and at most 150 MB peak RSS (issue 39: read
+whole into columns it took 279 MB and 4.0 s; streamed a chunk at a time,
+77 MB and 2.2 s, medians of 5 on 2 cores).
 
 With --proc-lib the processes are gen_servers started by proc_lib (a
 broker's shape: on OTP 25 the snapshot copies each one's dictionary for
@@ -98,14 +100,14 @@ def bench(script: list[str], source: str, size: int, runs: int,
     diff_cmd = [*script, "diff", *files[:3], "--format", "json"]
     elapsed, peak = child(diff_cmd, dict(os.environ, PYTHONPATH=source))
     print(f"{size} processes: diff of three snapshots {elapsed:.2f} s "
-          f"(< 5), peak RSS {peak / 2**20:.0f} MB (< 500)", flush=True)
+          f"(< 5), peak RSS {peak / 2**20:.0f} MB (<= 150)", flush=True)
     if keep:
         for i, path in enumerate(files[:3]):
             shutil.copy(path, os.path.join(keep, f"{size}-{i + 1}.snapshot"))
     shutil.rmtree(folder, ignore_errors=True)
     return ((mo / mt <= 1.5 or size < 1_000_000) and max(rss) <= 300 * 2**20
             and size_bytes <= 30 * 2**20 and elapsed < 5
-            and peak < 500 * 2**20)
+            and peak <= 150 * 2**20)
 
 
 def main() -> int:

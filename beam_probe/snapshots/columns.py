@@ -148,12 +148,17 @@ class Stream(Snapshot):
         super().__init__(path, header)
         self._sections = sections
         self.creation = header.get("creation")
-        self.keep_names = header.get("format") != 3
-        if not sections.count:
+        try:
+            if not sections.count:
+                raise SnapshotError(f"{path} holds no processes")
+            for kind, term in sections.small:
+                _add_section(self, kind, term)
+        except BaseException:
             sections.close()
-            raise SnapshotError(f"{path} holds no processes")
-        for kind, term in sections.small:
-            _add_section(self, kind, term)
+            raise
+        # Read before any row: with the ancestors (format 3) the groups
+        # are named by them, and no name or label need be kept.
+        self.keep_names = self.ancestors is None
 
     def chunks(self) -> Iterator[Chunk]:
         rows = 0
