@@ -2,8 +2,8 @@
 item 2): three snapshots are passed over a chunk of rows at a time, and
 what is held per process is the hub's arrays (snapshots/passes.py).
 
-Three snapshots of a million processes read whole into columns took 272
-MB (272 bytes a process); streamed, 77 MB (tests/bench_snapshot.py). Here
+Three snapshots of a million processes read whole into columns took 279
+MB (about 280 bytes a process); streamed, 77 MB (bench_snapshot.py). Here
 the Python heap's peak (tracemalloc) over a diff of three real snapshots
 of a node at two sizes, with processes born and dying between them so
 that rows are found through the key index, not as slices: what each
