@@ -412,7 +412,8 @@ def _big_endian(raw: bytes | bytearray, code: str = "q") -> array[int]:
     return out
 
 
-def _interned(snap: Snapshot, column: Any, table: dict[Any, Any], names: list[Any],
+def _interned(snap: Snapshot, column: Any, table: dict[Any, Any],
+              names: list[Any],
               text: Callable[[Any], str]) -> array[int]:
     """A column sent as {Unique, Indices}: our ids, one per row."""
     unique, indices = column

@@ -150,6 +150,8 @@ class Firsts:
             found.append((base + row, keys[row]))
             if len(found) >= self.limit:
                 self._full.add(g)
+                if open_groups <= self._full:
+                    return  # the rest of the chunk: none wanted
 
     def of(self, gids: Iterable[int]) -> list[tuple[int, int]]:
         """The rows kept of these group ids, in row order."""
