@@ -279,10 +279,9 @@ class Last:
         self.born_kept_rows: dict[int, list[tuple[int, int]]] = {}
         self.growing: list[tuple[int, int, dict[str, Any]]] = []
         self.owners: dict[int, int] = {}
-        # first_groups is per hub row; -1 read at a row of -1 (no hub
-        # row) from the sentinel at its end.
-        groups_of = array("i", hub.groups if first is None
-                          else first.groups)
+        # The first's group of each hub row (of two, the hub is the
+        # first), and a -1 after the last, read for a row of -1 (none).
+        groups_of = hub.groups if first is None else first.groups
         groups_of.append(-1)
         self._first = first
         self._first_groups = len(first_snap.group_names)
