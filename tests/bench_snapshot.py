@@ -13,8 +13,8 @@ side by side, medians; beam-probe's peak RSS and the file's size; then
 Targets (the snapshot issue): snapshot <= 1.5x the reference on 2 cores
 at 1M processes (none is set at 100k); peak RSS <= 300 MB; the file <= 30 MB; diff of three
 1M-process snapshots under 5 s and at most 150 MB peak RSS (issue 39: read
-whole into columns it took 279 MB and 4.0 s; streamed a chunk at a time,
-77 MB and 2.2 s, medians of 5 on 2 cores).
+whole into columns it took 279 MB and 3.6-4.0 s; streamed a chunk at a
+time, 74 MB and 2.0 s, medians of 5 on 2 cores).
 
 With --proc-lib the processes are gen_servers started by proc_lib (a
 broker's shape: on OTP 25 the snapshot copies each one's dictionary for

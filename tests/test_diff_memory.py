@@ -3,7 +3,7 @@ item 2): three snapshots are passed over a chunk of rows at a time, and
 what is held per process is the hub's arrays (snapshots/passes.py).
 
 Three snapshots of a million processes read whole into columns took 279
-MB (about 280 bytes a process); streamed, 77 MB (bench_snapshot.py). Here
+MB (about 280 bytes a process); streamed, 74 MB (bench_snapshot.py). Here
 the Python heap's peak (tracemalloc) over a diff of three real snapshots
 of a node at two sizes, with processes born and dying between them so
 that rows are found through the key index, not as slices: what each
@@ -24,7 +24,7 @@ from beam_probe.snapshots.take import snapshot
 
 # Bytes a process may add to the peak of a diff of three snapshots: the
 # hub's arrays take ~48 a process and its index 8-16. Measured on this
-# test's snapshots: 57 a process; read whole into columns, 279.
+# test's snapshots: 53 a process; read whole into columns, 279.
 BYTES_A_PROCESS = 120
 
 
