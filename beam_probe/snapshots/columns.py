@@ -63,7 +63,6 @@ class Snapshot:
         self.labels: dict[int, str] = {}
         self.tables: list[dict[str, Any]] = []
         self.ports: list[dict[str, Any]] = []
-        self.counts: list[int] | None = None  # rows per group id
         # Groups named by their place in the tree, named once every section
         # is read: (group id, what the process runs, its parent's key).
         self.placed: list[tuple[int, str, int]] = []
