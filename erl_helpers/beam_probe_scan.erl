@@ -177,21 +177,21 @@ proc_count_all(Sink, Tag, Attribute, Chunk, WaitMs, Jobs, Pmap, Values,
 %% milliseconds: two passes. Unlike recon, a process born or dead inside
 %% the window is not given its absolute value as a delta: those are
 %% counted and listed apart (born: value at the end; dead: value at the
-%% start). Each row list is a top N in the second pass's process order;
-%% the dead, gone before they could be described, as two columns.
+%% start). The dead, gone before they could be described, as two columns.
 %%
-%% What the node holds between the passes is the first one's values as
-%% one map, pid to value (29 bytes a process, measured at 300,000: recon
-%% keeps a list of every process's info, and this helper had kept two
-%% lists and two maps, +227-325 MB at 300,000 processes). The second
-%% pass's slices are joined to it as they are folded, in order, here:
-%% a slice's pids are looked up (compiled maps:get/3) and taken out of
-%% it, so what is left at the end is the dead. The map is never sent to
-%% a worker: a copy a worker would have cost its size again each.
-%% Reader(Slice) is Values(Attribute, Slice, true), made by reader/3
-%% where nothing else is bound (a fun made here would take this
-%% function's parameters, describe/1's clauses among them, to each
-%% worker).
+%% What the node holds is bounded (issue 39: two lists and two maps of
+%% every process had cost +227-325 MB at 300,000 processes; one map of
+%% the first pass, joined as the second was folded, +73 MB). Each pass
+%% keeps, per slice, its {Value, Pid} pairs split by erlang:phash2/2 of
+%% the pid into Parts partitions of ~32,768 processes, each compressed
+%% (Reader, made by partitioned/3: ~3.6 bytes a process, measured at
+%% 300,000). The passes are then joined a partition at a time: its
+%% first-pass pairs as a map, each slice of its second-pass pairs looked
+%% up in it (compiled maps:get/3) in turn, what the map holds but no
+%% slice had the dead; each slice's tops join the tops before them. So
+%% the node holds both passes compressed, and one partition's map.
+%% Rows are a top N in partition order, then the second pass's process
+%% order: at ties at the N-th value, any of the tied processes.
 -spec proc_window(atom(), pos_integer(), pos_integer(), non_neg_integer(),
                   fun(), fun(), fun(), fun(), fun(), fun()) ->
           #{scanned_first := non_neg_integer(),
@@ -203,59 +203,80 @@ proc_count_all(Sink, Tag, Attribute, Chunk, WaitMs, Jobs, Pmap, Values,
             dead := #{values := [integer()], pids := [pid()]}}.
 proc_window(Attribute, N, Millis, Jobs, Pmap, Values, Top, Describe,
             Others, Reader) ->
-    Read = Reader(Values, Attribute, true),
-    {Start, First} =
-        Pmap(Read,
-             fun(Pairs, Kept) ->
-                     maps:merge(Kept,
-                                maps:from_list(
-                                  ets:match_spec_run(
-                                    Pairs,
-                                    ets:match_spec_compile(
-                                      [{{'$1', '$2'}, [],
-                                        [{{'$2', '$1'}}]}]))))
-             end,
-             #{}, Others(), Jobs),
+    Parts = erlang:system_info(process_count) div 32768 + 1,
+    Read = Reader(Values, Attribute, Parts),
+    {Firsts, First} = Pmap(Read, list, [], Others(), Jobs),
     receive
     after Millis ->
         ok
     end,
-    %% {Deltas, Born, BornCount, Left}: the tops so far, and the first
-    %% pass's values not yet seen again.
-    Join = fun(Pairs, {Deltas, Born, BornCount, Left}) ->
-                   {Ends, Pids} = lists:unzip(Pairs),
-                   Many = erlang:length(Pids),
-                   Starts = lists:zipwith3(fun maps:get/3, Pids,
-                                           lists:duplicate(Many, Left),
-                                           lists:duplicate(Many, none)),
-                   Joined = lists:zip3(Ends, Starts, Pids),
-                   Select = fun(Spec) ->
-                                    ets:match_spec_run(
-                                      Joined, ets:match_spec_compile(Spec))
-                            end,
-                   New = Select([{{'$1', none, '$3'}, [], [{{'$1', '$3'}}]}]),
-                   {Top(Deltas
-                        ++ Select([{{'$1', '$2', '$3'}, [{is_integer, '$2'}],
-                                    [{{{'-', '$1', '$2'}, '$3'}}]}]),
-                        N),
-                    Top(Born ++ New, N),
-                    BornCount + erlang:length(New),
-                    maps:without(Pids, Left)}
+    {Lasts, Last} = Pmap(Read, list, [], Others(), Jobs),
+    Swap = ets:match_spec_compile([{{'$1', '$2'}, [], [{{'$2', '$1'}}]}]),
+    %% Over {End, Start | none, Pid}: the born, and the deltas.
+    Newly = ets:match_spec_compile([{{'$1', none, '$3'}, [],
+                                     [{{'$1', '$3'}}]}]),
+    Grown = ets:match_spec_compile([{{'$1', '$2', '$3'}, [{is_integer, '$2'}],
+                                     [{{{'-', '$1', '$2'}, '$3'}}]}]),
+    %% One partition: its first pass as a map, then each second-pass
+    %% slice of it joined to the map in turn; the pids seen, taken out of
+    %% the map at the end, leave the dead.
+    Join = fun(Part, {Deltas0, Born0, BornCount0, Dead0, DeadCount0}) ->
+                   Start = maps:from_list(
+                             ets:match_spec_run(
+                               lists:append(
+                                 lists:map(fun erlang:binary_to_term/1,
+                                           lists:zipwith(
+                                             fun erlang:element/2,
+                                             lists:duplicate(
+                                               erlang:length(Firsts), Part),
+                                             Firsts))),
+                               Swap)),
+                   Step = fun(Slice, {Deltas, Born, BornCount, Seen}) ->
+                                  {Ends, Pids} =
+                                      lists:unzip(erlang:binary_to_term(
+                                                    erlang:element(Part,
+                                                                   Slice))),
+                                  Many = erlang:length(Pids),
+                                  Joined = lists:zip3(
+                                             Ends,
+                                             lists:zipwith3(
+                                               fun maps:get/3, Pids,
+                                               lists:duplicate(Many, Start),
+                                               lists:duplicate(Many, none)),
+                                             Pids),
+                                  New = ets:match_spec_run(Joined, Newly),
+                                  {Top(Deltas
+                                       ++ ets:match_spec_run(Joined, Grown),
+                                       N),
+                                   Top(Born ++ New, N),
+                                   BornCount + erlang:length(New),
+                                   [Pids | Seen]}
+                          end,
+                   {Deltas1, Born1, BornCount1, Seen1} =
+                       lists:foldl(Step, {Deltas0, Born0, BornCount0, []},
+                                   Lasts),
+                   Gone = ets:match_spec_run(
+                            maps:to_list(maps:without(lists:append(Seen1),
+                                                      Start)),
+                            Swap),
+                   Result = {Deltas1, Born1, BornCount1,
+                             Top(Dead0 ++ Gone, N),
+                             DeadCount0 + erlang:length(Gone)},
+                   %% This partition's pairs and map are garbage now.
+                   erlang:garbage_collect(),
+                   Result
            end,
-    {{Deltas, Born, BornCount, Gone}, Last} =
-        Pmap(Read, Join, {[], [], 0, Start}, Others(), Jobs),
-    Dead = ets:match_spec_run(maps:to_list(Gone),
-                              ets:match_spec_compile(
-                                [{{'$1', '$2'}, [], [{{'$2', '$1'}}]}])),
+    {Deltas, Born, BornCount, Dead, DeadCount} =
+        lists:foldl(Join, {[], [], 0, [], 0}, lists:seq(1, Parts)),
     #{scanned_first => First,
       scanned_last => Last,
       rows => Describe(Deltas),
       born_count => BornCount,
       born => Describe(Born),
-      dead_count => maps:size(Gone),
+      dead_count => DeadCount,
       dead => maps:from_list(lists:zip([values, pids],
                                        erlang:tuple_to_list(
-                                         lists:unzip(Top(Dead, N)))))}.
+                                         lists:unzip(Dead))))}.
 
 %% One process, the way recon:info/1 groups it, without the dictionary and
 %% the mailbox; plus the count and summed size of its refc binary

@@ -370,7 +370,7 @@ def proc_window(remote: Remote, attribute: str, n: int, millis: int,
 def _window_args(attribute: str, n: int, millis: int,
                  jobs: int) -> tuple[Any, ...]:
     return (Atom(attribute), n, millis, jobs, *LOCALS,
-            Local("reader", LIB))
+            Local("partitioned", LIB))
 
 
 def read_proc_window(node: str, attribute: str, millis: int,
