@@ -8,8 +8,13 @@
 %% each did since the last refresh. That window needs the reductions of
 %% the last pass, and they stay on the node, in a keeper: a process of
 %% ours that lives between refreshes, makes each pass and keeps the last
-%% pass's reductions (a list of {Pid, Reductions}: 40 bytes a process;
-%% with the room its heap keeps between refreshes, ~96 bytes).
+%% pass's reductions: a slice's {Pid, Reductions} compressed by the
+%% worker that read them (term_to_binary level 1: 2.3-2.6 bytes a process
+%% on an idle node, where the list was 40 and a map ~30; issue 39: the
+%% list, and the per-slice lists sent to the keeper, raised a node of
+%% 300,000 processes by 97-111 MB a pass). Beside them, the reductions of
+%% the few that ranked best (the next frame's rows, most likely), so that
+%% a frame looks its rows up without reading every chunk.
 %% Only the top N rows cross to beam-probe. The keeper
 %%
 %%   * watches our connection (its processes on the attached node, or on
@@ -38,9 +43,12 @@
                      idle := pos_integer(),
                      caller => non_neg_integer()}.
 %% What the keeper keeps from one pass to the next: the pass's
-%% reductions by pid, when it ended, the node's counters then, and what
-%% the keeper itself did since (its collection, its hibernation).
--type state() :: #{pairs := [{pid(), non_neg_integer()}],
+%% reductions, a compressed [{Pid, Reductions}] a slice, in the pass's
+%% order; those of the processes that ranked best, by pid; when it
+%% ended, the node's counters then, and what the keeper itself did since
+%% (its collection, its hibernation).
+-type state() :: #{chunks := [binary()],
+                   seen := #{pid() => non_neg_integer()},
                    at := integer() | none,
                    counters := #{reductions := non_neg_integer(),
                                  gcs := non_neg_integer(),
@@ -251,7 +259,7 @@ keep(Links, Secret, IdleMs, Work) ->
                                         [Loop, [Kept#{ours => Ours}, Timer]])
                    end
            end,
-    Loop(#{pairs => [], at => none, counters => none,
+    Loop(#{chunks => [], seen => #{}, at => none, counters => none,
            ours => #{gcs => 0, words => 0}},
          Idle(IdleMs)).
 
@@ -267,7 +275,8 @@ keep(Links, Secret, IdleMs, Work) ->
            fun(), fun(), fun()) -> {frame(), state()}.
 pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
      Top, Describe, Others, Settled, Slice) ->
-    #{pairs := Previous, at := At, counters := Before, ours := Ours} = Kept,
+    #{chunks := Previous, seen := Seen, at := At, counters := Before,
+      ours := Ours} = Kept,
     Started = erlang:monotonic_time(microsecond),
     Counters = fun() ->
                        {Gcs, Words, _} = erlang:statistics(garbage_collection),
@@ -330,52 +339,190 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
     %% twice the pass's time, measured).
     {Slices, Scanned} = Pmap(Slice(Sort, N, Filter, Labels, Top, Known), list,
                              [], Others(), Jobs),
-    {PerSlice, Tops, Tally} = lists:unzip3(Slices),
-    {Counts, Lets, Unknown} = lists:unzip3(Tally),
-    %% Kept as a list for the next pass: a map of it cost 25 ms a pass at
-    %% 100,000 processes (measured), and only a ranking by reductions
-    %% needs one; the rows shown look theirs up in one compiled pass.
-    Current = lists:append(PerSlice),
+    %% Per slice: its reductions compressed, its N best, their
+    %% reductions, and its tally.
+    Chunks = [Chunk || {Chunk, _, _, _} <- Slices],
+    Tops = [Best || {_, Best, _, _} <- Slices],
+    Lets = [Let || {_, _, _, {_, Let, _}} <- Slices],
+    Unknown = [Unread || {_, _, _, {_, _, Unread}} <- Slices],
     Matched = case Filter of
-                  [] -> lists:sum(Counts);
+                  [] -> lists:sum([Count
+                                   || {_, _, _, {Count, _, _}} <- Slices]);
                   _ -> lists:sum(lists:map(fun maps:size/1, Lets))
               end,
-    Shown = case Sort of
-                reductions ->
-                    Among = case Filter of
-                                [] ->
-                                    Current;
-                                _ ->
-                                    Let = lists:foldl(fun maps:merge/2, #{},
-                                                      Lets),
-                                    ets:match_spec_run(
-                                      Current,
-                                      ets:match_spec_compile(
-                                        [{{'$1', '_'},
-                                          [{is_map_key, '$1', {const, Let}}],
-                                          ['$_']}]))
-                            end,
-                    {Pids, Reds} = lists:unzip(Among),
-                    Many = erlang:length(Pids),
-                    Earlier = lists:zipwith3(fun maps:get/3, Pids,
-                                             lists:duplicate(
-                                               Many,
-                                               maps:from_list(Previous)),
-                                             lists:duplicate(Many, none)),
-                    %% A process born since the last pass did all its
-                    %% reductions in the window; so did one whose pid
-                    %% was reused (fewer than before).
-                    Top(ets:match_spec_run(
-                          lists:zip3(Reds, Earlier, Pids),
-                          ets:match_spec_compile(
-                            [{{'$1', '$2', '$3'},
-                              [{is_integer, '$2'}, {'>=', '$1', '$2'}],
-                              [{{{'-', '$1', '$2'}, '$3'}}]},
-                             {{'$1', '_', '$3'}, [], [{{'$1', '$3'}}]}])),
-                        N);
-                _ ->
-                    Top(lists:append(Tops), N)
+    %% Whether the reductions of Pids last pass are in Found.
+    Holds = fun(Pids, Found) ->
+                    lists:all(fun(Pid) -> maps:is_key(Pid, Found) end, Pids)
             end,
+    %% The reductions last pass of Pids (those of them it read), from
+    %% its chunks, one decoded at a time, until every one is found (a
+    %% process born since is in none: every chunk is read, ~60 ms at
+    %% 300,000 processes, measured; none is held beyond its look-up).
+    Earliest = fun(Pids, Found0) ->
+                       Wanted = maps:from_list([{Pid, true} || Pid <- Pids]),
+                       Spec = ets:match_spec_compile(
+                                [{{'$1', '_'},
+                                  [{is_map_key, '$1', {const, Wanted}}],
+                                  ['$_']}]),
+                       Look = fun Look([], Found) ->
+                                      Found;
+                                  Look([Chunk | Rest], Found) ->
+                                      case Holds(Pids, Found) of
+                                          true ->
+                                              Found;
+                                          false ->
+                                              Look(Rest,
+                                                   maps:merge(
+                                                     Found,
+                                                     maps:from_list(
+                                                       ets:match_spec_run(
+                                                         erlang:binary_to_term(
+                                                           Chunk),
+                                                         Spec))))
+                                      end
+                              end,
+                       Look(Previous, Found0)
+               end,
+    %% A process born since the last pass did all its reductions in the
+    %% window; so did one whose pid was reused (fewer than before). Each
+    %% ranked as {Done, {Pid, Earlier}}: the frame's rows keep what their
+    %% window was taken from. Those not found yet are apart: [{Pid, R}].
+    Window = ets:match_spec_compile(
+               [{{'$1', '$2', '$3'},
+                 [{is_integer, '$2'}, {'>=', '$1', '$2'}],
+                 [{{{'-', '$1', '$2'}, {{'$3', '$2'}}}}]},
+                {{'$1', '$2', '$3'}, [], [{{'$1', {{'$3', '$2'}}}}]}]),
+    Found = ets:match_spec_compile(
+              [{{'$1', '$2', '$3'},
+                [{is_integer, '$2'}, {'>=', '$1', '$2'}],
+                [{{{'-', '$1', '$2'}, {{'$3', '$2'}}}}]},
+               {{'$1', '$2', '$3'}, [{is_integer, '$2'}],
+                [{{'$1', {{'$3', '$2'}}}}]}]),
+    Missing = ets:match_spec_compile([{{'$1', none, '$3'}, [],
+                                       [{{'$3', '$1'}}]}]),
+    %% The N shown, and the reductions last pass of those of them it
+    %% read, by pid.
+    {Shown, Then} =
+        case Sort of
+            reductions ->
+                %% Every process's reductions last pass are needed, and
+                %% no map of them all is made (~30 bytes a process): the
+                %% walk is in process-table order, pass after pass, so
+                %% a slice's processes are in the chunk of the last pass
+                %% at its place, or the next. Each chunk of this pass,
+                %% decoded in turn, is looked up among the last pass's
+                %% chunks decoded so far and not yet matched (Left), one
+                %% more decoded while it holds some of the slice's
+                %% processes. Left holds a chunk or two, and the last
+                %% pass's processes that ended; Late, those not found
+                %% where they were looked for (born since, mostly):
+                %% looked up at the end among all of Left.
+                Fill = fun Fill(Left, [], _) ->
+                               {Left, []};
+                           Fill(Left, [Chunk | Rest], Here) ->
+                               Ahead = maps:from_list(
+                                         erlang:binary_to_term(Chunk)),
+                               Merged = maps:merge(Ahead, Left),
+                               case maps:size(maps:intersect(Ahead, Here)) of
+                                   0 -> {Merged, Rest};
+                                   _ -> Fill(Merged, Rest, Here)
+                               end
+                       end,
+                Align = fun Align([], _, Left, Rest, Best, Late) ->
+                                {Left, Rest, Best, Late};
+                            Align([Chunk | More], [Let | Lets1], Left0, Rest0,
+                                  Best, Late) ->
+                                Read = erlang:binary_to_term(Chunk),
+                                {Left1, Rest1} = Fill(Left0, Rest0,
+                                                      maps:from_list(Read)),
+                                {Pids, Reds} = lists:unzip(Read),
+                                Many = erlang:length(Pids),
+                                Triples0 = lists:zip3(
+                                             Reds,
+                                             lists:zipwith3(
+                                               fun maps:get/3, Pids,
+                                               lists:duplicate(Many, Left1),
+                                               lists:duplicate(Many, none)),
+                                             Pids),
+                                Triples = case Let of
+                                              all ->
+                                                  Triples0;
+                                              _ ->
+                                                  ets:match_spec_run(
+                                                    Triples0,
+                                                    ets:match_spec_compile(
+                                                      [{{'_', '_', '$1'},
+                                                        [{is_map_key, '$1',
+                                                          {const, Let}}],
+                                                        ['$_']}]))
+                                          end,
+                                Align(More, Lets1,
+                                      maps:without(Pids, Left1), Rest1,
+                                      [Top(ets:match_spec_run(Triples, Found),
+                                           N) | Best],
+                                      [ets:match_spec_run(Triples, Missing)
+                                       | Late])
+                        end,
+                {Left2, Rest2, Best2, Late2} =
+                    Align(Chunks, Lets, #{}, Previous, [], []),
+                Unfound = lists:append(lists:reverse(Late2)),
+                Last = case Unfound of
+                           [] ->
+                               #{};
+                           _ ->
+                               lists:foldl(
+                                 fun(Chunk, Map) ->
+                                         maps:merge(
+                                           maps:from_list(
+                                             erlang:binary_to_term(Chunk)),
+                                           Map)
+                                 end,
+                                 Left2, Rest2)
+                       end,
+                {LatePids, LateReds} = lists:unzip(Unfound),
+                Lately = erlang:length(LatePids),
+                ByWindow = Top(lists:append(lists:reverse(Best2))
+                               ++ ets:match_spec_run(
+                                    lists:zip3(
+                                      LateReds,
+                                      lists:zipwith3(
+                                        fun maps:get/3, LatePids,
+                                        lists:duplicate(Lately, Last),
+                                        lists:duplicate(Lately, none)),
+                                      LatePids),
+                                    Window),
+                               N),
+                {[{Done, Pid} || {Done, {Pid, _}} <- ByWindow],
+                 maps:from_list([{Pid, Earlier}
+                                 || {_, {Pid, Earlier}} <- ByWindow,
+                                    erlang:is_integer(Earlier)])};
+            _ ->
+                ByItem = Top(lists:append(Tops), N),
+                RankedPids = [Pid || {_, Pid} <- ByItem],
+                Kept0 = maps:with(RankedPids, Seen),
+                {ByItem, case Holds(RankedPids, Kept0) of
+                             true -> Kept0;
+                             false -> Earliest(RankedPids, Kept0)
+                         end}
+        end,
+    %% What the next frame looks its rows up in first: the reductions of
+    %% the 2N that ranked best by this pass's item (their slices read
+    %% them with the ranking), where the next frame's N most likely are.
+    Next = case Sort of
+               reductions ->
+                   #{};
+               _ ->
+                   Likely = maps:from_list(
+                              [{Pid, true}
+                               || {_, Pid} <- Top(lists:append(Tops),
+                                                  2 * N)]),
+                   maps:from_list(
+                     ets:match_spec_run(
+                       lists:append([Reds || {_, _, Reds, _} <- Slices]),
+                       ets:match_spec_compile(
+                         [{{'$1', '_'}, [{is_map_key, '$1', {const, Likely}}],
+                           ['$_']}])))
+           end,
     Rows = Describe(Shown),
     %% Then, with what is left of the pass's budget, the names of up to
     %% FilterReads proc_lib processes the filter does not know yet (the
@@ -428,13 +575,7 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
     BinaryMemories = [B || {_, _, B, _} <- Columns],
     RowsNow = maps:from_list(lists:zip(RowPids,
                                        [R || {_, _, _, R} <- Columns])),
-    RowSet = maps:from_list([{Pid, true} || Pid <- RowPids]),
-    RowsThen = maps:from_list(
-                 ets:match_spec_run(
-                   Previous,
-                   ets:match_spec_compile(
-                     [{{'$1', '_'}, [{is_map_key, '$1', {const, RowSet}}],
-                       ['$_']}]))),
+    RowsThen = Then,
     Done = fun(Pid) ->
                    case {maps:get(Pid, RowsNow, none),
                          maps:get(Pid, RowsThen, none)} of
@@ -490,21 +631,22 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
                            end,
               pass_us => Ended - Started,
               header => Header},
-    {Frame, #{pairs => Current, at => Started,
+    {Frame, #{chunks => Chunks, seen => Next, at => Started,
               counters => After,
               ours => #{gcs => 0, words => 0}}}.
 
 %% The work of one slice of a pass, as a fun for pmap/3: each process's
 %% reductions and the item Sort ranks by, read by one process_info/2 call
-%% each; the slice's N first by that item among those Filter lets
-%% through, the reductions of every process, and how many it read.
+%% each; the reductions of every process, compressed (what the keeper
+%% keeps of them); the slice's N first by that item among those Filter
+%% lets through, and their reductions; and how many it read.
 %% Known: the names describe/1 read from processes' dictionaries (before
 %% OTP 26.2; pass/9), by pid, matched as those read one key at a time;
 %% with a filter there, the slice also lists its proc_lib processes not
 %% in Known, for pass/9 to read.
 -spec slice(sort(), pos_integer(), [binary()], boolean(), fun(),
             #{pid() => {term(), term(), term()}}) ->
-          fun(([pid()]) -> {[{pid(), non_neg_integer()}], list(),
+          fun(([pid()]) -> {binary(), list(), [{pid(), non_neg_integer()}],
                             {non_neg_integer(), all | map(), [pid()]}}).
 slice(Sort, N, Filter, Labels, Top, Known) ->
     %% What a filter is matched against: each name a process goes by
@@ -734,6 +876,27 @@ slice(Sort, N, Filter, Labels, Top, Known) ->
                                   _ ->
                                       Top(Pairs, N)
                               end,
-                          {ets:match_spec_run(Joined, Reductions), Ranked,
+                          Read = ets:match_spec_run(Joined, Reductions),
+                          %% The reductions of the slice's best, for the
+                          %% frame's rows (and the next frame's) to be
+                          %% looked up in without a chunk decoded.
+                          Ranks = erlang:length(Ranked),
+                          Best = maps:from_list(
+                                   lists:zip(lists:zipwith(
+                                               fun erlang:element/2,
+                                               lists:duplicate(Ranks, 2),
+                                               Ranked),
+                                             lists:duplicate(Ranks, true))),
+                          %% Level 1: faster than the default's 6 and as
+                          %% small here (300,000 processes: 48 ms and
+                          %% 2.3 bytes a process, against 109 ms and 2.6).
+                          {erlang:term_to_binary(Read, [{compressed, 1}]),
+                           Ranked,
+                           ets:match_spec_run(
+                             Read,
+                             ets:match_spec_compile(
+                               [{{'$1', '_'},
+                                 [{is_map_key, '$1', {const, Best}}],
+                                 ['$_']}])),
                            {erlang:length(Slice), Let, Unread}}
     end.

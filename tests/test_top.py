@@ -340,6 +340,94 @@ def test_reductions_are_the_intervals(busy):
     assert done == sorted(done, reverse=True)
 
 
+def test_rows_new_to_the_top_keep_their_window(busy):
+    """The keeper keeps the last pass's reductions compressed, and beside
+    them those of the few that ranked best; a row that did not rank last
+    time is looked up in the chunks: a process that climbed into the top
+    shows the reductions of the interval (not its life), one born since
+    the last pass shows its whole life."""
+    from beam_probe.probes.top import TopFeed
+
+    feed = TopFeed(_connect(busy), interval=0.5, n=3, sort="binary_memory")
+    feed.open()
+    with attach(busy.node, busy.cookie.encode()) as remote:
+        def step(pid: Any, what: Any) -> None:
+            remote.call("beam_probe_workload", "step", [pid, what])
+
+        def reductions(pid: Any) -> int:
+            return remote.call("erlang", "process_info",
+                               [pid, Atom("reductions")])[1]
+
+        climber = remote.call("beam_probe_workload", "stepper", [])
+        born = None
+        try:
+            # A life of work before the first pass, then nothing held.
+            for _ in range(5):
+                step(climber, 16 * 2**20)
+                step(climber, Atom("drop"))
+            lived = reductions(climber)
+            first = feed.refresh()["frames"][0]["processes"]
+            assert str(climber) not in [r["pid"] for r in first]
+            born = remote.call("beam_probe_workload", "stepper", [])
+            step(climber, 8 * 2**20)
+            step(born, 16 * 2**20)
+            rows = feed.refresh()["frames"][0]["processes"]
+            by_pid = {r["pid"]: r for r in rows}
+            assert [r["pid"] for r in rows[:2]] == [str(born), str(climber)]
+            now = {pid: reductions(pid) for pid in (climber, born)}
+        finally:
+            for pid in (climber, born):
+                if pid is not None:
+                    remote.call("erlang", "exit", [pid, Atom("kill")])
+            feed.close()
+    window = by_pid[str(climber)]["reductions"]
+    assert 0 < window < now[climber] - lived + 50 < lived, (window, lived)
+    # All its life was in the window; our reads since cost it a few.
+    whole = by_pid[str(born)]["reductions"]
+    assert now[born] - 50 <= whole <= now[born], (whole, now[born])
+
+
+def test_a_window_by_reductions_outlives_churn(busy):
+    """Ranked by reductions, the last pass's figures are found by where
+    the walk met each process, chunk by chunk: with processes ended
+    before the others in the walk and others born since, every process
+    that lived through both passes still shows its window (a few
+    reductions, for an idle one), never its life."""
+    from beam_probe.probes.top import TopFeed
+
+    feed = TopFeed(_connect(busy), interval=0.5, n=500, sort="reductions")
+    feed.open()
+    with attach(busy.node, busy.cookie.encode(), timeout=60) as remote:
+        def spawn(count: int) -> list[Any]:
+            return [remote.call("beam_probe_workload", "stepper", [])
+                    for _ in range(count)]
+
+        # Each does ~5,000 reductions of work, then idles.
+        worked = spawn(2400)
+        born: list[Any] = []
+        try:
+            for pid in worked:
+                remote.call("beam_probe_workload", "step", [pid, 8 * 65536])
+                remote.call("beam_probe_workload", "step", [pid, Atom("drop")])
+            lived = remote.call("erlang", "process_info",
+                                [worked[-1], Atom("reductions")])[1]
+            assert lived > 1000, lived
+            feed.refresh()
+            for pid in worked[:1200]:
+                remote.call("erlang", "exit", [pid, Atom("kill")])
+            born = spawn(1200)
+            rows = feed.refresh()["frames"][0]["processes"]
+        finally:
+            for pid in worked + born:
+                remote.call("erlang", "exit", [pid, Atom("kill")])
+            feed.close()
+    survivors = {str(pid) for pid in worked[1200:]}
+    windows = [r["reductions"] for r in rows if r["pid"] in survivors]
+    assert len(rows) == 500 and max(windows, default=0) < 200, windows
+    done = [r["reductions"] for r in rows]
+    assert done == sorted(done, reverse=True)
+
+
 def test_a_frozen_node_is_down_in_seconds_and_back_after(nodes):
     """SIGSTOP: the refresh waits a few passes' worth, a short call
     finds the node silent, and the node is down, its rows kept; SIGCONT,
