@@ -332,13 +332,102 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
                 true -> #{};
                 false -> erlang:get('$beam_probe_names')
             end,
+    %% A process born since the last pass did all its reductions in the
+    %% window; so did one whose pid was reused (fewer than before). Each
+    %% ranked as {Done, {Pid, Earlier}}: the frame's rows keep what their
+    %% window was taken from. Those not found yet are apart: [{Pid, R}].
+    Window = ets:match_spec_compile(
+               [{{'$1', '$2', '$3'},
+                 [{is_integer, '$2'}, {'>=', '$1', '$2'}],
+                 [{{{'-', '$1', '$2'}, {{'$3', '$2'}}}}]},
+                {{'$1', '$2', '$3'}, [], [{{'$1', {{'$3', '$2'}}}}]}]),
+    Hit = ets:match_spec_compile(
+            [{{'$1', '$2', '$3'},
+              [{is_integer, '$2'}, {'>=', '$1', '$2'}],
+              [{{{'-', '$1', '$2'}, {{'$3', '$2'}}}}]},
+             {{'$1', '$2', '$3'}, [{is_integer, '$2'}],
+              [{{'$1', {{'$3', '$2'}}}}]}]),
+    Absent = ets:match_spec_compile([{{'$1', none, '$3'}, [],
+                                      [{{'$3', '$1'}}]}]),
+    %% Ranked by reductions, every process's of the last pass are needed,
+    %% and no map of them all is made (~30 bytes a process; 37 MB at the
+    %% peak of a pass over 300,000 processes, measured): the walk is in
+    %% process-table order, pass after pass, so a slice's processes are
+    %% in the last pass's chunk at its place, or the next. Each slice's
+    %% {Pid, Reductions} are looked up as pmap folds them, in order, among
+    %% the last pass's chunks decoded so far and not yet matched (Left),
+    %% up to two more decoded until the slice's last process is among
+    %% them. Left holds a chunk or two, and the last pass's processes that
+    %% ended; Late, those not found where they were looked for (born
+    %% since, mostly), looked up at the end among all of Left and the
+    %% chunks not decoded yet. Each chunk is decoded once.
+    Fill = fun Fill(Left, Rest, _, 0) ->
+                   {Left, Rest};
+               Fill(Left, [], _, _) ->
+                   {Left, []};
+               Fill(Left, [Chunk | Rest], Final, Loads) ->
+                   case maps:is_key(Final, Left) of
+                       true ->
+                           {Left, [Chunk | Rest]};
+                       false ->
+                           Fill(maps:merge(maps:from_list(
+                                             erlang:binary_to_term(Chunk)),
+                                           Left),
+                                Rest, Final, Loads - 1)
+                   end
+           end,
+    Join = fun({Chunk, Read, [], {_, Let, _} = Tally},
+               {Left0, Rest0, Best, Late, Held}) ->
+                   {Left1, Rest1} = case Read of
+                                        [] ->
+                                            {Left0, Rest0};
+                                        _ ->
+                                            Fill(Left0, Rest0,
+                                                 erlang:element(
+                                                   1, lists:last(Read)),
+                                                 2)
+                                    end,
+                   {Pids, Reds} = lists:unzip(Read),
+                   Many = erlang:length(Pids),
+                   Triples0 = lists:zip3(Reds,
+                                         lists:zipwith3(
+                                           fun maps:get/3, Pids,
+                                           lists:duplicate(Many, Left1),
+                                           lists:duplicate(Many, none)),
+                                         Pids),
+                   Triples = case Let of
+                                 all ->
+                                     Triples0;
+                                 _ ->
+                                     ets:match_spec_run(
+                                       Triples0,
+                                       ets:match_spec_compile(
+                                         [{{'_', '_', '$1'},
+                                           [{is_map_key, '$1', {const, Let}}],
+                                           ['$_']}]))
+                             end,
+                   {maps:without(Pids, Left1), Rest1,
+                    [Top(ets:match_spec_run(Triples, Hit), N) | Best],
+                    [ets:match_spec_run(Triples, Absent) | Late],
+                    [{Chunk, [], [], Tally} | Held]}
+           end,
     %% The slice's work is made by slice/6, where nothing of this pass is
     %% bound: a fun made here would carry every binding of this function
     %% into each worker, the last pass's reductions among them (erl_eval
     %% keeps them all: 3 million words a worker at 100,000 processes, and
     %% twice the pass's time, measured).
-    {Slices, Scanned} = Pmap(Slice(Sort, N, Filter, Labels, Top, Known), list,
-                             [], Others(), Jobs),
+    Work = Slice(Sort, N, Filter, Labels, Top, Known),
+    {Slices, Scanned, Joined} =
+        case Sort of
+            reductions ->
+                {{LeftJ, RestJ, BestJ, LateJ, HeldJ}, Joins} =
+                    Pmap(Work, Join, {#{}, Previous, [], [], []}, Others(),
+                         Jobs),
+                {lists:reverse(HeldJ), Joins, {LeftJ, RestJ, BestJ, LateJ}};
+            _ ->
+                {Listed, Lists} = Pmap(Work, list, [], Others(), Jobs),
+                {Listed, Lists, none}
+        end,
     %% Per slice: its reductions compressed, its N best, their
     %% reductions, and its tally.
     Chunks = [Chunk || {Chunk, _, _, _} <- Slices],
@@ -383,88 +472,12 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
                               end,
                        Look(Previous, Found0)
                end,
-    %% A process born since the last pass did all its reductions in the
-    %% window; so did one whose pid was reused (fewer than before). Each
-    %% ranked as {Done, {Pid, Earlier}}: the frame's rows keep what their
-    %% window was taken from. Those not found yet are apart: [{Pid, R}].
-    Window = ets:match_spec_compile(
-               [{{'$1', '$2', '$3'},
-                 [{is_integer, '$2'}, {'>=', '$1', '$2'}],
-                 [{{{'-', '$1', '$2'}, {{'$3', '$2'}}}}]},
-                {{'$1', '$2', '$3'}, [], [{{'$1', {{'$3', '$2'}}}}]}]),
-    Found = ets:match_spec_compile(
-              [{{'$1', '$2', '$3'},
-                [{is_integer, '$2'}, {'>=', '$1', '$2'}],
-                [{{{'-', '$1', '$2'}, {{'$3', '$2'}}}}]},
-               {{'$1', '$2', '$3'}, [{is_integer, '$2'}],
-                [{{'$1', {{'$3', '$2'}}}}]}]),
-    Missing = ets:match_spec_compile([{{'$1', none, '$3'}, [],
-                                       [{{'$3', '$1'}}]}]),
     %% The N shown, and the reductions last pass of those of them it
     %% read, by pid.
     {Shown, Then} =
         case Sort of
             reductions ->
-                %% Every process's reductions last pass are needed, and
-                %% no map of them all is made (~30 bytes a process): the
-                %% walk is in process-table order, pass after pass, so
-                %% a slice's processes are in the chunk of the last pass
-                %% at its place, or the next. Each chunk of this pass,
-                %% decoded in turn, is looked up among the last pass's
-                %% chunks decoded so far and not yet matched (Left), one
-                %% more decoded while it holds some of the slice's
-                %% processes. Left holds a chunk or two, and the last
-                %% pass's processes that ended; Late, those not found
-                %% where they were looked for (born since, mostly):
-                %% looked up at the end among all of Left.
-                Fill = fun Fill(Left, [], _) ->
-                               {Left, []};
-                           Fill(Left, [Chunk | Rest], Here) ->
-                               Ahead = maps:from_list(
-                                         erlang:binary_to_term(Chunk)),
-                               Merged = maps:merge(Ahead, Left),
-                               case maps:size(maps:intersect(Ahead, Here)) of
-                                   0 -> {Merged, Rest};
-                                   _ -> Fill(Merged, Rest, Here)
-                               end
-                       end,
-                Align = fun Align([], _, Left, Rest, Best, Late) ->
-                                {Left, Rest, Best, Late};
-                            Align([Chunk | More], [Let | Lets1], Left0, Rest0,
-                                  Best, Late) ->
-                                Read = erlang:binary_to_term(Chunk),
-                                {Left1, Rest1} = Fill(Left0, Rest0,
-                                                      maps:from_list(Read)),
-                                {Pids, Reds} = lists:unzip(Read),
-                                Many = erlang:length(Pids),
-                                Triples0 = lists:zip3(
-                                             Reds,
-                                             lists:zipwith3(
-                                               fun maps:get/3, Pids,
-                                               lists:duplicate(Many, Left1),
-                                               lists:duplicate(Many, none)),
-                                             Pids),
-                                Triples = case Let of
-                                              all ->
-                                                  Triples0;
-                                              _ ->
-                                                  ets:match_spec_run(
-                                                    Triples0,
-                                                    ets:match_spec_compile(
-                                                      [{{'_', '_', '$1'},
-                                                        [{is_map_key, '$1',
-                                                          {const, Let}}],
-                                                        ['$_']}]))
-                                          end,
-                                Align(More, Lets1,
-                                      maps:without(Pids, Left1), Rest1,
-                                      [Top(ets:match_spec_run(Triples, Found),
-                                           N) | Best],
-                                      [ets:match_spec_run(Triples, Missing)
-                                       | Late])
-                        end,
-                {Left2, Rest2, Best2, Late2} =
-                    Align(Chunks, Lets, #{}, Previous, [], []),
+                {Left2, Rest2, Best2, Late2} = Joined,
                 Unfound = lists:append(lists:reverse(Late2)),
                 Last = case Unfound of
                            [] ->
@@ -890,8 +903,15 @@ slice(Sort, N, Filter, Labels, Top, Known) ->
                           %% Level 1: faster than the default's 6 and as
                           %% small here (300,000 processes: 48 ms and
                           %% 2.3 bytes a process, against 109 ms and 2.6).
+                          %% Ranked by reductions, the slice's
+                          %% reductions themselves go too: the keeper
+                          %% matches them with the last pass's as they
+                          %% come (pass/9), garbage once folded.
                           {erlang:term_to_binary(Read, [{compressed, 1}]),
-                           Ranked,
+                           case Sort of
+                               reductions -> Read;
+                               _ -> Ranked
+                           end,
                            ets:match_spec_run(
                              Read,
                              ets:match_spec_compile(
