@@ -358,9 +358,11 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
     %% the last pass's chunks decoded so far and not yet matched (Left),
     %% up to two more decoded until the slice's last process is among
     %% them. Left holds a chunk or two, and the last pass's processes that
-    %% ended; Late, those not found where they were looked for (born
-    %% since, mostly), looked up at the end among all of Left and the
-    %% chunks not decoded yet. Each chunk is decoded once.
+    %% ended; Late, those not found where they were looked for while
+    %% chunks were left to decode (born since, mostly), looked up at the
+    %% end among all of Left and the chunks not decoded yet. Each chunk
+    %% is decoded once. Left and Late grow with the processes that ended
+    %% or were born between two passes, not with the node.
     Fill = fun Fill(Left, Rest, _, 0) ->
                    {Left, Rest};
                Fill(Left, [], _, _) ->
@@ -406,9 +408,19 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
                                            [{is_map_key, '$1', {const, Let}}],
                                            ['$_']}]))
                              end,
+                   %% Once every chunk of the last pass is decoded, one
+                   %% not in Left was born since (on the first pass,
+                   %% every process): ranked at once, not kept for later.
+                   {Ranked, Later} =
+                       case Rest1 of
+                           [] ->
+                               {ets:match_spec_run(Triples, Window), []};
+                           _ ->
+                               {ets:match_spec_run(Triples, Hit),
+                                ets:match_spec_run(Triples, Absent)}
+                       end,
                    {maps:without(Pids, Left1), Rest1,
-                    [Top(ets:match_spec_run(Triples, Hit), N) | Best],
-                    [ets:match_spec_run(Triples, Absent) | Late],
+                    [Top(Ranked, N) | Best], [Later | Late],
                     [{Chunk, [], [], Tally} | Held]}
            end,
     %% The slice's work is made by slice/6, where nothing of this pass is
