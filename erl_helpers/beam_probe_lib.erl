@@ -122,7 +122,7 @@ guard(Watch, TimeoutMs, Work) ->
                               [Watcher, erlang:self() | Connection]),
                    erlang:exit({beam_probe_done, Work()})
            end,
-    try erlang:spawn_monitor(Body) of
+    try erlang:spawn_opt(Body, [monitor, {fullsweep_after, 0}]) of
         {Worker, Done} ->
             receive
                 {'DOWN', Done, process, Worker, {beam_probe_done, Result}} ->

@@ -186,10 +186,10 @@ proc_count_all(Sink, Tag, Attribute, Chunk, WaitMs, Jobs, Pmap, Values,
 %% the pid into Parts partitions of ~32,768 processes, each compressed
 %% (Reader, made by partitioned/3: ~3.6 bytes a process, measured at
 %% 300,000). The passes are then joined a partition at a time: its
-%% first-pass pairs as a map, each slice of its second-pass pairs looked
-%% up in it (compiled maps:get/3) in turn, what the map holds but no
-%% slice had the dead; each slice's tops join the tops before them. So
-%% the node holds both passes compressed, and one partition's map.
+%% first-pass pairs as a map, its second-pass pairs looked up in it
+%% (compiled maps:get/3), what the map holds and the second pass had not
+%% the dead; each partition's tops join the tops before them. So the
+%% node holds both passes compressed, and one partition's pairs.
 %% Rows are a top N in partition order, then the second pass's process
 %% order: at ties at the N-th value, any of the tied processes.
 -spec proc_window(atom(), pos_integer(), pos_integer(), non_neg_integer(),
@@ -217,51 +217,39 @@ proc_window(Attribute, N, Millis, Jobs, Pmap, Values, Top, Describe,
                                      [{{'$1', '$3'}}]}]),
     Grown = ets:match_spec_compile([{{'$1', '$2', '$3'}, [{is_integer, '$2'}],
                                      [{{{'-', '$1', '$2'}, '$3'}}]}]),
-    %% One partition: its first pass as a map, then each second-pass
-    %% slice of it joined to the map in turn; the pids seen, taken out of
-    %% the map at the end, leave the dead.
-    Join = fun(Part, {Deltas0, Born0, BornCount0, Dead0, DeadCount0}) ->
-                   Start = maps:from_list(
-                             ets:match_spec_run(
-                               lists:append(
-                                 lists:map(fun erlang:binary_to_term/1,
-                                           lists:zipwith(
-                                             fun erlang:element/2,
+    %% One pass's pairs of one partition, in slice order: a compiled
+    %% inflate a slice.
+    Part = fun(Slices, Index) ->
+                   lists:append(
+                     lists:map(fun erlang:binary_to_term/1,
+                               lists:zipwith(fun erlang:element/2,
                                              lists:duplicate(
-                                               erlang:length(Firsts), Part),
-                                             Firsts))),
-                               Swap)),
-                   Step = fun(Slice, {Deltas, Born, BornCount, Seen}) ->
-                                  {Ends, Pids} =
-                                      lists:unzip(erlang:binary_to_term(
-                                                    erlang:element(Part,
-                                                                   Slice))),
-                                  Many = erlang:length(Pids),
-                                  Joined = lists:zip3(
-                                             Ends,
-                                             lists:zipwith3(
-                                               fun maps:get/3, Pids,
-                                               lists:duplicate(Many, Start),
-                                               lists:duplicate(Many, none)),
-                                             Pids),
-                                  New = ets:match_spec_run(Joined, Newly),
-                                  {Top(Deltas
-                                       ++ ets:match_spec_run(Joined, Grown),
-                                       N),
-                                   Top(Born ++ New, N),
-                                   BornCount + erlang:length(New),
-                                   [Pids | Seen]}
-                          end,
-                   {Deltas1, Born1, BornCount1, Seen1} =
-                       lists:foldl(Step, {Deltas0, Born0, BornCount0, []},
-                                   Lasts),
+                                               erlang:length(Slices), Index),
+                                             Slices)))
+           end,
+    %% One partition: its first pass as a map, its second pass's pairs
+    %% looked up in it; what the map holds and the second pass had not,
+    %% the dead.
+    Join = fun(Index, {Deltas, Born, BornCount, Dead, DeadCount}) ->
+                   Start = maps:from_list(
+                             ets:match_spec_run(Part(Firsts, Index), Swap)),
+                   {Ends, Pids} = lists:unzip(Part(Lasts, Index)),
+                   Many = erlang:length(Pids),
+                   Joined = lists:zip3(Ends,
+                                       lists:zipwith3(
+                                         fun maps:get/3, Pids,
+                                         lists:duplicate(Many, Start),
+                                         lists:duplicate(Many, none)),
+                                       Pids),
+                   New = ets:match_spec_run(Joined, Newly),
                    Gone = ets:match_spec_run(
-                            maps:to_list(maps:without(lists:append(Seen1),
-                                                      Start)),
-                            Swap),
-                   Result = {Deltas1, Born1, BornCount1,
-                             Top(Dead0 ++ Gone, N),
-                             DeadCount0 + erlang:length(Gone)},
+                            maps:to_list(maps:without(Pids, Start)), Swap),
+                   Result = {Top(Deltas ++ ets:match_spec_run(Joined, Grown),
+                                 N),
+                             Top(Born ++ New, N),
+                             BornCount + erlang:length(New),
+                             Top(Dead ++ Gone, N),
+                             DeadCount + erlang:length(Gone)},
                    %% This partition's pairs and map are garbage now.
                    erlang:garbage_collect(),
                    Result
