@@ -420,16 +420,25 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
                                 ets:match_spec_run(Triples, Absent)}
                        end,
                    {maps:without(Pids, Left1), Rest1,
-                    [Top(Ranked, N) | Best], [Later | Late],
+                    Top(Best ++ Top(Ranked, N), N), [Later | Late],
                     [{Chunk, [], [], Tally} | Held]}
            end,
+    %% By any other item, each slice's 2N best with their reductions
+    %% ({Value, {Pid, Reductions}}) join those of the slices before it,
+    %% in order: the keeper holds 2N of them, not 2N a slice. (The N
+    %% best of the 2N best are the N best, ties as well: top/2 keeps the
+    %% last of equals in order.)
+    Gather = fun({Chunk, Ranked, [], Tally}, {Likely, Held}) ->
+                     {Top(Likely ++ Ranked, 2 * N),
+                      [{Chunk, [], [], Tally} | Held]}
+             end,
     %% The slice's work is made by slice/6, where nothing of this pass is
     %% bound: a fun made here would carry every binding of this function
     %% into each worker, the last pass's reductions among them (erl_eval
     %% keeps them all: 3 million words a worker at 100,000 processes, and
     %% twice the pass's time, measured).
     Work = Slice(Sort, N, Filter, Labels, Top, Known),
-    {Slices, Scanned, Joined} =
+    {Slices, Scanned, Folded} =
         case Sort of
             reductions ->
                 {{LeftJ, RestJ, BestJ, LateJ, HeldJ}, Joins} =
@@ -437,13 +446,12 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
                          Jobs),
                 {lists:reverse(HeldJ), Joins, {LeftJ, RestJ, BestJ, LateJ}};
             _ ->
-                {Listed, Lists} = Pmap(Work, list, [], Others(), Jobs),
-                {Listed, Lists, none}
+                {{LikelyG, HeldG}, Gathered} =
+                    Pmap(Work, Gather, {[], []}, Others(), Jobs),
+                {lists:reverse(HeldG), Gathered, LikelyG}
         end,
-    %% Per slice: its reductions compressed, its N best, their
-    %% reductions, and its tally.
+    %% Per slice: its reductions compressed, and its tally.
     Chunks = [Chunk || {Chunk, _, _, _} <- Slices],
-    Tops = [Best || {_, Best, _, _} <- Slices],
     Lets = [Let || {_, _, _, {_, Let, _}} <- Slices],
     Unknown = [Unread || {_, _, _, {_, _, Unread}} <- Slices],
     Matched = case Filter of
@@ -489,7 +497,7 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
     {Shown, Then} =
         case Sort of
             reductions ->
-                {Left2, Rest2, Best2, Late2} = Joined,
+                {Left2, Rest2, Best2, Late2} = Folded,
                 Unfound = lists:append(lists:reverse(Late2)),
                 Last = case Unfound of
                            [] ->
@@ -506,7 +514,7 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
                        end,
                 {LatePids, LateReds} = lists:unzip(Unfound),
                 Lately = erlang:length(LatePids),
-                ByWindow = Top(lists:append(lists:reverse(Best2))
+                ByWindow = Top(Best2
                                ++ ets:match_spec_run(
                                     lists:zip3(
                                       LateReds,
@@ -522,7 +530,8 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
                                  || {_, {Pid, Earlier}} <- ByWindow,
                                     erlang:is_integer(Earlier)])};
             _ ->
-                ByItem = Top(lists:append(Tops), N),
+                ByItem = [{Value, Pid}
+                          || {Value, {Pid, _}} <- Top(Folded, N)],
                 RankedPids = [Pid || {_, Pid} <- ByItem],
                 Kept0 = maps:with(RankedPids, Seen),
                 {ByItem, case Holds(RankedPids, Kept0) of
@@ -537,16 +546,8 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
                reductions ->
                    #{};
                _ ->
-                   Likely = maps:from_list(
-                              [{Pid, true}
-                               || {_, Pid} <- Top(lists:append(Tops),
-                                                  2 * N)]),
-                   maps:from_list(
-                     ets:match_spec_run(
-                       lists:append([Reds || {_, _, Reds, _} <- Slices]),
-                       ets:match_spec_compile(
-                         [{{'$1', '_'}, [{is_map_key, '$1', {const, Likely}}],
-                           ['$_']}])))
+                   maps:from_list([{Pid, Reductions}
+                                   || {_, {Pid, Reductions}} <- Folded])
            end,
     Rows = Describe(Shown),
     %% Then, with what is left of the pass's budget, the names of up to
@@ -663,15 +664,16 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
 %% The work of one slice of a pass, as a fun for pmap/3: each process's
 %% reductions and the item Sort ranks by, read by one process_info/2 call
 %% each; the reductions of every process, compressed (what the keeper
-%% keeps of them); the slice's N first by that item among those Filter
-%% lets through, and their reductions; and how many it read.
+%% keeps of them); the slice's 2N first by that item among those Filter
+%% lets through, with their reductions (ranked by reductions, every
+%% process's reductions instead); and how many it read.
 %% Known: the names describe/1 read from processes' dictionaries (before
 %% OTP 26.2; pass/9), by pid, matched as those read one key at a time;
 %% with a filter there, the slice also lists its proc_lib processes not
 %% in Known, for pass/9 to read.
 -spec slice(sort(), pos_integer(), [binary()], boolean(), fun(),
             #{pid() => {term(), term(), term()}}) ->
-          fun(([pid()]) -> {binary(), list(), [{pid(), non_neg_integer()}],
+          fun(([pid()]) -> {binary(), list(), [],
                             {non_neg_integer(), all | map(), [pid()]}}).
 slice(Sort, N, Filter, Labels, Top, Known) ->
     %% What a filter is matched against: each name a process goes by
@@ -897,38 +899,55 @@ slice(Sort, N, Filter, Labels, Top, Known) ->
                                       Top(lists:zip(lists:map(fun lists:sum/1,
                                                               Sizes),
                                                     Holders),
-                                          N);
+                                          2 * N);
                                   _ ->
-                                      Top(Pairs, N)
+                                      Top(Pairs, 2 * N)
                               end,
                           Read = ets:match_spec_run(Joined, Reductions),
-                          %% The reductions of the slice's best, for the
-                          %% frame's rows (and the next frame's) to be
-                          %% looked up in without a chunk decoded.
+                          %% The slice's 2N best with their reductions,
+                          %% {Value, {Pid, Reductions}}: the frame's rows,
+                          %% and the next frame's most likely, are looked
+                          %% up there without a chunk decoded.
                           Ranks = erlang:length(Ranked),
+                          RankedPids = lists:zipwith(fun erlang:element/2,
+                                                     lists:duplicate(Ranks, 2),
+                                                     Ranked),
                           Best = maps:from_list(
-                                   lists:zip(lists:zipwith(
-                                               fun erlang:element/2,
-                                               lists:duplicate(Ranks, 2),
-                                               Ranked),
-                                             lists:duplicate(Ranks, true))),
+                                   ets:match_spec_run(
+                                     Read,
+                                     ets:match_spec_compile(
+                                       [{{'$1', '_'},
+                                         [{is_map_key, '$1',
+                                           {const,
+                                            maps:from_list(
+                                              lists:zip(
+                                                RankedPids,
+                                                lists:duplicate(Ranks,
+                                                                true)))}}],
+                                         ['$_']}]))),
                           %% Level 1: faster than the default's 6 and as
                           %% small here (300,000 processes: 48 ms and
                           %% 2.3 bytes a process, against 109 ms and 2.6).
-                          %% Ranked by reductions, the slice's
-                          %% reductions themselves go too: the keeper
-                          %% matches them with the last pass's as they
-                          %% come (pass/9), garbage once folded.
+                          %% Ranked by reductions, the slice's reductions
+                          %% themselves go too: the keeper matches them
+                          %% with the last pass's as they come (pass/9),
+                          %% garbage once folded.
                           {erlang:term_to_binary(Read, [{compressed, 1}]),
                            case Sort of
-                               reductions -> Read;
-                               _ -> Ranked
+                               reductions ->
+                                   Read;
+                               _ ->
+                                   lists:zip(
+                                     lists:zipwith(fun erlang:element/2,
+                                                   lists:duplicate(Ranks, 1),
+                                                   Ranked),
+                                     lists:zip(RankedPids,
+                                               lists:zipwith3(
+                                                 fun maps:get/3, RankedPids,
+                                                 lists:duplicate(Ranks, Best),
+                                                 lists:duplicate(Ranks,
+                                                                 0))))
                            end,
-                           ets:match_spec_run(
-                             Read,
-                             ets:match_spec_compile(
-                               [{{'$1', '_'},
-                                 [{is_map_key, '$1', {const, Best}}],
-                                 ['$_']}])),
+                           [],
                            {erlang:length(Slice), Let, Unread}}
     end.
