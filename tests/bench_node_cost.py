@@ -112,6 +112,14 @@ def _fill(node, env: dict, size: int) -> None:
                    text=True, env=env, check=True, capture_output=True)
 
 
+def _measure(script: str, words: list[str], fields: dict, watched: list,
+             env: dict, runs: int) -> list:
+    """``runs`` measures of one command (_cost's tuples)."""
+    cmd = [script] + [w.format(**fields) for w in words] + ["--timeout",
+                                                            "600"]
+    return [_cost(watched, env, cmd) for _ in range(runs)]
+
+
 def _verdict(label: str, size: int, rise: float) -> str:
     limit = bound(label, size)
     if limit is None:
@@ -127,7 +135,8 @@ def bench(script: str, erl: str, size: int, runs: int,
         env = dict(os.environ, HOME=node.home)
         _fill(node, env, size)
         release = _erl_call(node, env, "-a",
-                            "erlang system_info [otp_release]").strip()
+                            "erlang system_info [otp_release]").strip(
+                                ' \n"')
         reference = ["erl_call", "-sname", node.name, "-timeout", "600",
                      "-a", "beam_probe_reference proc_count [memory, 5]"]
         theirs = [_cost([node], env, reference) for _ in range(runs)]
@@ -138,10 +147,9 @@ def bench(script: str, erl: str, size: int, runs: int,
               f"+{statistics.median(r[1] for r in theirs) / MB:.0f} MB, "
               f"{statistics.median(r[3] for r in theirs):.2f} s", flush=True)
         for label, words in COMMANDS.items():
-            cmd = [script] + [w.format(node=node.node,
-                                       file=os.path.join(folder, "s"))
-                              for w in words] + ["--timeout", "600"]
-            ours = [_cost([node], env, cmd) for _ in range(runs)]
+            ours = _measure(script, words, {"node": node.node, "file":
+                                            os.path.join(folder, "s")},
+                            [node], env, runs)
             rise = statistics.median(r[0][0] for r in ours)
             verdict = _verdict(label, size, rise)
             ok &= "OVER" not in verdict
@@ -171,11 +179,9 @@ def _bench_cluster(script: str, erl: str, member, env: dict, size: int,
         _erl_call(entry, entry_env, "-a",
                   f"net_kernel connect_node ['{member.node}']")
         for label, words in CLUSTER_COMMANDS.items():
-            cmd = [script] + [w.format(entry=entry.node,
-                                       folder=os.path.join(folder, "c"))
-                              for w in words] + ["--timeout", "600"]
-            ours = [_cost([member, entry], entry_env, cmd)
-                    for _ in range(runs)]
+            ours = _measure(script, words, {"entry": entry.node, "folder":
+                                            os.path.join(folder, "c")},
+                            [member, entry], entry_env, runs)
             rise = statistics.median(r[0][0] for r in ours)
             held = statistics.median(r[0][1] for r in ours)
             verdict = _verdict(label, size, rise)
