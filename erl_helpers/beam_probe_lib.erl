@@ -456,36 +456,54 @@ values(Attribute, Pids, Zeros) ->
                true -> binary;
                false -> Attribute
            end,
-    Guard = case {Binary, Zeros} of
-                {true, false} -> [{'=/=', '$1', []}];
-                _ -> []
-            end,
     Infos = lists:zipwith(fun erlang:process_info/2, Pids,
                           lists:duplicate(erlang:length(Pids), Item)),
-    Alive = ets:match_spec_run(lists:zip(Infos, Pids),
-                               ets:match_spec_compile(
-                                 [{{{Item, '$1'}, '$2'}, Guard,
-                                   [{{'$1', '$2'}}]}])),
     case Binary of
         true ->
-            {Lists, AlivePids} = lists:unzip(Alive),
+            %% A process's list is as long as its references: a backlog of
+            %% a million binary messages, once collected into its heap,
+            %% lists a million (48 MB copied to us by process_info). So no
+            %% list is copied again (issue 39 item 4): a match
+            %% specification copies what it returns, and unzip3/1 makes
+            %% three lists; together 323 MB for that one process (OTP 25,
+            %% measured). Each list is taken from its {binary, List} by
+            %% element/2 (a process gone, undefined, is an atom, which
+            %% erlang:max/2 against {binary, []} turns into that), its sizes by
+            %% a match specification that returns the sizes alone, and
+            %% only {Sum, Pid} is returned by the one that keeps the
+            %% processes alive (and, unless Zeros, referencing any).
+            Count = erlang:length(Pids),
+            Lists = lists:zipwith(fun erlang:element/2,
+                                  lists:duplicate(Count, 2),
+                                  lists:zipwith(fun erlang:max/2,
+                                                lists:duplicate(
+                                                  Count, {binary, []}),
+                                                Infos)),
             Kept = case Attribute of
                        binary_distinct ->
                            lists:zipwith(fun lists:ukeysort/2,
-                                         lists:duplicate(
-                                           erlang:length(Lists), 1),
-                                         Lists);
+                                         lists:duplicate(Count, 1), Lists);
                        binary_memory ->
                            Lists
                    end,
             %% Each binary is {Id, Size, RefCount}.
-            Unzipped = lists:map(fun lists:unzip3/1, Kept),
-            Sizes = lists:zipwith(fun erlang:element/2,
-                                  lists:duplicate(erlang:length(Kept), 2),
-                                  Unzipped),
-            lists:zip(lists:map(fun lists:sum/1, Sizes), AlivePids);
+            Sizes = ets:match_spec_compile([{{'_', '$1', '_'}, [], ['$1']}]),
+            Sums = lists:map(fun lists:sum/1,
+                             lists:zipwith(fun ets:match_spec_run/2, Kept,
+                                           lists:duplicate(Count, Sizes))),
+            Holding = case Zeros of
+                          false -> [{'=/=', '$3', []}];
+                          true -> []
+                      end,
+            ets:match_spec_run(lists:zip3(Infos, Sums, Pids),
+                               ets:match_spec_compile(
+                                 [{{{binary, '$3'}, '$1', '$2'}, Holding,
+                                   [{{'$1', '$2'}}]}]));
         false ->
-            Alive
+            ets:match_spec_run(lists:zip(Infos, Pids),
+                               ets:match_spec_compile(
+                                 [{{{Item, '$1'}, '$2'}, [],
+                                   [{{'$1', '$2'}}]}]))
     end.
 
 %% The N largest of [{Value, Pid}], kept in input order. Ties at the N-th
@@ -815,19 +833,21 @@ describe(Pairs) ->
 %% binary_memory for the rows a ranking shows; 0 for a process gone.
 -spec distinct([pid()]) -> [non_neg_integer()].
 distinct(Pids) ->
+    Count = erlang:length(Pids),
     Infos = lists:zipwith(fun erlang:process_info/2, Pids,
-                          lists:duplicate(erlang:length(Pids), binary)),
-    Lists = ets:match_spec_run(Infos,
-                               ets:match_spec_compile(
-                                 [{{binary, '$1'}, [], ['$1']},
-                                  {'_', [], [{const, []}]}])),
+                          lists:duplicate(Count, binary)),
+    %% No list copied but by ukeysort/2 (see values/3: a row may list a
+    %% million references).
+    Lists = lists:zipwith(fun erlang:element/2, lists:duplicate(Count, 2),
+                          lists:zipwith(fun erlang:max/2,
+                                        lists:duplicate(Count, {binary, []}),
+                                        Infos)),
     Unique = lists:zipwith(fun lists:ukeysort/2,
-                           lists:duplicate(erlang:length(Lists), 1), Lists),
-    Unzipped = lists:map(fun lists:unzip3/1, Unique),
-    Sizes = lists:zipwith(fun erlang:element/2,
-                          lists:duplicate(erlang:length(Unique), 2),
-                          Unzipped),
-    lists:map(fun lists:sum/1, Sizes).
+                           lists:duplicate(Count, 1), Lists),
+    Sizes = ets:match_spec_compile([{{'_', '$1', '_'}, [], ['$1']}]),
+    lists:map(fun lists:sum/1,
+              lists:zipwith(fun ets:match_spec_run/2, Unique,
+                            lists:duplicate(Count, Sizes))).
 
 %% What the node holds, not what we do: erlang:memory() without this
 %% process's own heap (erl_eval's garbage grows it between two reads, by 5
