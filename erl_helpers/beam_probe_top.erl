@@ -584,9 +584,15 @@ pass(#{sort := Sort, n := N, filter := Filter} = Request, Kept, Jobs, Pmap,
                         case Info of
                             [{memory, Memory}, {message_queue_len, Queue},
                              {binary, Binaries}, {reductions, Did}] ->
-                                %% Each binary once, as the ranking.
-                                {_, Sizes, _} =
-                                    lists:unzip3(lists:ukeysort(1, Binaries)),
+                                %% Each binary once, as the ranking;
+                                %% the sizes alone (a row may list
+                                %% 10M references: unzip3/1 took
+                                %% seconds, issue 39 item 4).
+                                Sizes = ets:match_spec_run(
+                                          lists:ukeysort(1, Binaries),
+                                          ets:match_spec_compile(
+                                            [{{'_', '$1', '_'}, [],
+                                              ['$1']}])),
                                 {Memory, Queue, lists:sum(Sizes), Did};
                             _ ->
                                 {0, 0, 0, none}
