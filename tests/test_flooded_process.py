@@ -69,11 +69,11 @@ def _run(flooded, *args):
     peak (bytes)."""
     node, sink, _ = flooded
     with attach(node.node, node.cookie.encode(), timeout=60) as remote:
-        remote.call("beam_probe_flood_fixture", "peak_start", [])
+        remote.call("beam_probe_workload", "peak_start", [])
         result = run_cli(args[0], node.node, *args[1:], "--timeout",
                          DEADLINE, "--format", "json", node=node,
                          timeout=300)
-        peak = remote.call("beam_probe_flood_fixture", "peak_stop", [])
+        peak = remote.call("beam_probe_workload", "peak_stop", [])
         # The flood is still whole: nothing we ran took a message.
         assert remote.call("beam_probe_flood_fixture", "queue_len",
                            [sink]) == MESSAGES

@@ -4,8 +4,7 @@
 %% tests start.
 -module(beam_probe_flood_fixture).
 
--export([flood/1, flood_binaries/1, queue_len/1, peak_start/0,
-         peak_stop/0]).
+-export([flood/1, flood_binaries/1, queue_len/1]).
 
 %% The bytes of each message's pad: a heap binary (under 64 bytes), so a
 %% message is ~14 words on a 64-bit node and a copy of the mailbox
@@ -66,26 +65,3 @@ queue_len(Pid) ->
     {message_queue_len, Len} = erlang:process_info(Pid, message_queue_len),
     Len.
 
-%% The highest erlang:memory(total) seen, sampled every millisecond,
-%% less the first reading (bytes): what a command cost the node at its
-%% peak (as beam_probe_workload's, under a name of its own).
--spec peak_start() -> ok.
-peak_start() ->
-    Pid = erlang:spawn(fun() ->
-                               Base = erlang:memory(total),
-                               peak_loop(Base, Base)
-                       end),
-    erlang:register(bp_flood_peak, Pid),
-    ok.
-
-peak_loop(Base, Max) ->
-    receive
-        {stop, From} -> From ! {peak, Max - Base}
-    after 1 ->
-        peak_loop(Base, erlang:max(Max, erlang:memory(total)))
-    end.
-
--spec peak_stop() -> non_neg_integer().
-peak_stop() ->
-    erlang:whereis(bp_flood_peak) ! {stop, erlang:self()},
-    receive {peak, Bytes} -> Bytes end.
