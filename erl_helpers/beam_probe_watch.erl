@@ -68,8 +68,15 @@ sample(Gc, MaxGc, Jobs, Pmap, Others, Top, Settled, Rss) ->
                 0;
             holders ->
                 %% Only the MaxGc holding most are kept, slice after
-                %% slice in process order.
-                {Chosen, _} =
+                %% slice in process order: each slice's holders as they
+                %% come, cut to the MaxGc best once more than twice that
+                %% many are held (as bin_leak/10 does: joined at every
+                %% slice, the kept were copied once a slice, quadratic
+                %% with no --max-gc).
+                Keep = fun(Chunks) ->
+                               Top(lists:append(lists:reverse(Chunks)), MaxGc)
+                       end,
+                {{Held, _}, _} =
                     Pmap(fun(Pids) ->
                                  Infos = lists:zipwith(
                                            fun erlang:process_info/2,
@@ -84,11 +91,18 @@ sample(Gc, MaxGc, Jobs, Pmap, Others, Top, Settled, Rss) ->
                                        [{'=/=', '$1', []}],
                                        [{{{length, '$1'}, '$2'}}]}]))
                          end,
-                         fun(Holders, Kept) ->
-                                 Top(Kept ++ Holders, MaxGc)
+                         fun(Holders, {Chunks, Size}) ->
+                                 Many = erlang:length(Holders),
+                                 case Size + Many > 2 * MaxGc of
+                                     true ->
+                                         {[Keep([Holders | Chunks])],
+                                          erlang:min(MaxGc, Size + Many)};
+                                     false ->
+                                         {[Holders | Chunks], Size + Many}
+                                 end
                          end,
-                         [], Others(), Jobs),
-                {_, Victims} = lists:unzip(Chosen),
+                         {[], 0}, Others(), Jobs),
+                {_, Victims} = lists:unzip(Keep(Held)),
                 Collect(Victims);
             all ->
                 Collect(Others())
