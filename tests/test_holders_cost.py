@@ -20,6 +20,7 @@ from beam_probe.erldist.terms import Atom
 from beam_probe.node.remote import attach
 from beam_probe.probes import processes
 from conftest import run_cli
+from ranking import assert_ranks_as_reference
 
 HOLDERS = 200_000
 BIG = 5
@@ -63,10 +64,4 @@ def test_bin_leak_over_every_process_a_holder(nodes, release):
         ours = processes.proc_count(remote, "message_queue_len", n, jobs=1)
         reference = remote.call("beam_probe_reference", "proc_count",
                                 [Atom("message_queue_len"), n])
-    ours_rows = [(p["pid"], p["value"]) for p in ours["processes"]]
-    reference_rows = [(str(pid), value) for pid, value in reference]
-    # The reference's own rpc process is alive during its scan, ours is
-    # not scanned: compare everything but that one process.
-    assert [row for row in ours_rows if row in reference_rows] == \
-        [row for row in reference_rows if row in ours_rows]
-    assert len(set(ours_rows) & set(reference_rows)) >= n - 1
+    assert_ranks_as_reference(ours, reference, n)

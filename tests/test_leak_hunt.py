@@ -13,6 +13,7 @@ from beam_probe.probes import info
 from beam_probe.probes import processes
 from beam_probe.node.remote import attach
 from conftest import hold_every_pool_name, run_here
+from ranking import assert_ranks_as_reference, window_with_traffic
 
 LEAKERS, KEEPERS, IDLE = 12, 8, 2000
 
@@ -138,14 +139,8 @@ def test_proc_count_ties_follow_reference(leaky, jobs):
     ours = processes.proc_count(remote, "message_queue_len", n, jobs=jobs)
     reference = remote.call("beam_probe_reference", "proc_count",
                             [Atom("message_queue_len"), n])
-    ours_rows = [(p["pid"], p["value"]) for p in ours["processes"]]
-    reference_rows = [(str(pid), value) for pid, value in reference]
-    # The reference's own rpc process is alive during its scan, ours is
-    # not scanned; compare everything but that one process.
-    assert [row for row in ours_rows if row in reference_rows] == \
-        [row for row in reference_rows if row in ours_rows]
-    assert len(set(ours_rows) & set(reference_rows)) >= n - 1
-    assert ours_rows[0][1] == 3 * (KEEPERS - 1)
+    assert_ranks_as_reference(ours, reference, n)
+    assert ours["processes"][0]["value"] == 3 * (KEEPERS - 1)
 
 
 @pytest.mark.parametrize("jobs", [1, 2, 0])
@@ -180,35 +175,14 @@ def test_bin_leak_dry_run_collects_nothing(leaky):
 # proc-window: a fresh node per OTP, because the test kills a process.
 
 def test_proc_window_marks_born_and_dead(nodes, otp):
-    import threading
-    import time
-
     node = nodes.start(otp)
     with attach(node.node, node.cookie.encode(), timeout=60) as remote:
         _l, keepers, _i = remote.call("beam_probe_workload", "start",
                                       [0, 6, 50])
         victim = keepers[5]          # 15 unread messages, will die
-        result = {}
-
-        def window() -> None:
-            with attach(node.node, node.cookie.encode(), timeout=60) as r2:
-                result.update(processes.proc_window(
-                    r2, "message_queue_len", 3, 1500))
-
-        thread = threading.Thread(target=window)
-        thread.start()
-        time.sleep(0.5)
-        for pid, count in ((keepers[2], 50), (keepers[4], 20)):
-            for k in range(count):
-                remote.call("erlang", "send", [pid, ("window", k)])
-        newborn = remote.call("erlang", "spawn",
-                              [Atom("timer"), Atom("sleep"),
-                               [Atom("infinity")]])
-        for k in range(7):
-            remote.call("erlang", "send", [newborn, ("born", k)])
-        remote.call("erlang", "exit", [victim, Atom("kill")])
-        thread.join(30)
-        remote.call("erlang", "exit", [newborn, Atom("kill")])
+        result, newborn = window_with_traffic(
+            node, remote, [keepers[2], keepers[4]], (50, 20), victim, 3,
+            1500, 0.5)
     rows = [(p["pid"], p["delta"]) for p in result["processes"]]
     assert rows[:2] == [(str(keepers[2]), 50), (str(keepers[4]), 20)]
     assert (str(newborn), 7) in [(p["pid"], p["value"])

@@ -12,6 +12,7 @@ import pytest
 from beam_probe.erldist.terms import Atom
 from beam_probe.node.forms import A_CLAUSE, A_CLAUSES, A_FUN, A_VAR, Form
 from beam_probe.node.remote import attach
+from ranking import window_with_traffic
 
 EXTRA = 20_000  # several of the iterator's blocks (~4,000 pids each on 28)
 
@@ -59,11 +60,6 @@ def test_proc_window_across_partitions(nodes, release):
     partitions of ~16,384 processes and joins them a partition at a
     time: at 40,000 processes (3 partitions), the increases, the born and
     the dead are those of the whole node, wherever they fall."""
-    import threading
-    import time
-
-    from beam_probe.probes import processes
-
     node = nodes.start(release)
     with attach(node.node, node.cookie.encode(), timeout=60) as remote:
         grow = remote.call("beam_probe_holders", "start", [40_000, 5],
@@ -71,29 +67,10 @@ def test_proc_window_across_partitions(nodes, release):
         victim = grow.pop()
         for k in range(15):
             remote.call("erlang", "send", [victim, ("before", k)])
-        result = {}
-
-        def window() -> None:
-            with attach(node.node, node.cookie.encode(), timeout=60) as r2:
-                result.update(processes.proc_window(
-                    r2, "message_queue_len", 4, 8000))
-
-        thread = threading.Thread(target=window)
-        thread.start()
         # The first pass over 40,000 processes takes well under a second
         # (2 cores); the window is long enough for a loaded machine.
-        time.sleep(3.0)
-        for pid, count in zip(grow, (50, 40, 30, 20)):
-            for k in range(count):
-                remote.call("erlang", "send", [pid, ("window", k)])
-        newborn = remote.call("erlang", "spawn",
-                              [Atom("timer"), Atom("sleep"),
-                               [Atom("infinity")]])
-        for k in range(7):
-            remote.call("erlang", "send", [newborn, ("born", k)])
-        remote.call("erlang", "exit", [victim, Atom("kill")])
-        thread.join(60)
-        remote.call("erlang", "exit", [newborn, Atom("kill")])
+        result, newborn = window_with_traffic(
+            node, remote, grow, (50, 40, 30, 20), victim, 4, 8000, 3.0)
     assert result["scanned_first"] >= 40_000
     rows = [(p["pid"], p["delta"]) for p in result["processes"]]
     assert rows == [(str(pid), count)
