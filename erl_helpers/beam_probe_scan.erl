@@ -220,15 +220,17 @@ proc_count_all(Sink, Tag, Attribute, Chunk, WaitMs, Jobs, Pmap, Values,
 %% every process had cost +227-325 MB at 300,000 processes; one map of
 %% the first pass, joined as the second was folded, +73 MB). Each pass
 %% keeps, per slice, its {Value, Pid} pairs split by erlang:phash2/2 of
-%% the pid into Parts partitions of ~16,384 processes, each compressed
+%% the pid into Parts partitions of ~8,192 processes (at most 64), each
+%% compressed
 %% (Reader, made by partitioned/3: ~3.6 bytes a process, measured at
 %% 300,000). The passes are then joined a partition at a time: its
 %% first-pass pairs as a map, its second-pass pairs looked up in it
 %% (compiled maps:get/3), what the map holds and the second pass had not
 %% the dead; each partition's tops join the tops before them. So the
 %% node holds both passes compressed, and one partition's pairs (at
-%% 300,000 processes, OTP 25, 2 cores: partitions of 32,768 peaked at
-%% +27 MB, of 16,384 at +22-23 MB).
+%% 300,000 processes, 2 cores: partitions of 32,768 peaked at +27 MB on
+%% OTP 25; of 16,384 at +22-23 MB on 25 and +29 MB on 28; of 8,192 at
+%% +23 MB on 28).
 %% Rows are a top N in partition order, then the second pass's process
 %% order: at ties at the N-th value, any of the tied processes.
 -spec proc_window(atom(), pos_integer(), pos_integer(), non_neg_integer(),
@@ -242,7 +244,9 @@ proc_count_all(Sink, Tag, Attribute, Chunk, WaitMs, Jobs, Pmap, Values,
             dead := #{values := [integer()], pids := [pid()]}}.
 proc_window(Attribute, N, Millis, Jobs, Pmap, Values, Top, Describe,
             Others, Reader) ->
-    Parts = erlang:system_info(process_count) div 16384 + 1,
+    %% Partitions of ~8,192 processes (a partition's join holds ~3 MB of
+    %% lists), at most 64: each slice compresses a binary a partition.
+    Parts = erlang:min(64, erlang:system_info(process_count) div 8192 + 1),
     Read = Reader(Values, Attribute, Parts),
     {Firsts, First} = Pmap(Read, list, [], Others(), Jobs),
     receive

@@ -57,8 +57,8 @@ def test_a_pass_meets_every_process_once_and_none_of_ours(nodes, release,
 @pytest.mark.parametrize("release", ["25", "28"])
 def test_proc_window_across_partitions(nodes, release):
     """proc-window keeps each pass split by phash2 of the pid into
-    partitions of ~16,384 processes and joins them a partition at a
-    time: at 40,000 processes (3 partitions), the increases, the born and
+    partitions of ~8,192 processes and joins them a partition at a
+    time: at 40,000 processes (5 partitions), the increases, the born and
     the dead are those of the whole node, wherever they fall."""
     node = nodes.start(release)
     with attach(node.node, node.cookie.encode(), timeout=60) as remote:
