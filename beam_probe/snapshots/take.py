@@ -78,10 +78,11 @@ def take(remote: Remote, gc: str = "holders", jobs: int = 0,
                 epoch, gc)
 
 
-# What a node's snapshot takes on the wire: its compressed chunks, ~3.4
-# bytes a process (3.3 MiB for 1,000,043 idle processes, measured), and
+# What a node's snapshot takes on the wire: its compressed chunks, ~4.4-
+# 5.1 bytes a process in chunks of 256 rows (4.4 MB for 1,000,000 idle
+# processes, 0.51 MB for 100,045, measured; ~3.4 in chunks of 5,000), and
 # its tables, ports and atoms (tens of KB on a bare node).
-SNAPSHOT_BYTES_A_PROCESS = 4
+SNAPSHOT_BYTES_A_PROCESS = 6
 SNAPSHOT_BYTES_BASE = 64 * 1024
 
 
