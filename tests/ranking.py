@@ -17,11 +17,13 @@ def assert_ranks_as_reference(ours: Any, reference: Any, n: int) -> None:
     its order (ties: the later process first, as recon orders them)."""
     ours_rows = [(p["pid"], p["value"]) for p in ours["processes"]]
     reference_rows = [(str(pid), value) for pid, value in reference]
-    # The reference's own rpc process is alive during its scan, ours is
-    # not scanned: compare everything but that one process.
+    # The reference's own rpc process is alive during its scan, and the
+    # process that ran our call may still be ending (it answers, then
+    # exits): two of the newest pids, so the last in a zero-valued tail,
+    # that our scan did not see. Compare everything but those.
     assert [row for row in ours_rows if row in reference_rows] == \
         [row for row in reference_rows if row in ours_rows]
-    assert len(set(ours_rows) & set(reference_rows)) >= n - 1
+    assert len(set(ours_rows) & set(reference_rows)) >= n - 2
 
 
 def window_with_traffic(node: Any, remote: Any, grow: list, counts: tuple,
