@@ -26,20 +26,24 @@ freed(Pid) ->
             0
     end.
 
-%% The N processes with the largest Attribute, as {Pid, Value}.
+%% The N processes with the largest Attribute, as {Pid, Value}. A process
+%% that is gone, or exiting (processes/0 lists those too), is left out, as
+%% recon_lib:proc_attrs/2 leaves it out: counted as 0, the processes of a
+%% call that had just answered took the last places of a zero-valued tail.
 proc_count(Attribute, N) ->
-    Values = [{Pid, value(Pid, Attribute)} || Pid <- processes()],
+    Values = [{Pid, Value} || Pid <- processes(),
+                              {ok, Value} <- [value(Pid, Attribute)]],
     lists:sublist(lists:reverse(lists:keysort(2, Values)), N).
 
 value(Pid, binary_memory) ->
     case process_info(Pid, binary) of
-        {binary, Bins} -> lists:sum([Size || {_, Size, _} <- Bins]);
-        undefined -> 0
+        {binary, Bins} -> {ok, lists:sum([Size || {_, Size, _} <- Bins])};
+        undefined -> gone
     end;
 value(Pid, Attribute) ->
     case process_info(Pid, Attribute) of
-        {Attribute, Value} -> Value;
-        undefined -> 0
+        {Attribute, Value} -> {ok, Value};
+        undefined -> gone
     end.
 
 %% Per allocator type, {Type, Used, Allocated} in bytes, from
