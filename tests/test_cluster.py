@@ -320,8 +320,15 @@ def test_watch_goes_on_when_a_node_freezes(cluster, nodes):
     assert len(down) == 3 and all(s.get("down") for s in down)
     # Four fifths of the interval: the round must end before the next.
     assert down[0]["error"] == "no answer within 0.8 s"
-    others = [s for s in rows if "total" in s]
-    assert len(others) == 3 * 3
+    # The three others answer in their rounds: on a loaded machine one
+    # may miss a round's 0.8 s too (one CI run lost a round of all three),
+    # and is then down in that round alone, never held back for the next.
+    live = [s for s in rows if s.get("node") not in (None, frozen.node)]
+    assert len(live) == 3 * 3
+    others = [s for s in live if "total" in s]
+    assert len({s["node"] for s in others}) == 3, live
+    assert all(s.get("down") and s["error"].startswith("no answer within")
+               for s in live if "total" not in s), live
     assert elapsed < 3 * (1 + 2) + 3, elapsed
 
 
