@@ -11,10 +11,12 @@ waiting for them (several can be in flight, from any thread).
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from beam_probe.erldist.errors import ConnectionLost, ProbeError, ProtocolError, TimedOut
 from beam_probe.erldist import etf
@@ -38,6 +40,39 @@ TICK_INTERVAL = 15.0
 # minutes); at 64 KiB, 28 KiB. A 20 MB reply reads in the same 31 ms
 # either way (measured).
 _RECV_SIZE = 1 << 16
+
+# Signals whose Python handler may raise (Ctrl-C's KeyboardInterrupt, the
+# CLI's Terminated): held back while a frame is written from the main
+# thread, where Python runs them.
+_DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Run the block whole: a signal that arrives meanwhile has its handler
+    run after it. sendall() runs Python's signal handlers between its
+    writes, so a Ctrl-C raised there left half a frame on the wire; the
+    node read the next frame's bytes as the rest of it and dropped the
+    connection (trace-gc's Ctrl-C once ended "closed the connection in
+    the middle of a call", exit 7). Handlers can only be changed, and only
+    run, on the main thread: elsewhere nothing needs holding back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[tuple[int, Any]] = []
+    saved: dict[signal.Signals, Any] = {}
+    for signum in _DEFERRED_SIGNALS:
+        handler = signal.getsignal(signum)
+        if callable(handler):
+            saved[signum] = handler
+            signal.signal(signum, lambda n, frame: caught.append((n, frame)))
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+        for number, frame in caught[:1]:
+            saved[signal.Signals(number)](number, frame)
 
 
 class _Pending:
@@ -261,7 +296,7 @@ class Connection:
     def _send(self, data: bytes) -> None:
         if not data:
             return
-        with self._send_lock:
+        with self._send_lock, _signals_deferred():
             if self._failure is not None:
                 raise self._failure
             try:
