@@ -17,7 +17,7 @@ Pure: text in, Python values out (the same mapping as the codec, see
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 from beam_probe.erldist.terms import Atom, ExportFun, ImproperList
 
@@ -63,9 +63,19 @@ def _unescape(body: str) -> str:
     return _ESCAPE.sub(one, body)
 
 
+# A token: its kind (a group name of _TOKEN, or "value": a term a caller
+# put in the stream in place of text, held as (term, text written)), its
+# text or value, its line.
+Token = tuple[str, Any, int]
+
+
 class _Tokens:
-    def __init__(self, text: str) -> None:
-        self.items: list[tuple[str, Any, int]] = []
+    def __init__(self, text: str, items: list[Token] | None = None) -> None:
+        self.index = 0
+        self.items: list[Token] = []
+        if items is not None:
+            self.items = items + [("eof", "", items[-1][2] if items else 1)]
+            return
         pos, line = 0, 1
         while pos < len(text):
             match = _TOKEN.match(text, pos)
@@ -78,7 +88,6 @@ class _Tokens:
             line += value.count("\n")
             pos = match.end()
         self.items.append(("eof", "", line))
-        self.index = 0
 
     def peek(self) -> tuple[str, Any, int]:
         return self.items[self.index]
@@ -93,7 +102,13 @@ class _Tokens:
         kind, value, line = self.take()
         if kind != "punct" or value != punct:
             raise ConsultError(f"line {line}: expected {punct!r}, found "
-                               f"{value or 'the end of the file'!r}")
+                               f"{_written(kind, value)}")
+
+
+def _written(kind: str, value: Any) -> str:
+    if kind == "eof":
+        return "the end"
+    return repr(value[1] if kind == "value" else value)
 
 
 def parse_terms(text: str) -> list[Any]:
@@ -111,8 +126,46 @@ def parse_terms(text: str) -> list[Any]:
     return terms
 
 
+def tokenize(text: str) -> list[Token]:
+    """``text`` as Erlang tokens (whitespace and comments dropped), for a
+    caller that rewrites some before :func:`parse_sequence` reads them."""
+    return _Tokens(text).items[:-1]
+
+
+def parse_sequence(items: list[Token],
+                   variable: Callable[[str, int], Any] | None = None
+                   ) -> list[Any]:
+    """The comma-separated terms ``items`` hold, with no final dot: a
+    function's arguments as a user writes them (``sessions, {a, _}``).
+    ``variable(name, line)`` gives the value a variable stands for (a match
+    specification's ``'$1'``); without it a variable is refused, as in a
+    file. A token of kind ``value`` holds ``(term, text)`` and stands for
+    the term (another language's reader, Elixir's, makes its own tokens)."""
+    if variable is not None:
+        items = [("value", (variable(text, line), text), line)
+                 if kind == "var"
+                 else (kind, text, line) for kind, text, line in items]
+    tokens = _Tokens("", items)
+    if tokens.peek()[0] == "eof":
+        return []
+    terms = []
+    try:
+        while True:
+            terms.append(_term(tokens))
+            kind, value, line = tokens.take()
+            if kind == "eof":
+                return terms
+            if (kind, value) != ("punct", ","):
+                raise ConsultError(f"line {line}: expected ',' or the end, "
+                                   f"found {_written(kind, value)}")
+    except RecursionError:
+        raise ConsultError("terms nested too deeply") from None
+
+
 def _term(tokens: _Tokens) -> Any:
     kind, value, line = tokens.take()
+    if kind == "value":
+        return value[0]
     if kind == "int":
         return int(value)
     if kind == "based":
@@ -150,8 +203,9 @@ def _term(tokens: _Tokens) -> Any:
             return _binary(tokens, line)
     if kind == "var":
         raise ConsultError(f"line {line}: {value} is a variable, not a term")
-    raise ConsultError(f"line {line}: unexpected "
-                       f"{value or 'end of the file'!r}")
+    if kind == "eof":
+        raise ConsultError(f"line {line}: a term is missing at the end")
+    raise ConsultError(f"line {line}: unexpected {_written(kind, value)}")
 
 
 def _sequence(tokens: _Tokens, close: str) -> list[Any]:
@@ -232,4 +286,4 @@ def _fun(tokens: _Tokens, line: int) -> ExportFun:
     return ExportFun(Atom(module), Atom(function), int(parts[4][1]))
 
 
-__all__ = ["ConsultError", "parse_terms"]
+__all__ = ["ConsultError", "Token", "parse_sequence", "parse_terms", "tokenize"]
