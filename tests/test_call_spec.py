@@ -242,3 +242,36 @@ def test_usage_error_exit_code() -> None:
     with pytest.raises(UsageError) as caught:
         parse_function("nonsense")
     assert caught.value.exit_code == 2
+
+
+# The heads as the node's own match-spec engine reads them: each must
+# compile for tracing and match (or not) the argument lists the way the
+# user meant. One shared node a release; a call each.
+@pytest.mark.parametrize("spec, match, args, matches", [
+    ("ets:insert/2", "sessions, _", [A("sessions"), (1, 2)], True),
+    ("ets:insert/2", "sessions, _", [A("other"), (1, 2)], False),
+    ("m:f/2", "X, X", [1, 1], True),
+    ("m:f/2", "X, X", [1, 2], False),
+    ("m:f/2", "_A, _B", [1, 2], True),
+    ("m:f/1", "{a, _, [1 | _]}", [(A("a"), 0, [1, 2])], True),
+    ("m:f/1", '"ab"', ["ab"], True),
+    ("m:f/1", '"ab"', [b"ab"], False),
+    ("m:f/1", '<<"ab">>', [b"ab"], True),
+    ("m:f/1", "#{k => V}", [{A("k"): 1, A("j"): 2}], True),
+    ("m:f/1", "#{k => V}", [{A("j"): 2}], False),
+    ("m:f/1", "1.5", [1.5], True),
+    ("M.f/1", '"ab"', [b"ab"], True),
+    ("M.f/1", "'ab'", ["ab"], True),
+    ("M.f/2", "%{k: v}, v", [{A("k"): 1}, 1], True),
+    ("M.f/2", "%{k: v}, v", [{A("k"): 1}, 2], False),
+    ("M.f/1", "%S{id: _}", [{A("__struct__"): A("Elixir.S"), A("id"): 7}],
+     True),
+    ("M.f/1", ":ok", [A("ok")], True),
+])
+def test_heads_on_the_node(remote, spec: str, match: str, args: list[Any],
+                           matches: bool) -> None:
+    function = parse_function(spec)
+    head = parse_match(match, function.arity, elixir=function.elixir)
+    answer = remote.call("erlang", "match_spec_test",
+                         [args, [(head, [], [True])], A("trace")])
+    assert answer == (A("ok"), matches, [], []), answer
