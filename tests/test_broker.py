@@ -161,11 +161,19 @@ def test_a_resource_keyed_table_is_written_in_erlang(broker_shapes):
 
 
 def test_an_unnamed_table_is_found_by_its_name(broker_shapes):
+    """The only table ets lists as bpt_unnamed_metrics (no named_table)
+    is found by that name: the table read is the fixture's, by its id,
+    and its #resource{} keys are written as the node writes them. (It
+    accepted a refusal too, so it could not fail where the name was not
+    looked up; two tables of one name are test_inspect_outside's.)"""
     result = run_here("inspect", broker_shapes.node.node, "--table",
-                      "bpt_unnamed_metrics", node=broker_shapes.node)
-    # Found, or one line saying which id to give.
-    assert result.returncode == 0 or "#Ref<" in result.stderr, \
-        result.stderr
+                      "bpt_unnamed_metrics", "--format", "json",
+                      node=broker_shapes.node)
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout)
+    assert (got["name"], got["table"], got["size"]) == \
+        ("bpt_unnamed_metrics", broker_shapes.unnamed_table, 200), got
+    assert [f["family"] for f in got["families"]] == ["{resource, ...}"]
 
 
 def test_a_struct_keyed_table_is_written_as_each_language_writes_it(
