@@ -165,6 +165,15 @@ def test_a_busy_process_is_not_sent_anything(fixture_node):
     answer = inspect(fixture_node, "bp_busy")
     assert "running a callback" in answer["state"]
     assert answer["parts"][0]["path"] != "State"
+    # Still answered from outside (issue 38, item 2): its loop named, its
+    # refc binaries listed by the node, its terms "not measured", never
+    # 0 B, its heap and queue length read.
+    assert answer["loop"] == "gen_server", answer["loop"]
+    assert answer["binaries"] is not None, answer["binaries_note"]
+    total = answer["total"]
+    assert total["bytes"] is None
+    assert total["binary_bytes"] == answer["binaries"]["bytes"]
+    assert total["heap_bytes"] > 0 and total["message_queue_len"] == 0
     assert queue_of(fixture_node, "bp_busy") == 0
     deadline = time.monotonic() + 10  # until it is idle again
     while not inspect(fixture_node, "bp_busy")["state"] is None:
