@@ -252,12 +252,20 @@ def test_every_panel_finds_data_and_rabbitmqs_dashboard_needs_compat(
                          'count_over_time(erlang_vm_process_count'
                          f'{{instance="{compat_instance}"}}[1m]) >= 5'):
                 _until(port, expr, 120)
+            # One node, then All: the cluster rows add the chosen nodes
+            # up, and All is the variable's allValue (two instances here,
+            # the default and the --compat job's: a cluster of two).
             ours = _run_ours(port, node.node)
+            ours += _run_ours(port, None)
+            every = _query(port, 'count(count by (instance) '
+                           '(beam_probe_up{instance=~".+"}))')
             rabbitmq = _run_rabbitmq(port, node.node, compat_instance)
         finally:
             prom.terminate()
             prom.wait(20)
     assert not ours, f"queries that found no data: {ours}"
+    # All selected both instances, so the cluster rows summed two.
+    assert [float(r["value"][1]) for r in every] == [2.0], every
     plain_panels, compat_panels, listed = rabbitmq
     # RabbitMQ's Erlang-BEAM lists its nodes from a pre-6.0 name: serve
     # lists none by default, so the dashboard's Node list is empty;
@@ -275,13 +283,18 @@ def test_every_panel_finds_data_and_rabbitmqs_dashboard_needs_compat(
         "File Descriptors & Ports": "some"}
 
 
-def _run_ours(port: int, instance: str) -> list[str]:
-    """Every query of every dashboard of ours, for one node and a window
+def _run_ours(port: int, instance: str | None) -> list[str]:
+    """Every query of every dashboard of ours, for one node (None: All,
+    as Grafana sends it, the instance variable's allValue) and a window
     of a minute: those that found nothing."""
     empty = []
-    values = {"instance": re.escape(instance), "window": "1m"}
     for path in DASHBOARDS:
-        for title, ref, expr in _targets(_load(path)):
+        board = _load(path)
+        every = next(v["allValue"] for v in board["templating"]["list"]
+                     if v["name"] == "instance")
+        values = {"instance": every if instance is None
+                  else re.escape(instance), "window": "1m"}
+        for title, ref, expr in _targets(board):
             text = re.sub(r"\$\{?(\w+)\}?", lambda m: values[m.group(1)],
                           expr)
             if not _query(port, text):
