@@ -119,6 +119,59 @@ def test_each_suspect_points_to_inspect():
     assert "--table" not in text and "beam-probe ets app@db1" in text
 
 
+def test_suspects_lead_to_the_code_that_fills_them():
+    # Issue 40: from the field to the caller. A named table's inserts
+    # narrowed to it; an unnamed one's by process, its owner named; the
+    # grown process's senders; the atom makers, the node's language's first.
+    grew = {"pid": "<0.91.0>", "name": "hoarder", "what": "x",
+            "memory": [1, 2, 3], "binary_bytes": [1, 2, 3]}
+    named = {"name": "sessions", "id": "sessions", "owner": "cache_owner",
+             "rows": [1, 2, 3], "bytes": [1, 2, 3]}
+    atoms = {"added": [5, 7], "rising": True}
+    text = diff_text._suspects(_suspects(
+        growing_processes=[grew], ets=[named], atoms=atoms),
+        "app@db1", True, ERLANG)
+    assert "  who fills it: beam-probe calls app@db1 ets:insert/2 --match " \
+        "'sessions, _' (" in text
+    assert "  who feeds it: beam-probe senders app@db1 hoarder (" in text
+    assert "  who makes them: beam-probe calls app@db1 " \
+        "erlang:list_to_atom/1 (or erlang:binary_to_atom/2)" in text
+    # Each lead follows the line it continues.
+    lines = text.splitlines()
+    for lead, after in (("who feeds it", "what it holds"),
+                        ("who fills it", "look closer: beam-probe inspect "
+                                         "app@db1 --table"),
+                        ("who makes them", "atoms added in both")):
+        at = next(i for i, line in enumerate(lines) if lead in line)
+        assert after in lines[at - 1], (lead, lines)
+    quoted = dict(named, id="'my tab'")
+    unnamed = dict(named, id="#Ref<0.1.2.3>")
+    anonymous = dict(grew, name=None)
+    text = diff_text._suspects(_suspects(
+        growing_processes=[anonymous], ets=[unnamed], atoms=atoms),
+        "app@db1", True, ELIXIR)
+    assert "  who fills it: its owner cache_owner, or another process: " \
+        "beam-probe calls app@db1 ets:insert/2 --by process (" in text
+    assert "--match" not in text
+    assert "who feeds it: beam-probe senders app@db1 '#PID<0.91.0>' (" \
+        in text
+    assert "who makes them: beam-probe calls app@db1 " \
+        "erlang:binary_to_atom/2 (or erlang:list_to_atom/1)" in text
+    # A quoted name, quoted for the shell around Erlang's quotes.
+    text = diff_text._suspects(_suspects(ets=[quoted]), "app@db1", True,
+                               ERLANG)
+    assert "ets:insert/2 --match \"'my tab', _\" (" in text
+    # A dead node (a crash dump) has no calls to trace; no leads asked
+    # (look False), none given.
+    for where, look, dead in (("/d/erl_crash.dump", True, True),
+                              ("app@db1", False, False)):
+        text = diff_text._suspects(_suspects(
+            growing_processes=[grew], ets=[named], atoms=atoms),
+            where, look, ERLANG, dead=dead)
+        assert "who " not in text and "calls" not in text \
+            and "senders" not in text, text
+
+
 def test_a_ranking_ends_on_inspect_of_its_first_live_process():
     row = {"pid": "<0.1.0>", "value": 5, "name": None, "label": None,
            "current_function": None, "initial_call": None, "exited": False}
@@ -137,6 +190,17 @@ def test_a_ranking_ends_on_inspect_of_its_first_live_process():
     # Nothing ranked (all 0): nothing to point at.
     idle = dict(ranking, processes=[dict(row, value=0)])
     assert "inspect" not in node_text.proc_count_text(idle, ERLANG)
+    # A ranking by mailbox also names who fills the first one (issue 40).
+    mailboxes = dict(ranking, attribute="message_queue_len")
+    lines = node_text.proc_count_text(mailboxes, ERLANG).splitlines()
+    assert lines[-2].startswith("look closer: beam-probe inspect app@db1 "
+                                "'<0.1.0>' ")
+    assert lines[-1] == (
+        "who fills its mailbox: beam-probe senders app@db1 '<0.1.0>' (the "
+        "messages it is sent, by sender and shape)")
+    assert "senders" not in node_text.proc_count_text(ranking, ERLANG)
+    dump = dict(mailboxes, crash_dump={"file": "/d/erl_crash.dump"})
+    assert "senders" not in node_text.proc_count_text(dump, ERLANG)
 
 
 @pytest.fixture

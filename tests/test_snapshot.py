@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 
 import pytest
 
@@ -270,6 +271,12 @@ def test_text_lists_the_suspects_first(scene):
     # The hoarder, closer: what in it holds its binaries.
     assert re.search(rf"what it holds: beam-probe inspect {_node.node} "
                      r"'<0\.\d+\.0>'", r.stdout), r.stdout
+    # Who fills them (issue 40): the growing table's inserts, narrowed to
+    # it by name; the grown process's senders, by name or pid.
+    assert (f"  who fills it: beam-probe calls {_node.node} ets:insert/2 "
+            "--match 'bp_leak_table, _' ") in r.stdout, r.stdout
+    assert re.search(rf"  who feeds it: beam-probe senders {_node.node} "
+                     r"(\w+|'<0\.\d+\.0>') ", r.stdout), r.stdout
 
 
 def test_leak_hunt_takes_and_compares_the_snapshots(target, tmp_path):
@@ -548,3 +555,39 @@ def test_a_tables_wobble_with_rows_fixed_is_under_its_floor(target):
     assert max(small) - min(small) < MIN_GROWTH / 2
     assert max(large) - min(large) > max(small) - min(small)
     assert (max(large) - min(large)) / min(large) < 0.01
+
+
+@pytest.mark.parametrize("release", ["25", "28"])
+def test_a_snapshot_streams_its_chunks_and_holds_few(nodes, release):
+    """A snapshot's process chunks leave the node a slice at a time (issue
+    39): while we have not asked for the next, the pass waits, its workers
+    stop at one result each, and the node holds those few slices' chunks,
+    not the pass's."""
+    from beam_probe.snapshots.take import NODE_CHUNK_ROWS, args
+
+    node = nodes.start(release)
+    jobs = 2
+    with attach(node.node, node.cookie.encode(), timeout=60) as remote:
+        remote.call("beam_probe_holders", "start", [30_000, 0], timeout=60)
+        stream = remote.stream(
+            "beam_probe_snapshot", "snapshot", *args(jobs)[1:],
+            address=lambda pid, tag: ((NODE_CHUNK_ROWS,
+                                       (pid, tag, 60_000)),))
+        first = next(stream)
+        assert first and all(isinstance(c, bytes) for c in first)
+        # The pass has not gone on: at most a slice a worker is done and
+        # waits, unsent (a worker's result in the pass's mailbox).
+        time.sleep(1.0)
+        longest = remote.call("beam_probe_holders", "longest_queue", [])
+        assert longest <= jobs, longest
+        chunks = list(first)
+        while True:
+            try:
+                chunks.extend(next(stream))
+            except StopIteration as end:
+                reply = end.value
+                break
+    # Every process came in the chunks, none in the reply itself.
+    by_key = {str(k): v for k, v in reply.items()}
+    assert by_key["processes"] == []
+    assert len(chunks) * NODE_CHUNK_ROWS >= by_key["process_count"] >= 30_000

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from typing import Any
 
 from beam_probe.files import shell_path
@@ -168,6 +169,59 @@ def _table_arg(t: dict[Any, Any]) -> str | None:
     return None
 
 
+def _shell_arg(text: str) -> str:
+    """``text`` as one shell word, the plainest way: 'a, _' as a rule,
+    "'my tab', _" for a quoted atom."""
+    if "'" not in text:
+        return f"'{text}'"
+    if not re.search(r'["$`\\!]', text):
+        return f'"{text}"'
+    return shlex.quote(text)
+
+
+def _who_fills_table(t: dict[Any, Any], node: str) -> str:
+    """The step after inspect --table: the code that inserts into it,
+    named by calls (issue 40). A named table's name narrows ets:insert/2
+    on the node; an unnamed one's id (a reference) cannot be written in a
+    match, so its inserts are counted by process, its owner the first
+    to look at."""
+    ident = _table_arg(t)
+    if ident and not _TABLE_REF.fullmatch(ident.strip("'")):
+        return (f"  who fills it: beam-probe calls {node} ets:insert/2 "
+                f"--match {_shell_arg(ident + ', _')} (its inserts, by "
+                "the function calling)")
+    owner = t.get("owner")
+    return ("  who fills it: " + (f"its owner {owner}, or another process: "
+                                  if owner else "")
+            + f"beam-probe calls {node} ets:insert/2 --by process (every "
+            "table's inserts, by process)")
+
+
+def _who_feeds(row: dict[Any, Any], node: str, syntax: Syntax) -> str:
+    """The step after inspect for a process that grew: the messages it is
+    sent, by sender and shape (senders, issue 40). What fills a state or
+    a mailbox arrives as messages. By its registered name when it has a
+    plain one (the name outlives a restart), else its pid."""
+    name = row.get("name")
+    if isinstance(name, str) and _BARE_ATOM.fullmatch(name):
+        who = syntax.name(name) or name
+    else:
+        who = f"'{syntax.code(row['pid'])}'"
+    return (f"  who feeds it: beam-probe senders {node} {who} (the "
+            "messages it is sent, by sender)")
+
+
+def _who_makes_atoms(node: str, syntax: Syntax) -> str:
+    """Atoms rising: the code that makes them (calls, issue 40).
+    Elixir's String.to_atom/1 calls erlang:binary_to_atom/2, Erlang code
+    list_to_atom/1 most often: the node's language goes first."""
+    functions = ["erlang:list_to_atom/1", "erlang:binary_to_atom/2"]
+    if syntax.elixir:
+        functions.reverse()
+    return (f"  who makes them: beam-probe calls {node} {functions[0]} "
+            f"(or {functions[1]})")
+
+
 def _suspects(s: dict[Any, Any], node: str, look: bool, syntax: Syntax,
               dead: bool = False) -> str:
     """The suspects; ``node`` is where to look closer (a crash dump's path
@@ -212,6 +266,8 @@ def _suspects(s: dict[Any, Any], node: str, look: bool, syntax: Syntax,
                                        f"; its collections: beam-probe "
                                        f"trace-gc {node} '{pid}'"))
             lines.append(_inside(node, pid))
+            if not dead:
+                lines.append(_who_feeds(first, node, syntax))
     if s["groups_rising"]:
         found = True
         lines.append("groups whose count rose in both intervals:\n" + table(
@@ -238,6 +294,8 @@ def _suspects(s: dict[Any, Any], node: str, look: bool, syntax: Syntax,
                    "its objects hold); " if table_arg else "")
                 + f"beam-probe ets {node} (the largest tables now, with "
                 "their owners)")
+            if not dead:
+                lines.append(_who_fills_table(s["ets"][0], node))
     if s["ports_born_and_kept"]:
         found = True
         lines.append("ports born and kept: "
@@ -247,6 +305,8 @@ def _suspects(s: dict[Any, Any], node: str, look: bool, syntax: Syntax,
         lines.append(f"atoms added in both intervals: "
                      f"{_signed(s['atoms']['added'][0])}, "
                      f"{_signed(s['atoms']['added'][1])}")
+        if look and not dead:
+            lines.append(_who_makes_atoms(node, syntax))
     if not found:
         lines.append("none: nothing made between the first two snapshots "
                      "outlived the third, and nothing grew through both "

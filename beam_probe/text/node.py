@@ -207,6 +207,10 @@ def proc_count_text(result: ProcCount, syntax: Syntax) -> str:
     notes = [DISTINCT_NOTE] if distinct else []
     notes += _name_notes(result)
     hint = _inspect_hint(_source(result), result["processes"], syntax)
+    if hint and attribute == "message_queue_len" and \
+            not result.get("crash_dump"):
+        hint += "\n" + _senders_hint(result["node"], result["processes"],
+                                     syntax)
     # After a blank line: a table ends at one.
     return (text + ("\n" if notes else "")
             + "".join(f"\n({n})" for n in notes)
@@ -232,6 +236,15 @@ def _inspect_hint(node: str, processes: Sequence[ProcessRow],
         return None
     return (f"look closer: beam-probe inspect {node} '{syntax.code(pid)}' "
             "(what its state, dictionary and mailbox hold)")
+
+
+def _senders_hint(node: str, processes: Sequence[ProcessRow],
+                  syntax: Syntax) -> str:
+    """A ranking by mailbox: who fills the first one (senders, issue 40)."""
+    pid = next(p["pid"] for p in processes if not p.get("exited"))
+    return (f"who fills its mailbox: beam-probe senders {node} "
+            f"'{syntax.code(pid)}' (the messages it is sent, by sender and "
+            "shape)")
 
 
 def proc_window_text(result: ProcWindow, syntax: Syntax) -> str:
