@@ -1,0 +1,509 @@
+%% What `beam-probe calls` and `beam-probe senders` run on the node: a
+%% tracer that counts trace messages by a key in a table of its own and
+%% sends beam-probe the counts of each interval, never a message per call.
+%%
+%% Sent as text and run by the node's erl_eval under the rules at the top
+%% of beam_probe_lib.erl; the tracer is an erl_eval fun, nothing is loaded
+%% (the stock module trace, OTP 27+, is used where the node has it).
+%%
+%% The shape is trace-gc's (beam_probe_trace.erl): the call's worker runs
+%% under guard/3, which kills it when beam-probe's connection goes; the
+%% tracer it spawns watches it and removes its traces when it goes (Ctrl-C,
+%% kill -9, a network failure), and at its own limits: the duration, the
+%% calls counted, the rate, its mailbox and its memory.
+%%
+%% What is counted is chosen by the match specification beam-probe builds:
+%% its body puts the key into each trace message ({caller_line} or
+%% {caller}, {self}, the arguments' shape computed by the emulator), so
+%% the tracer's work per message is a receive and one ets:update_counter/4
+%% (erl_eval costs microseconds a step: see count_calls/3).
+%%
+%% OTP 27+: a trace session of its own (trace:session_create/3), which no
+%% other tool sees or clears, and destroying it removes all it set.
+%% OTP 25-26: the legacy trace/3 and trace_pattern/3, node-wide: refused
+%% when anything else traces what we would touch (the function's pattern,
+%% the send pattern, any process's tracer: flags set on every process with
+%% our tracer would take them), under a lock every beam-probe takes, so a
+%% second one is refused as cleanly.
+-module(beam_probe_calls).
+
+-export([trace/8, follow/1, count_calls/3, count_senders/3, count_shapes/3,
+         names/2]).
+
+-type what() :: #{kind := calls, module := binary(), function := binary(),
+                  arity := arity() | any, specs := binary()}
+              | #{kind := senders, target := {pid, string()}
+                                               | {names, [string()]},
+                  body := binary()}.
+-type limits() :: #{duration_ms := pos_integer(), max := pos_integer(),
+                    rate := pos_integer(), flush_ms := pos_integer(),
+                    wait_ms := pos_integer(), max_keys := pos_integer(),
+                    max_backlog := pos_integer(),
+                    max_memory := pos_integer()}.
+-type summary() :: #{reason := duration | max | rate | overload,
+                     counted := non_neg_integer(),
+                     reductions := non_neg_integer(),
+                     memory := non_neg_integer()}
+                 | #{reason := refused, why := atom(), detail := term()}.
+
+%% Streams to Sink, as Remote.stream reads them ({Tag, Sender, Chunk},
+%% then waits for {Tag, more}):
+%%   #{kind => started, mode => session | trace, matched => N,
+%%     target => pid() | none}                            first
+%%   #{kind => rows, rows => [{Key, Count}], other => Count, ms => Ms}
+%%       every FlushMs (maybe no rows): the counts since the last rows
+%%       sent, at most MaxKeys of them, the rest summed in other; Ms since
+%%       the trace began
+%% and returns summary() once stopped, or at once when refused. Resolve
+%% is beam_probe_lib:resolve/1; Follow and Count are follow/1 and the
+%% count_*/3 of the kind, passed as funs.
+-spec trace(pid(), reference(), what(), limits(), fun(), fun(), fun(),
+            fun()) -> summary().
+trace(Sink, Tag, What, Limits, Resolve, Follow, CountCalls, CountSends) ->
+    Worker = erlang:self(),
+    Prober = erlang:node(Sink),
+    Sessions = erlang:element(1, code:ensure_loaded(trace)) =:= module
+        andalso erlang:function_exported(trace, session_create, 3),
+    %% Our processes on this node (guard/3 keeps them: the call's process,
+    %% this worker, the connection's): never traced, never counted.
+    Ours = case erlang:get('$beam_probe_ours') of
+               Listed when erlang:is_list(Listed) -> Listed;
+               _ -> []
+           end,
+    Exclude = [P || P <- [Worker | Ours], erlang:is_pid(P),
+                    erlang:node(P) =:= erlang:node()],
+    Refuse = fun(Why, Detail) ->
+                     erlang:exit({beam_probe_calls_done,
+                                  #{reason => refused, why => Why,
+                                    detail => Detail}})
+             end,
+    %% Who else traces, on OTP 25-26: each process's tracer, in compiled
+    %% calls over the process list (an interpreted fun a process would
+    %% cost a second at a million), and new processes'.
+    Holders = fun() ->
+                      Pids = erlang:processes(),
+                      Found = lists:usort(
+                                lists:zipwith(
+                                  fun erlang:trace_info/2, Pids,
+                                  lists:duplicate(erlang:length(Pids),
+                                                  tracer))),
+                      lists:usort(
+                        [T || {tracer, T} <- [erlang:trace_info(
+                                                new_processes, tracer)
+                                              | Found],
+                              T =/= []])
+              end,
+    %% The function(s), from names the node already has: a module that is
+    %% not loaded is not loaded by us, and no atom is made.
+    Functions =
+        fun(#{module := M0, function := F0, arity := A0}) ->
+                try {erlang:binary_to_existing_atom(M0, utf8),
+                     erlang:binary_to_existing_atom(F0, utf8)} of
+                    {M, F} ->
+                        case erlang:module_loaded(M) of
+                            false ->
+                                Refuse(not_loaded, M0);
+                            true ->
+                                case [{M, F, A}
+                                      || {F1, A} <- erlang:get_module_info(
+                                                      M, functions),
+                                         F1 =:= F,
+                                         A0 =:= any orelse A =:= A0] of
+                                    [] -> Refuse(no_function, F0);
+                                    Found -> {M, F, Found}
+                                end
+                        end
+                catch
+                    error:badarg -> Refuse(not_loaded, M0)
+                end
+        end,
+    %% A specification decoded with [safe]: an atom the node does not know
+    %% in --match is refused, never made (nothing could match it anyway).
+    Decode = fun(Bin) ->
+                     try erlang:binary_to_term(Bin, [safe])
+                     catch error:badarg -> Refuse(unknown_atom, none)
+                     end
+             end,
+    Tracer =
+        fun() ->
+                lists:member(Prober, erlang:nodes(connected))
+                    orelse erlang:exit(normal),
+                erlang:monitor(process, Worker),
+                Self = erlang:self(),
+                Table = ets:new(beam_probe_calls, [set, private]),
+                Session = case Sessions of
+                              true ->
+                                  trace:session_create(beam_probe_calls,
+                                                       Self, []);
+                              false ->
+                                  none
+                          end,
+                Mine = [Self | Exclude],
+                Setup =
+                    fun() ->
+                        case What of
+                            #{kind := calls, specs := SpecsBin} ->
+                                {M, F, MFAs} = Functions(What),
+                                Arity = case maps:get(arity, What) of
+                                            any -> '_';
+                                            Given -> Given
+                                        end,
+                                MFA = {M, F, Arity},
+                                %% The first specification this release takes
+                                %% ({caller_line}, then {caller}).
+                                Specs = Decode(SpecsBin),
+                                Spec = case [S || S <- Specs,
+                                                  erlang:element(
+                                                    1, erlang:match_spec_test(
+                                                         [], S, trace)) =:= ok]
+                                       of
+                                           [First | _] -> First;
+                                           [] -> Refuse(bad_spec, none)
+                                       end,
+                                Flags = [call, arity],
+                                case Session of
+                                    none ->
+                                        Busy = [{Fn, Info}
+                                                || Fn <- MFAs,
+                                                   {all, Info}
+                                                       <- [erlang:trace_info(
+                                                             Fn, all)],
+                                                   Info =/= false],
+                                        Others = Holders(),
+                                        if
+                                            Busy =/= [] ->
+                                                Refuse(pattern, Busy);
+                                            Others =/= [] ->
+                                                Refuse(tracer, Others);
+                                            true ->
+                                                ok
+                                        end,
+                                        %% Flags first, ours cleared, and only
+                                        %% then the pattern: no call of ours
+                                        %% is ever traced (the tracer's own
+                                        %% ets:update_counter/4 among them).
+                                        erlang:trace(processes, true,
+                                                     [{tracer, Self} | Flags]),
+                                        [catch erlang:trace(P, false, Flags)
+                                         || P <- Mine],
+                                        N = erlang:trace_pattern(MFA, Spec,
+                                                                 [local]),
+                                        {N, none,
+                                         fun() ->
+                                                 erlang:trace_pattern(
+                                                   MFA, false, [local]),
+                                                 erlang:trace(processes, false,
+                                                              Flags),
+                                                 ok
+                                         end};
+                                    _ ->
+                                        trace:process(Session, all, true, Flags),
+                                        [catch trace:process(Session, P, false,
+                                                             Flags)
+                                         || P <- Mine],
+                                        N = trace:function(Session, MFA, Spec,
+                                                           [local]),
+                                        {N, none,
+                                         fun() ->
+                                                 trace:session_destroy(Session),
+                                                 ok
+                                         end}
+                                end;
+                            #{kind := senders, target := Wanted,
+                              body := BodyBin} ->
+                                Target = case Resolve(Wanted) of
+                                             Pid when erlang:is_pid(Pid) -> Pid;
+                                             _ -> Refuse(not_found, Wanted)
+                                         end,
+                                lists:member(Target, Mine)
+                                    andalso Refuse(ours, Target),
+                                Spec = [{[Target, '_'], [], Decode(BodyBin)}],
+                                case Session of
+                                    none ->
+                                        Pattern = erlang:trace_info(
+                                                    send, match_spec),
+                                        Others = Holders(),
+                                        if
+                                            Pattern =/= {match_spec, true} ->
+                                                Refuse(send_pattern, Pattern);
+                                            Others =/= [] ->
+                                                Refuse(tracer, Others);
+                                            true ->
+                                                ok
+                                        end,
+                                        %% The pattern first: with the default
+                                        %% one, every send of every process
+                                        %% would be traced.
+                                        erlang:trace_pattern(send, Spec, []),
+                                        erlang:trace(processes, true,
+                                                     [send, {tracer, Self}]),
+                                        [catch erlang:trace(P, false, [send])
+                                         || P <- Mine],
+                                        {1, Target,
+                                         fun() ->
+                                                 erlang:trace(processes, false,
+                                                              [send]),
+                                                 %% The node's default again.
+                                                 erlang:trace_pattern(send, true,
+                                                                      []),
+                                                 ok
+                                         end};
+                                    _ ->
+                                        trace:send(Session, Spec, []),
+                                        trace:process(Session, all, true, [send]),
+                                        [catch trace:process(Session, P, false,
+                                                             [send])
+                                         || P <- Mine],
+                                        {1, Target,
+                                         fun() ->
+                                                 trace:session_destroy(Session),
+                                                 ok
+                                         end}
+                                end
+                    end
+                    end,
+                %% Checked and set under one lock that every beam-probe
+                %% takes on OTP 25-26 (a session needs none).
+                {Matched, Target, Stop} =
+                    try
+                        case Session of
+                            none ->
+                                global:trans({beam_probe_calls, Self}, Setup,
+                                             [erlang:node()]);
+                            _ ->
+                                Setup()
+                        end
+                    catch
+                        exit:{beam_probe_calls_done, _} = Refused ->
+                            %% Refused before anything was set.
+                            Session =:= none
+                                orelse trace:session_destroy(Session),
+                            erlang:exit(Refused)
+                    end,
+                Count = case What of
+                            #{kind := calls} -> CountCalls;
+                            _ -> CountSends
+                        end,
+                erlang:send(Sink, {Tag, Self,
+                                   #{kind => started,
+                                     mode => case Session of
+                                                 none -> trace;
+                                                 _ -> session
+                                             end,
+                                     matched => Matched,
+                                     target => case Target of
+                                                   none -> none;
+                                                   _ -> Target
+                                               end}},
+                            [noconnect]),
+                try
+                    Follow(Limits#{sink => Sink, tag => Tag,
+                                   worker => Worker, stop => Stop,
+                                   count => Count, table => Table})
+                catch
+                    Class:Reason:Stack ->
+                        catch Stop(),
+                        erlang:raise(Class, Reason, Stack)
+                end
+        end,
+    %% Off-heap messages: a trace message (a copy of each message sent,
+    %% for senders) waits outside the heap, which a collection then never
+    %% copies.
+    {Pid, Ref} = erlang:spawn_opt(Tracer,
+                                  [monitor, {message_queue_data, off_heap}]),
+    receive
+        {'DOWN', Ref, process, Pid, {beam_probe_calls_done, Summary}} ->
+            Summary;
+        {'DOWN', Ref, process, Pid, Reason} ->
+            erlang:exit({beam_probe_tracer, Reason})
+    end.
+
+%% The tracer's loop once its traces are set: a function of its own, run
+%% as a fun (a fun made inside trace/8 would carry all of that function's
+%% bindings, looked up at every step). Each turn counts up to a batch of
+%% trace messages, then checks the limits:
+%%   * max calls counted: stops at exactly that many;
+%%   * rate: more than Rate * FlushMs / 1000 counted within one FlushMs;
+%%   * duration;
+%%   * overload: a mailbox longer than MaxBacklog (messages arriving
+%%     faster than erl_eval takes them) or the tracer over MaxMemory bytes
+%%     (copies of large messages, for senders);
+%% and every FlushMs sends the counts gathered since the last rows sent,
+%% with at most Window of them unanswered (beam-probe answers each with
+%% {Tag, more}); while the window is full the counts keep adding up in the
+%% table, nothing is lost. Unanswered for WaitMs, beam-probe is gone.
+-spec follow(map()) -> no_return().
+follow(#{sink := Sink, tag := Tag, worker := Worker, stop := Stop,
+         count := Count, table := Table, duration_ms := DurationMs,
+         max := Max, rate := Rate, flush_ms := FlushMs, wait_ms := WaitMs,
+         max_keys := MaxKeys, max_backlog := MaxBacklog,
+         max_memory := MaxMemory}) ->
+    Self = erlang:self(),
+    Window = 2,
+    Batch = 1000,
+    Started = erlang:monotonic_time(millisecond),
+    Deadline = Started + DurationMs,
+    Allowance = erlang:max(1, Rate * FlushMs div 1000),
+    %% The counts since the last rows sent, largest MaxKeys first.
+    Rows = fun() ->
+                   All = ets:tab2list(Table),
+                   true = ets:delete_all_objects(Table),
+                   case erlang:length(All) > MaxKeys of
+                       false ->
+                           {All, 0};
+                       true ->
+                           {Kept, Rest} = lists:split(
+                                            MaxKeys,
+                                            lists:reverse(
+                                              lists:keysort(2, All))),
+                           {Kept, lists:sum(erlang:element(
+                                              2, lists:unzip(Rest)))}
+                   end
+           end,
+    Send = fun(Now) ->
+                   {Kept, Other} = Rows(),
+                   erlang:send(Sink, {Tag, Self,
+                                      #{kind => rows, rows => Kept,
+                                        other => Other,
+                                        ms => Now - Started}},
+                               [noconnect])
+           end,
+    Finish = fun(Reason, Counted) ->
+                     Stop(),
+                     %% The last rows may be the window's third:
+                     %% beam-probe's mailbox takes four.
+                     Send(erlang:monotonic_time(millisecond)),
+                     [{reductions, Reductions}, {memory, Memory}] =
+                         erlang:process_info(Self, [reductions, memory]),
+                     erlang:exit({beam_probe_calls_done,
+                                  #{reason => Reason, counted => Counted,
+                                    reductions => Reductions,
+                                    memory => Memory}})
+             end,
+    Gone = fun() -> Stop(), erlang:exit(normal) end,
+    Loop =
+        fun Loop(Counted, Mark, MarkAt, FlushAt, Open, Since) ->
+                Take = erlang:min(Batch, Max - Counted),
+                {Left, Others} = Count(Table, Take, []),
+                Now = erlang:monotonic_time(millisecond),
+                Taken = Take - Left - erlang:length(Others),
+                Total = Counted + Taken,
+                [Gone() || {'DOWN', _, process, Pid, _} <- Others,
+                           Pid =:= Worker],
+                Answers = erlang:length([more || {T, more} <- Others,
+                                                 T =:= Tag]),
+                Unanswered = Open - Answers,
+                Asked = case Answers of
+                            0 -> Since;
+                            _ -> Now
+                        end,
+                [{message_queue_len, Backlog}, {memory, Memory}] =
+                    erlang:process_info(Self, [message_queue_len, memory]),
+                {Mark1, MarkAt1} = case Now - MarkAt >= FlushMs of
+                                       true -> {Total, Now};
+                                       false -> {Mark, MarkAt}
+                                   end,
+                if
+                    Total >= Max ->
+                        Finish(max, Total);
+                    Total - Mark > Allowance ->
+                        Finish(rate, Total);
+                    Now >= Deadline ->
+                        Finish(duration, Total);
+                    Backlog > MaxBacklog; Memory > MaxMemory ->
+                        Finish(overload, Total);
+                    Unanswered > 0, Now - Asked > WaitMs ->
+                        Gone();
+                    Now >= FlushAt, Unanswered < Window ->
+                        Send(Now),
+                        Loop(Total, Mark1, MarkAt1, Now + FlushMs,
+                             Unanswered + 1, Now);
+                    Left =:= 0 ->
+                        %% More is waiting: take it now.
+                        Loop(Total, Mark1, MarkAt1, FlushAt, Unanswered,
+                             Asked);
+                    true ->
+                        %% The mailbox is empty: sleep until the next
+                        %% flush, 20 ms at most, and take what came
+                        %% meanwhile in one go.
+                        Next = erlang:min(FlushAt, Deadline),
+                        receive
+                        after erlang:max(0, erlang:min(Next - Now, 20)) ->
+                                ok
+                        end,
+                        Loop(Total, Mark1, MarkAt1, FlushAt, Unanswered,
+                             Asked)
+                end
+        end,
+    Loop(0, 0, Started, Started + FlushMs, 0, Started).
+
+%% Up to Max messages from the tracer's mailbox, without waiting: each call
+%% trace message counted under its fifth element (what the specification's
+%% body put there: the caller, the process, the arguments' shape), any
+%% other message kept in Others (it takes a place in the batch too, so a
+%% flood of them is bounded). Returns the places left (0: more may be
+%% waiting) and the others. A function of its own, whose fun carries three
+%% bindings: this is the step run for every call.
+-spec count_calls(ets:tid(), non_neg_integer(), list()) ->
+          {non_neg_integer(), list()}.
+count_calls(Table, Max, Others) ->
+    Loop = fun Loop(0, O) ->
+                   {0, O};
+               Loop(N, O) ->
+                   receive
+                       {trace, _, call, _, Key} ->
+                           ets:update_counter(Table, Key, 1, {Key, 0}),
+                           Loop(N - 1, O);
+                       Other ->
+                           Loop(N - 1, [Other | O])
+                   after 0 ->
+                           {N, O}
+                   end
+           end,
+    Loop(Max, Others).
+
+%% count_calls/3 for send trace messages, by sender.
+-spec count_senders(ets:tid(), non_neg_integer(), list()) ->
+          {non_neg_integer(), list()}.
+count_senders(Table, Max, Others) ->
+    Loop = fun Loop(0, O) ->
+                   {0, O};
+               Loop(N, O) ->
+                   receive
+                       {trace, Key, send, _, _} ->
+                           ets:update_counter(Table, Key, 1, {Key, 0}),
+                           Loop(N - 1, O);
+                       Other ->
+                           Loop(N - 1, [Other | O])
+                   after 0 ->
+                           {N, O}
+                   end
+           end,
+    Loop(Max, Others).
+
+%% count_calls/3 for send trace messages, by sender and the message's
+%% shape (which the specification's body added as a sixth element).
+-spec count_shapes(ets:tid(), non_neg_integer(), list()) ->
+          {non_neg_integer(), list()}.
+count_shapes(Table, Max, Others) ->
+    Loop = fun Loop(0, O) ->
+                   {0, O};
+               Loop(N, O) ->
+                   receive
+                       {trace, Sender, send, _, _, Shape} ->
+                           Key = {Sender, Shape},
+                           ets:update_counter(Table, Key, 1, {Key, 0}),
+                           Loop(N - 1, O);
+                       Other ->
+                           Loop(N - 1, [Other | O])
+                   after 0 ->
+                           {N, O}
+                   end
+           end,
+    Loop(Max, Others).
+
+%% The processes of the rows shown, named as every table names them
+%% (beam_probe_lib:describe/1, passed as Describe).
+-spec names([pid()], fun()) -> beam_probe_lib:rows().
+names(Pids, Describe) ->
+    Describe([{0, Pid} || Pid <- Pids]).
