@@ -399,10 +399,9 @@ def check_safe(spec: FunctionSpec, head: Optional[list[Any]],
     would flood the tracer or the node. ``head``: the parsed --match (None
     without one). ``allow``: the user wrote the flag out.
 
-    - any module and any function (``_:_/_``): refused, flag or not;
-      trace_pattern would set a pattern on every function loaded,
-      the tracer's erl_eval among them;
-    - any module (``_:f/a``): every module's ``f``; with the flag only;
+    - any module (``_:f/a``, ``_:_/_``): refused, flag or not;
+      trace_pattern would set a pattern in every module loaded (on every
+      function for ``_:_/_``, the tracer's erl_eval among them);
     - ``io`` and ``lists``, any function, and the whole of a module every
       process calls (``ets:_/_``, ``erlang:_/_``...): unless --match
       narrows the arguments, with the flag only (recon_trace's rule);
@@ -413,14 +412,15 @@ def check_safe(spec: FunctionSpec, head: Optional[list[Any]],
     """
     module, function, _ = spec.mfa()
     flag = f"write {ALLOW_FLAG} to trace it anyway"
-    if module == "_" and function == "_":
-        raise UsageError(f"{spec.text}: every function of every module, "
-                         "the tracer's own erl_eval among them, would be "
-                         "traced; name a module (no flag allows this)")
-    if module == "_" and not allow:
-        raise UsageError(f"{spec.text}: a pattern on {function} in every "
-                         f"loaded module, called from anywhere; name the "
-                         f"module, or {flag}")
+    if module == "_":
+        # recon_trace refuses it too; here a pattern would be set in every
+        # loaded module (for _:_/_ on every function, the tracer's own
+        # erl_eval among them), called from anywhere.
+        what = ("every function of every module, the tracer's own "
+                "erl_eval among them" if function == "_"
+                else f"{function} in every loaded module")
+        raise UsageError(f"{spec.text}: a trace of {what}; name the module "
+                         "(no flag allows any module)")
     if allow or narrows(head):
         return
     if module in _RECON_BANNED:
