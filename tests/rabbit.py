@@ -6,7 +6,10 @@ How to use them (conftest imports the fixtures, so any test file can ask):
 machine's OTP 25), started by the tests on a private node name, ports and
 folders, with a backlog: classic queues ``bpt.backlog.1..3`` each holding
 ``BACKLOG_MESSAGES`` transient messages of 1,024-4,096 byte bodies (refc
-binaries, in the queue process's memory), and ``bpt.idle.1..2`` empty. It
+binaries, in the queue process's memory), and ``bpt.idle.1..2`` empty;
+the management agent enabled (statistics every ``STATS_MS``, kept in
+tables such as ``queue_msg_stats``, keyed ``{#resource{}, 5}``: they fill
+a second or two after the backlog, so a test polls for their rows). It
 is a ``Rabbit``: ``.node``, ``.cookie``, ``.home`` as a ``LocalNode`` has
 them, so ``run_here("proc-count", rabbit.node, node=rabbit)`` runs against
 it, and ``.queues`` maps each queue's name to its pid's text
@@ -62,6 +65,8 @@ BACKLOG_QUEUES = 3
 # 3,000 bodies of 2.5 KB on average: ~7.5 MB of refc binaries a queue,
 # and a queue process of several MB (its message records).
 BACKLOG_MESSAGES = 3000
+# The queues' statistics interval, ms (collect_statistics_interval).
+STATS_MS = 1000
 # A loaded machine may take long to boot a broker (5-8 s unloaded, 2
 # cores): a deadline for what would otherwise hang, not a speed.
 START_DEADLINE = 240.0
@@ -118,11 +123,19 @@ class Rabbit:
         dist = _free_port()
         conf = os.path.join(self.base, "rabbitmq.conf")
         with open(conf, "w") as f:
-            # Reachable from this machine only.
-            f.write(f"listeners.tcp.default = 127.0.0.1:{amqp}\n")
+            # Reachable from this machine only. Statistics each second
+            # (the default is 5 s): the management agent's tables fill
+            # soon after the backlog.
+            f.write(f"listeners.tcp.default = 127.0.0.1:{amqp}\n"
+                    f"collect_statistics_interval = {STATS_MS}\n")
         plugins = os.path.join(self.base, "enabled_plugins")
         with open(plugins, "w") as f:
-            f.write("[].\n")
+            # The management agent (no listener of its own; the UI's
+            # plugin, rabbitmq_management, is not enabled) turns
+            # statistics on and keeps them in tables keyed
+            # {#resource{}, Interval}, as a broker with the UI has:
+            # issue 38's table keyed {#resource{}, Stat}.
+            f.write("[rabbitmq_management_agent].\n")
         env = dict(
             os.environ, HOME=self.home,
             # Nothing of the system's: no /etc/rabbitmq, /var/lib/rabbitmq.

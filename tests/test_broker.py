@@ -254,12 +254,11 @@ def test_list_queues_is_suggested_for_a_queue_only(rabbit):
 
 
 def test_the_broker_s_resource_keys_are_written_in_erlang(rabbit):
-    """A bare 3.10.8 (no management agent, no channel) has no table keyed
-    {#resource{}, Stat} (its metrics tables are empty; checked here): its
-    tables keyed by #resource{} (rabbit_queue) and by {VHost,
+    """Its tables keyed by #resource{} (rabbit_queue) and by {VHost,
     #resource{}} (mnesia_index, no named_table) are written as the node
     writes them, never as a Python repr; two mnesia_transient_decision
-    tables share a name, and inspect says which ids to give."""
+    tables share a name, and inspect says which ids to give. (The
+    management agent's, keyed {#resource{}, Interval}: the next test.)"""
     result = _inspect(rabbit, "--table", "rabbit_queue", "--format", "json")
     assert result.returncode == 0, result.stderr
     got = json.loads(result.stdout)
@@ -277,6 +276,48 @@ def test_the_broker_s_resource_keys_are_written_in_erlang(rabbit):
     assert several.returncode == 2, several.stderr
     (line,) = several.stderr.strip().splitlines()
     assert "named_table" in line and line.count("#Ref<") >= 2
+
+
+def test_the_broker_s_resource_stat_keys_are_written_in_erlang(rabbit):
+    """Issue 38's table: keyed {#resource{}, Stat}, which inspect printed
+    {<(Atom('record'), Atom('resource'))>, ...}. The management agent
+    keeps each queue's statistics keyed {#resource{}, Interval} (5 and 60
+    s of samples); written as the node writes them in text and JSON,
+    both syntaxes."""
+    import time
+
+    backlog = {f"bpt.backlog.{i}".encode()
+               for i in range(1, BACKLOG_QUEUES + 1)}
+    with attach(rabbit.node, rabbit.cookie.encode(), timeout=60) as remote:
+        # Filled a second or two after the queues' first statistics:
+        # a deadline only against rows that never come.
+        deadline = time.monotonic() + 120
+        while True:
+            keys = remote.call("ets", "select", [
+                Atom("queue_msg_stats"), [((Atom("$1"), Atom("_")), [],
+                                           [Atom("$1")])]])
+            if backlog <= {key[0][3] for key in keys}:
+                break
+            assert time.monotonic() < deadline, keys
+            time.sleep(0.5)
+    assert all(key[0][:3] == (Atom("resource"), b"/", Atom("queue"))
+               and isinstance(key[1], int) for key in keys), keys
+    result = _inspect(rabbit, "--table", "queue_msg_stats", "--format",
+                      "json")
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout)
+    assert [(f["family"], f["family_elixir"]) for f in got["families"]] == \
+        [("{{resource, ...}, ...}", "{{:resource, ...}, ...}")]
+    assert {o["key"] for o in got["largest"]} <= {
+        "{{resource, ...},5}", "{{resource, ...},60}"}, got["largest"]
+    for syntax, family in (("erlang", "{{resource, ...}, ...}"),
+                           ("elixir", "{{:resource, ...}, ...}")):
+        text = _inspect(rabbit, "--table", "queue_msg_stats", "--syntax",
+                        syntax)
+        assert text.returncode == 0, text.stderr
+        assert family in text.stdout, text.stdout
+        assert "Atom(" not in text.stdout and "<(" not in text.stdout
+    assert "Atom(" not in result.stdout and "<(" not in result.stdout
 
 
 # --- names from the dictionary on a real broker (issue 38, item 1; engineer
