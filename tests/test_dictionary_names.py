@@ -313,3 +313,34 @@ def test_ets_bounds_what_its_owner_says_it_is(nodes, otp):
     table = next(t for t in j["largest"] if t["owner"] == str(owner))
     assert "bpt_owner" not in table["owner_group"], table["owner_group"][:200]
     assert len(table["owner_group"]) < 100, table["owner_group"][:200]
+
+
+def test_bin_leak_and_proc_window_say_which_rows_are_unnamed():
+    """The line proc-count and top write under their tables, under
+    bin-leak's and proc-window's too (rendered, no node needed): once,
+    and none where every row is named."""
+    from beam_probe.text.node import bin_leak_text, proc_window_text
+    from beam_probe.text.syntax import ERLANG
+
+    unnamed = {"rows": 1, "pids": ["<0.90.0>"], "largest_heap": 117 * MIB,
+               "per_copy": 64 * MIB, "budget": 256 * MIB}
+    row = {"pid": "<0.90.0>", "delta": 5_000_000, "name": None,
+           "label": None, "kind": None, "current_function": None,
+           "initial_call": "proc_lib:init_p/5", "exited": False}
+    memory = {"total": 100 * MIB, "binary": 10 * MIB}
+    leak = {"node": "a@h", "scanned": 9, "holders": 1, "collected": 1,
+            "memory_before": memory, "memory_after": memory,
+            "processes": [dict(row, delta=-80)], "labels_read": True,
+            "unnamed": unnamed}
+    window = {"node": "a@h", "attribute": "memory", "window_ms": 1000,
+              "scanned_first": 9, "scanned_last": 9, "processes": [row],
+              "labels_read": True, "unnamed": unnamed, "born_count": 0,
+              "born": [], "dead_count": 0, "dead": []}
+    line = ("(1 row unnamed: its heap (117.0 MiB) exceeds what reading a "
+            "dictionary may cost (64.0 MiB a process))")
+    for render, result in ((bin_leak_text, leak),
+                           (proc_window_text, window)):
+        text = render(result, ERLANG)  # type: ignore[arg-type]
+        assert text.splitlines().count(line) == 1, text
+        named = render(dict(result, unnamed=None), ERLANG)  # type: ignore[arg-type]
+        assert "unnamed" not in named, named
