@@ -1,7 +1,7 @@
 """calls and senders: who calls a function, who sends to a process, counted
 on the node.
 
-One engine for both (beam_probe_calls:trace/8): a tracer on the node, an
+One engine for both (beam_probe_calls:trace/6): a tracer on the node, an
 erl_eval fun, counts each trace message under a key in a table of its own
 and sends the counts of each interval (FLUSH_MS), never a message per call.
 What the key is, the match specification's body puts into each trace
@@ -236,7 +236,7 @@ def senders_request(process: str, by: str) -> dict[Any, Any]:
                                                   Atom("$_")))))]
     return {"process": process, "by": by,
             "what": {Atom("kind"): Atom("senders"),
-                     Atom("target"): wanted,
+                     Atom("target"): wanted, Atom("key"): Atom(by),
                      Atom("body"): etf.encode(body)}}
 
 
@@ -298,13 +298,11 @@ class Counting:
                   if self.by in ("args", "shape") else NODE_KEYS,
                   Atom("max_backlog"): MAX_BACKLOG,
                   Atom("max_memory"): MAX_MEMORY}
-        sends = "count_shapes" if self.by == "shape" else "count_senders"
         self._progress(f"tracing for {self.duration:g} s")
         self._stream = remote.stream(
             HELPER, "trace", self.request["what"], limits,
-            Local("resolve", LIB), Local("follow"), Local("count_calls"),
-            Local(sends), timeout=FLUSH_MS / 1000 + remote.timeout,
-            limit=4)
+            Local("resolve", LIB), Local("follow"),
+            timeout=FLUSH_MS / 1000 + remote.timeout, limit=4)
         try:
             first = next(self._stream)
         except StopIteration as done:
