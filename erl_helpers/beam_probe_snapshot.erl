@@ -94,10 +94,14 @@
                       dictionaries_read := non_neg_integer(),
                       dictionaries_unread := non_neg_integer()}.
 
-%% Chunk rows a chunk; the names of at most MaxAtoms of the newest atoms
-%% (by index, an undocumented encoding, guarded); ancestors MaxDepth levels
-%% up, at most MaxAncestors of them.
--spec snapshot(pos_integer(), non_neg_integer(), pos_integer(),
+%% Chunk is {Rows, Stream}: Rows rows a chunk; Stream none, or {Sink, Tag,
+%% WaitMs}: the chunks streamed to Sink as Remote.stream reads them, {Tag,
+%% Sender, [chunk()]} a slice, each waiting for {Tag, more}, and
+%% processes => [] in the reply. The names of at most MaxAtoms of the
+%% newest atoms (by index, an undocumented encoding, guarded); ancestors
+%% MaxDepth levels up, at most MaxAncestors of them.
+-spec snapshot({pos_integer(), none | {pid(), reference(), timeout()}},
+               non_neg_integer(), pos_integer(),
                pos_integer(), non_neg_integer(), fun(), fun(), fun(),
                fun(), fun(), fun(), fun()) -> snapshot().
 snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
@@ -105,11 +109,11 @@ snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
     %% (Others/0 collects rex first: our traffic would show as rex
     %% growing in both intervals, measured on OTP 28.)
     Header = Sample(none, 0, Jobs, Pmap, Others, Top, Settled, Rss),
-    #{take := Take, label := Label, dictionary := Dictionary,
+    #{take := Take, fold := Fold, label := Label, dictionary := Dictionary,
       items := Items, head := Head, candidate := Candidate, kinds := Kinds,
       triple := Triple, pick := Pick,
       dictionary_heap_cap := DictionaryHeapCap} = Parts(Chunk),
-    {Batches, _} = Pmap(Take, list, [], Others(), Jobs),
+    {Batches, _} = Pmap(Take, Fold, [], Others(), Jobs),
     {Processes, ParentLists, Tallies} = lists:unzip3(lists:append(Batches)),
     {Counts, Reads, Unreads} = lists:unzip3(Tallies),
     %% The ancestors, level by level: each level's processes read in one
@@ -221,7 +225,8 @@ snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
     #{sample => Header,
       items => [Item || Item <- [label], Label]
                ++ [dictionary_initial_call || Dictionary],
-      processes => Processes,
+      %% Streamed, each chunk's place holds 'sent'.
+      processes => lists:filter(fun erlang:is_binary/1, Processes),
       %% Every process but ours: the rows, counted.
       process_count => lists:sum(Counts),
       ancestors => erlang:term_to_binary(maps:to_list(Ancestors),
@@ -251,8 +256,9 @@ snapshot(Chunk, MaxAtoms, MaxDepth, MaxAncestors, Jobs, Pmap, Others, Top,
 %% each worker got Take flat: ~1 million words, 8 MB a worker (measured:
 %% a snapshot of 300,000 processes raised the node by 104 MB, 56 of them
 %% its four workers' copies; issue 39).
--spec parts(pos_integer()) -> #{atom() => term()}.
-parts(Chunk) ->
+-spec parts({pos_integer(), none | {pid(), reference(), timeout()}}) ->
+          #{atom() => term()}.
+parts({Chunk, Stream}) ->
     %% The columns' funs first, before anything else is bound: an erl_eval
     %% fun holds the variables bound before it that its function uses
     %% anywhere, and each worker gets Batch's whole, flat, nested funs and
@@ -480,7 +486,38 @@ parts(Chunk) ->
                              | Acc])
         end,
     Take = fun(Pids) -> Batch(Pids, []) end,
-    #{take => Take, label => Label, dictionary => Dictionary,
+    %% How pmap/5 folds the slices' batches: kept whole for the reply, or
+    %% (Stream given) each slice's chunks sent to beam-probe as soon as
+    %% they are folded, the next fold waiting for its {Tag, more}, and
+    %% only the batches' parents and tallies kept. Streamed, the node holds
+    %% the chunks of a slice and of the workers' slices waiting to be
+    %% folded (one a worker), not every chunk of the pass: 4.4 MB at
+    %% 1,000,000 processes (issue 39). Made last: an erl_eval fun holds
+    %% the bindings made before it, and Take, copied to every worker,
+    %% must not hold this one.
+    Fold = case Stream of
+               none ->
+                   list;
+               {Sink, Tag, WaitMs} ->
+                   fun(Batches, Acc) ->
+                           {Chunks, Parents, Tallies} =
+                               lists:unzip3(Batches),
+                           %% noconnect: were beam-probe gone, a plain
+                           %% send would make the node connect back.
+                           erlang:send(Sink, {Tag, erlang:self(), Chunks},
+                                       [noconnect]),
+                           receive
+                               {Tag, more} -> ok
+                           after WaitMs ->
+                                   erlang:exit(beam_probe_reader_gone)
+                           end,
+                           [lists:zip3(lists:duplicate(erlang:length(Chunks),
+                                                       sent),
+                                       Parents, Tallies)
+                            | Acc]
+                   end
+           end,
+    #{take => Take, fold => Fold, label => Label, dictionary => Dictionary,
       items => Items, head => Head, candidate => Candidate, kinds => Kinds,
       triple => Triple, pick => Pick,
       dictionary_heap_cap => DictionaryHeapCap}.

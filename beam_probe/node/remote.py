@@ -12,14 +12,14 @@ the attached node, ``fan_out`` through it to the nodes it is connected to.
 from __future__ import annotations
 
 import time
-from typing import Any, Generator
+from typing import Any, Callable, Generator
 
 from beam_probe.erldist import etf
 from beam_probe.erldist.connection import MESSAGE, Connection, ReplyLimits
 from beam_probe.erldist.dial import connect
 from beam_probe.erldist.etf import Encoded
 from beam_probe.erldist.errors import ProtocolError
-from beam_probe.erldist.terms import Atom, Pid, format_term
+from beam_probe.erldist.terms import Atom, Pid, Reference, format_term
 from beam_probe.errors import RemoteError, TimedOut
 from beam_probe.node.forms import LIB, HelperForms, Local, Var, work_fun
 from beam_probe.node.replies import Reply
@@ -173,21 +173,24 @@ class Remote:
                      self.run(module, function, *args, timeout=timeout))
 
     def stream(self, module: str, function: str, *args: Any,
-               timeout: float | None = None,
-               limit: int = 2) -> Generator[Any, None, Any]:
-        """Run a streaming helper: it takes our pid and a tag first, sends
-        ``{Tag, Sender, Chunk}`` messages and waits for ``{Tag, more}``
-        after each. Yields each chunk; the helper's own value, once it
-        ends, is the generator's return value. ``timeout`` bounds each
-        wait; the work has no deadline of its own (the guard stops it when
-        we go, and the helper when we stop asking)."""
+               timeout: float | None = None, limit: int = 2,
+               address: Callable[[Pid, Reference], tuple[Any, ...]]
+               | None = None) -> Generator[Any, None, Any]:
+        """Run a streaming helper: it takes our pid and a tag first (or
+        the arguments ``address(Pid, Tag)`` makes, before ``args``),
+        sends ``{Tag, Sender, Chunk}`` messages and waits for ``{Tag,
+        more}`` after each. Yields each chunk; the helper's own value,
+        once it ends, is the generator's return value. ``timeout`` bounds
+        each wait; the work has no deadline of its own (the guard stops it
+        when we go, and the helper when we stop asking)."""
         timeout = self.timeout if timeout is None else timeout
         tag = self.conn.new_ref()
         box = self.conn.mailbox(tag, limit)
+        first = (self.conn.pid, tag) if address is None \
+            else address(self.conn.pid, tag)
         try:
             form, bindings = self.guarded(
-                module, function, (self.conn.pid, tag, *args),
-                self.watch(), None)
+                module, function, (*first, *args), self.watch(), None)
             what = f"{module}:{function}"
             self.conn.call_async("erl_eval", "expr",
                                  _expr_args(form, bindings), box)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from beam_probe.erldist.terms import Atom
 from beam_probe.node.forms import LIB, Local
@@ -74,8 +74,39 @@ def take(remote: Remote, gc: str = "holders", jobs: int = 0,
     progress("reading every process, table and port")
     if estimate(processes) > remote.fan_budget // 2:
         return read(remote.node, _through_a_fan_out(remote, jobs), epoch, gc)
-    return read(remote.node, remote.ask(HELPER, "snapshot", *args(jobs)),
-                epoch, gc)
+    return _streamed(remote, jobs, epoch, gc)
+
+
+def _streamed(remote: Remote, jobs: int, epoch: float, gc: str
+              ) -> tuple[dict[str, Any], list[tuple[bytes, bytes]]]:
+    """A snapshot whose process chunks come as the pass makes them, a
+    slice's at a time, each sent once the last is taken: the node never
+    holds every chunk of the pass (issue 39). Here they are held, within
+    what one reply could have held: a node streaming more is refused."""
+    wait_ms = int(remote.timeout * 1000)
+    stream = remote.stream(
+        HELPER, "snapshot", *args(jobs)[1:],
+        address=lambda pid, tag: ((NODE_CHUNK_ROWS, (pid, tag, wait_ms)),))
+    chunks: list[Any] = []
+    held = 0
+    while True:
+        try:
+            slice_chunks = next(stream)
+        except StopIteration as end:
+            reply = Reply(f"{HELPER}:snapshot", end.value)
+            return read(remote.node, reply, epoch, gc, chunks)
+        if not isinstance(slice_chunks, list):
+            raise BadReply(f"{HELPER}:snapshot streamed "
+                           f"{shown(slice_chunks)}, not a list of chunks")
+        for chunk in slice_chunks:
+            held += len(chunk) if isinstance(chunk, (bytes, bytearray)) \
+                else 0
+        if held > remote.conn.limits.max_bytes:
+            stream.close()
+            raise BadReply(f"{HELPER}:snapshot streamed over "
+                           f"{remote.conn.limits.max_bytes} bytes of "
+                           "processes")
+        chunks.extend(slice_chunks)
 
 
 # What a node's snapshot takes on the wire: its compressed chunks, ~4.4-
@@ -113,24 +144,27 @@ def _through_a_fan_out(remote: Remote, jobs: int) -> Reply:
 def args(jobs: int) -> tuple[Any, ...]:
     """The snapshot helper's arguments: the same for one node or a
     fan-out (snapshots/cluster.py)."""
-    return (NODE_CHUNK_ROWS, MAX_ATOMS, MAX_DEPTH, MAX_ANCESTORS, jobs,
+    return ((NODE_CHUNK_ROWS, Atom("none")), MAX_ATOMS, MAX_DEPTH,
+            MAX_ANCESTORS, jobs,
             Local("pmap", LIB), Local("others", LIB), Local("top", LIB),
             Local("settled", LIB), Local("sample", "beam_probe_watch"),
             Local("rss", "beam_probe_alloc"), Local("parts", HELPER))
 
 
-def read(node: str, reply: Reply, epoch: float, gc: str
+def read(node: str, reply: Reply, epoch: float, gc: str,
+         streamed: Sequence[Any] = ()
          ) -> tuple[dict[str, Any], list[tuple[bytes, bytes]]]:
     """A snapshot helper's reply as a file's header and sections, each
     value checked as it is read, and the header as a file's is when read
     back (format.header_problem): what the node sent that no node can have
-    is a BadReply here, never a file that diff then refuses."""
+    is a BadReply here, never a file that diff then refuses. ``streamed``:
+    the process chunks that came before the reply."""
     # From the helper, whose text holds the atom: a call of our own would
     # create 'otp_release' on a node that never asked for it, and the
     # first snapshot's diff would show it as an atom added.
     raw_sample = reply.map("sample")
     sample = record(node, raw_sample, epoch, gc, None)
-    processes = reply.list("processes")
+    processes = [*streamed, *reply.list("processes")]
     header = {
         "format": FORMAT, "node": node,
         "otp_release": _text(reply, "otp_release"),

@@ -3,7 +3,7 @@
 %% binary holder, as every connection process of a broker is.
 -module(beam_probe_holders).
 
--export([start/2, hold/1]).
+-export([start/2, hold/1, longest_queue/0]).
 
 %% Count processes each holding one binary of 100 bytes (refc: past 64),
 %% Big of them, spread evenly over the spawn order, holding 10,000,
@@ -23,3 +23,11 @@ hold(Count) ->
     receive
         stop -> Binaries
     end.
+
+%% The longest message queue on the node (test_snapshot.py: a pass that
+%% waits for beam-probe holds its workers' results there, one each).
+-spec longest_queue() -> non_neg_integer().
+longest_queue() ->
+    lists:max([Length || P <- processes(),
+                         {message_queue_len, Length}
+                             <- [process_info(P, message_queue_len)]]).
