@@ -95,24 +95,20 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
     %% not loaded is not loaded by us, and no atom is made.
     Functions =
         fun(#{module := M0, function := F0, arity := A0}) ->
-                try {erlang:binary_to_existing_atom(M0, utf8),
-                     erlang:binary_to_existing_atom(F0, utf8)} of
-                    {M, F} ->
-                        case erlang:module_loaded(M) of
-                            false ->
-                                Refuse(not_loaded, M0);
-                            true ->
-                                case [{M, F, A}
-                                      || {F1, A} <- erlang:get_module_info(
-                                                      M, functions),
-                                         F1 =:= F,
-                                         A0 =:= any orelse A =:= A0] of
-                                    [] -> Refuse(no_function, F0);
-                                    Found -> {M, F, Found}
-                                end
-                        end
-                catch
-                    error:badarg -> Refuse(not_loaded, M0)
+                M = try erlang:binary_to_existing_atom(M0, utf8)
+                    catch error:badarg -> Refuse(not_loaded, M0)
+                    end,
+                erlang:module_loaded(M) orelse Refuse(not_loaded, M0),
+                %% '_': every function of the module.
+                F = try erlang:binary_to_existing_atom(F0, utf8)
+                    catch error:badarg -> Refuse(no_function, F0)
+                    end,
+                case [{M, F1, A}
+                      || {F1, A} <- erlang:get_module_info(M, functions),
+                         F =:= '_' orelse F1 =:= F,
+                         A0 =:= any orelse A =:= A0] of
+                    [] -> Refuse(no_function, F0);
+                    Found -> {M, F, Found}
                 end
         end,
     %% A specification decoded with [safe]: an atom the node does not know

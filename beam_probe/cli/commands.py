@@ -987,3 +987,121 @@ def trace_gc(connect: Any, request: SimpleNamespace,
     return TraceGc(connect, list(request.targets or ()), request.top,
                    request.duration, request.max_events, request.jobs,
                    progress)
+
+
+def _tracing_options(by: tuple[str, ...], default: str) -> tuple[Any, ...]:
+    """calls' and senders' shared options: the key, the limits (enforced
+    on the node), the rows shown."""
+    from beam_probe.probes.calls import (DEFAULT_DURATION, DEFAULT_MAX,
+                                         DEFAULT_RATE, DEFAULT_TOP)
+
+    return (
+        click.option("--by", type=click.Choice(by), default=default,
+                     show_default=True, help="What the calls are counted "
+                     "by."),
+        click.option("--duration", type=Seconds(0.1),
+                     default=DEFAULT_DURATION, show_default=True,
+                     metavar="SECONDS", help="Stop tracing after this long."),
+        click.option("--max", "max_calls", type=click.IntRange(min=1),
+                     default=DEFAULT_MAX, show_default=True, metavar="N",
+                     help="Stop after N calls (messages) counted."),
+        click.option("--rate", default=str(DEFAULT_RATE), show_default=True,
+                     metavar="N/s", help="Stop, and say so (exit 14), when "
+                     "more than N a second come: the trace stops itself on "
+                     "the node."),
+        click.option("--top", type=click.IntRange(1, 1000),
+                     default=DEFAULT_TOP, show_default=True, metavar="N",
+                     help="Rows shown (and named) each interval."))
+
+
+@command("calls", "[NODE] FUNCTION", kind="live", render="calls.frame",
+         line="calls.line", summary="calls.summary_text",
+         example="app@db1 ets:insert/2",
+         options=_tracing_options(("caller", "process", "args"), "caller")
+         + (click.option("--match", metavar="ARGS",
+                         help="Count only calls whose arguments match, in "
+                              "the function's syntax: 'sessions, _' "
+                              "(Erlang), ':sessions, _' (Elixir). Checked "
+                              "on the node, in the traced process."),
+            click.option("--allow-broad", "allow", is_flag=True,
+                         help="Trace what is refused by default: any "
+                              "module, io or lists, a whole hot module, "
+                              "what the tracer itself calls.")))
+def calls(connect: Any, request: SimpleNamespace, progress: Progress) -> Any:
+    """Who calls FUNCTION on the node, counted live, largest first.
+
+    FUNCTION is m:f/a or, in Elixir's form, Mod.f/a (:mod.f/a for an
+    Erlang module); _ for any arity. BIFs trace too (erlang:list_to_atom/1,
+    ets:insert/2). --by caller (the default) names the function and line
+    each call returns to; a call made as the last thing a function does (a
+    tail call) returns past its caller, which is then unknown: the row
+    says "tail call". --by process counts by the calling process, named as
+    the other commands name them; --by args by each argument's kind, with
+    its value only for atoms, small integers and binaries of up to 16
+    bytes (never a whole argument). --match narrows the calls counted by
+    their arguments, on the node.
+
+    A tracer on the node (nothing loaded) counts the calls and sends the
+    counts every 0.5 s: never a message per call over the network. It
+    stops itself at --duration, at --max calls, past --rate calls a second
+    (exit 14) and when its mailbox or memory passes its bound (exit 14);
+    whatever ends it (those, Ctrl-C, kill -9 of beam-probe, a lost
+    network) removes every trace it set within a second, and nothing
+    else. OTP 27+: a trace session of its own, beside dbg, recon_trace or
+    another beam-probe. OTP 25-26: refused (exit 10) when another tracer
+    or a trace pattern is already at work on what it would touch. On a
+    terminal the table redraws in place; piped, one JSON line an interval
+    ({"rows": [{"caller": ..., "count": N, "per_s": ...}]}), then the
+    summary; --format json forces JSON.
+
+    \b
+    Examples:
+      beam-probe calls app@db1 erlang:list_to_atom/1
+      beam-probe calls app@db1 ets:insert/2 --match 'sessions, _'
+      beam-probe calls app@db1 'MyApp.Cache.put/2' --by process
+      beam-probe calls app@db1 ets:insert/2 --by args --duration 30
+    """
+    from beam_probe.probes.calls import Counting, calls_request, rate_text
+
+    return Counting(connect, "calls",
+                    calls_request(request.function, request.match,
+                                  request.by, request.allow),
+                    request.duration, request.max_calls,
+                    rate_text(request.rate), request.top, progress,
+                    request.syntax)
+
+
+@command("senders", "[NODE] PROCESS", kind="live", render="calls.frame",
+         line="calls.line", summary="calls.summary_text",
+         example="app@db1 my_server",
+         options=_tracing_options(("sender", "shape"), "sender"))
+def senders(connect: Any, request: SimpleNamespace,
+            progress: Progress) -> Any:
+    """Who sends messages to PROCESS, counted live, largest first.
+
+    PROCESS is a pid or a registered name, as proc-info takes it. The
+    mailbox that grows: who fills it. --by shape counts by sender and the
+    message's shape too: a tuple's first element when an atom, and its
+    size ({put, _, _}); else its kind, with the value of an atom or a
+    small integer. Every message sent to PROCESS is copied to the tracer
+    (the emulator's doing), so its mailbox and memory are bounded: past
+    them the trace stops itself (exit 14).
+
+    Limits, output and clean-up as for calls: counted on the node, sent
+    every 0.5 s; --duration, --max, --rate; OTP 27+ in a trace session of
+    its own; OTP 25-26 refused (exit 10) when another tracer is at work or
+    the node's send pattern is not its default.
+
+    \b
+    Examples:
+      beam-probe senders app@db1 my_server
+      beam-probe senders app@db1 '<0.4612.0>' --by shape
+      beam-probe senders app@db1 MyApp.Cache --duration 30 --format json
+    """
+    from beam_probe.probes.calls import Counting, rate_text, senders_request
+
+    return Counting(connect, "senders",
+                    senders_request(request.process, request.by),
+                    request.duration, request.max_calls,
+                    rate_text(request.rate), request.top, progress,
+                    request.syntax)

@@ -81,6 +81,7 @@ ARGUMENTS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "MILLISECONDS": ("millis", _whole("MILLISECONDS")),
     "PID": ("pid", str),
     "PROCESS": ("process", str),
+    "FUNCTION": ("function", str),
     "FILE": ("file", str),
     "FILE...": ("files", str),
     "TARGET...": ("targets", str),

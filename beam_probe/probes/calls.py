@@ -248,14 +248,18 @@ class Counting:
 
     def __init__(self, connect: Callable[[], Any], kind: str,
                  request: dict[Any, Any], duration: float, max_calls: int,
-                 rate: int, top: int, progress: Callable[[str], None]
-                 ) -> None:
+                 rate: int, top: int, progress: Callable[[str], None],
+                 syntax: str = "erlang") -> None:
         check_limits(duration, max_calls, rate, top)
         self._connect, self.kind, self.request = connect, kind, request
         self.by = request["by"]
         self.duration, self.max_calls, self.rate, self.top = \
             duration, max_calls, rate, top
         self._progress = progress
+        # --syntax, and whether the node runs Elixir (asked at open for
+        # auto): the view's names follow it.
+        self.syntax_wanted = syntax
+        self.elixir = False
         self._attached: Any = None
         self.remote: Any = None
         self._stream: Generator[Any, None, Any] | None = None
@@ -291,6 +295,10 @@ class Counting:
         self._attached = self._connect()
         remote = self.remote = self._attached.__enter__()
         self.node = remote.node
+        if self.syntax_wanted == "auto":
+            from beam_probe.probes.basic import runs_elixir
+
+            self.elixir = runs_elixir(remote)
         limits = {Atom("duration_ms"): max(1, int(self.duration * 1000)),
                   Atom("max"): self.max_calls, Atom("rate"): self.rate,
                   Atom("flush_ms"): FLUSH_MS, Atom("wait_ms"): WAIT_MS,
@@ -330,8 +338,8 @@ class Counting:
         why, detail = str(reply["why"]), reply["detail"]
         what = self.what
         text = {
-            "not_loaded": f"module {format_term(detail)} is not loaded on "
-                          f"the node (beam-probe loads nothing)",
+            "not_loaded": f"module {_text(detail)} is not loaded on the "
+                          "node (beam-probe loads nothing)",
             "no_function": f"no function {what} in the module loaded on "
                            "the node",
             "unknown_atom": f"--match names an atom the node has never "
@@ -460,7 +468,8 @@ class Counting:
         return self._names
 
     def sample(self) -> dict[str, Any]:
-        return {"node": self.node, "elapsed": round(self.elapsed, 3),
+        return {"node": self.node, "by": self.by,
+                "elapsed": round(self.elapsed, 3),
                 "counted": self.total, "other": self.other,
                 "rows": self.ranked()}
 
@@ -496,6 +505,13 @@ class Counting:
         then."""
         return EXIT_OVERLOAD if self.ended.get("reason") in (
             "rate", "overload") else 0
+
+
+def _text(value: Any) -> str:
+    """A name the node sent back as it was given (a binary)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return format_term(value)
 
 
 def _named(who: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,353 @@
+"""calls and senders (issue 40) on real OTP 25, 27 and 28 nodes, and an
+Elixir node: callers and senders named in the ratio their code calls and
+sends; an atom maker named; a function called as fast as a process can
+ends the trace by the rate limit while the node stays responsive; another
+tool's tracer refuses us on OTP 25 and is left alone on 27+; kill -9 and
+Ctrl-C leave nothing of ours on the node; bad input is one line.
+
+One node a release, shared by the module, runs the fixture's workers
+(tests/erl/beam_probe_calls_fixture.erl); traces are short (--duration
+1-2 s) to keep the file's run time small."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from beam_probe.erldist.terms import Atom
+from beam_probe.node.remote import attach
+from conftest import interrupt_cli, one_line, run_here
+
+FIXTURE = "beam_probe_calls_fixture"
+TABLE = "bp_calls_tab"
+SINK = "bp_calls_sink"
+INSERT = (Atom("ets"), Atom("insert"), 2)
+
+
+@pytest.fixture(scope="module")
+def calls_node(session_nodes, otp):
+    """A node of release ``otp`` with the fixture's workers running: the
+    table filler, the flooded sink and the atom maker."""
+    node = session_nodes.start(otp)
+    with attach(node.node, node.cookie.encode(), timeout=20) as r:
+        r.call(FIXTURE, "fill", [Atom(TABLE)])
+        r.call(FIXTURE, "flood", [Atom(SINK)])
+        r.call(FIXTURE, "atoms", [50])
+        yield node, r
+
+
+def _json(result):
+    assert result.returncode == 0, (result.returncode, result.stderr)
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert "summary" in lines[-1]
+    return lines[:-1], lines[-1]["summary"]
+
+
+def _ours_left(r, otp) -> list:
+    """Whatever beam-probe's tracer may have left on the node: a trace
+    session of ours (OTP 27+), or (25) a pattern on ets:insert/2 or the
+    fixture's functions, a send pattern not the default, flags on new
+    processes or any process with a tracer."""
+    left = []
+    if int(otp) >= 27:
+        sessions = r.call("trace", "session_info", [Atom("all")])
+        left += [s for s in sessions if s[0] == Atom("beam_probe_calls")]
+    for mfa in (INSERT, (Atom(FIXTURE), Atom("hot"), 1),
+                (Atom("erlang"), Atom("list_to_atom"), 1)):
+        info = r.call("erlang", "trace_info", [mfa, Atom("all")])
+        if info[1] is not False:
+            left.append((mfa, info))
+    send = r.call("erlang", "trace_info", [Atom("send"), Atom("match_spec")])
+    if send[1] is not True:
+        left.append(send)
+    new = r.call("erlang", "trace_info", [Atom("new_processes"),
+                                          Atom("flags")])
+    if new[1] != []:
+        left.append(new)
+    for pid in r.call("erlang", "processes", []):
+        tracer = r.call("erlang", "trace_info", [pid, Atom("tracer")])
+        if tracer not in (Atom("undefined"), (Atom("tracer"), [])):
+            left.append((pid, tracer))
+    return left
+
+
+def _wait_clean(r, otp, before: int, deadline: float = 10.0) -> None:
+    """Nothing of ours left, and the node back to its processes: polled
+    (generous deadline: it takes under a second, on a loaded machine
+    longer)."""
+    until = time.monotonic() + deadline
+    while time.monotonic() < until:
+        if not _ours_left(r, otp) and r.call(
+                "erlang", "system_info", [Atom("process_count")]) <= before:
+            return
+        time.sleep(0.1)
+    assert _ours_left(r, otp) == []
+    assert r.call("erlang", "system_info", [Atom("process_count")]) <= before
+
+
+def test_callers_counted_in_their_ratio(calls_node):
+    node, r = calls_node
+    rows, summary = _json(run_here(
+        "calls", node.node, "ets:insert/2", "--match", f"{TABLE}, _",
+        "--duration", "1.5", node=node))
+    # Piped: one JSON line an interval, each ranked with its rate.
+    assert rows and all("rows" in line for line in rows)
+    assert {"caller", "count", "per_s"} <= set(rows[-1]["rows"][0])
+    assert summary["ended_by"] == "duration"
+    counts = {row["caller"]: row["count"] for row in summary["rows"]}
+    # put_a/2 three calls a round, put_b/2 one; put_other/2 inserts into
+    # another table, which --match leaves out on the node.
+    a = counts.pop(f"{FIXTURE}:put_a/2")
+    b = counts.pop(f"{FIXTURE}:put_b/2")
+    assert counts == {}
+    assert b >= 20 and 2.0 <= a / b <= 4.5, (a, b)
+    # caller_line names the line of the call.
+    lines = {row["caller"]: row.get("line") for row in summary["rows"]}
+    assert lines[f"{FIXTURE}:put_a/2"].startswith(f"{FIXTURE}.erl:")
+    assert summary["counted"] == a + b
+
+
+def test_callers_as_text(calls_node):
+    node, _ = calls_node
+    text = run_here("calls", node.node, "ets:insert/2", "--duration", "1",
+                    "--format", "table", "--by", "args", node=node)
+    assert text.returncode == 0, text.stderr
+    assert f"calls of ets:insert/2 counted on {node.node}" in text.stdout
+    # The table's name is an atom, shown; the object a tuple of 2, shape.
+    assert f"{TABLE}, {{_, _}}" in text.stdout
+    assert "ended by --duration" in text.stdout
+
+
+def test_senders_counted_in_their_ratio(calls_node):
+    node, _ = calls_node
+    _, summary = _json(run_here("senders", node.node, SINK, "--by", "shape",
+                                "--duration", "1.5", node=node))
+    assert summary["target"]["name"] == SINK
+    rows = summary["rows"]
+    assert len(rows) == 2, rows
+    put, get = rows
+    assert put["shape"] == {"kind": "tuple", "size": 3, "tag": "put"}
+    assert get["shape"] == {"kind": "tuple", "size": 2, "tag": "get"}
+    assert put["sender"] != get["sender"]
+    assert get["count"] >= 20 and 2.0 <= put["count"] / get["count"] <= 4.5
+
+
+def test_the_atom_maker_is_named(calls_node):
+    node, _ = calls_node
+    _, summary = _json(run_here("calls", node.node, "erlang:list_to_atom/1",
+                                "--duration", "1", node=node))
+    top = summary["rows"][0]
+    assert top["caller"] == f"{FIXTURE}:make_atom/1", summary["rows"]
+    assert top["count"] >= 20
+
+
+def test_by_process_names_the_process(calls_node):
+    node, r = calls_node
+    _, summary = _json(run_here("calls", node.node, "erlang:list_to_atom/1",
+                                "--by", "process", "--duration", "1",
+                                node=node))
+    top = summary["rows"][0]
+    assert top["process"].startswith("<") and top["initial_call"]
+
+
+def test_the_rate_limit_ends_a_hot_trace(calls_node, otp):
+    node, r = calls_node
+    spinner = r.call(FIXTURE, "spin", [])
+    try:
+        before = r.call("erlang", "system_info", [Atom("process_count")])
+        result = run_here("calls", node.node, f"{FIXTURE}:hot/1",
+                          "--duration", "20", "--format", "json", node=node)
+        assert result.returncode == 14, result.stderr
+        summary = json.loads(result.stdout.splitlines()[-1])["summary"]
+        assert summary["ended_by"] == "rate"
+        # Stopped within an interval or so, not at --duration.
+        assert summary["elapsed"] < 5
+        text = run_here("calls", node.node, f"{FIXTURE}:hot/1",
+                        "--duration", "20", "--format", "table", node=node)
+        assert text.returncode == 14
+        assert "the trace stopped itself" in text.stdout
+        # The node answers at once, and keeps nothing of ours.
+        started = time.monotonic()
+        assert r.call("erlang", "node", []) == Atom(node.node)
+        assert time.monotonic() - started < 5
+        _wait_clean(r, otp, before)
+    finally:
+        r.call("erlang", "exit", [spinner, Atom("kill")])
+
+
+def test_another_tracer(calls_node, otp):
+    """OTP 25-26 keep one tracer a process and one pattern a function:
+    refused, one line, exit 10, theirs untouched. OTP 27+: our session
+    works beside it, and theirs is untouched."""
+    node, r = calls_node
+    other = r.call("beam_probe_workload", "named",
+                   [Atom("bp_calls_other_tracer")])
+    traced = r.call("erlang", "whereis", [Atom(SINK)])
+    r.call("erlang", "trace", [traced, True, [Atom("call"),
+                                              (Atom("tracer"), other)]])
+    try:
+        result = run_here("calls", node.node, "erlang:list_to_atom/1",
+                          "--duration", "1", "--format", "json", node=node)
+        if otp == "25":
+            one_line(result, 10, "another tracer", str(other))
+        else:
+            _, summary = _json(result)
+            assert summary["rows"][0]["caller"] == f"{FIXTURE}:make_atom/1"
+        assert r.call("erlang", "trace_info", [traced, Atom("tracer")]) \
+            == (Atom("tracer"), other)
+    finally:
+        r.call("erlang", "trace", [traced, False, [Atom("call")]])
+        r.call("erlang", "exit", [other, Atom("kill")])
+    # A pattern someone else set on the function (legacy trace_pattern).
+    r.call("erlang", "trace_pattern", [INSERT, True, [Atom("local")]])
+    try:
+        result = run_here("calls", node.node, "ets:insert/2", "--duration",
+                          "1", "--format", "json", node=node)
+        if otp == "25":
+            one_line(result, 10, "traced already by another tool")
+        else:
+            assert result.returncode == 0, result.stderr
+        assert r.call("erlang", "trace_info", [INSERT, Atom("traced")]) \
+            == (Atom("traced"), Atom("local"))
+    finally:
+        r.call("erlang", "trace_pattern", [INSERT, False, [Atom("local")]])
+
+
+def test_two_at_once(calls_node, otp):
+    """A second beam-probe on the same node: OTP 27+ runs both (a session
+    each); OTP 25 refuses the second with one line, the first goes on."""
+    node, r = calls_node
+    first = subprocess.Popen(
+        [sys.executable, "-m", "beam_probe", "calls", node.node,
+         "ets:insert/2", "--duration", "3", "--format", "json"],
+        env=dict(os.environ, HOME=node.home), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline()  # its first interval: tracing
+        second = run_here("calls", node.node, "erlang:list_to_atom/1",
+                          "--duration", "1", "--format", "json", node=node)
+        if otp == "25":
+            one_line(second, 10, "another tracer")
+        else:
+            assert second.returncode == 0, second.stderr
+        out, err = first.communicate(timeout=60)
+        assert first.returncode == 0, err
+        assert json.loads(out.splitlines()[-1])["summary"]["ended_by"] \
+            == "duration"
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+
+
+@pytest.mark.parametrize("command", [
+    ["calls", "ets:insert/2"], ["senders", SINK, "--by", "shape"]])
+def test_kill_9_mid_trace_leaves_nothing(calls_node, otp, command):
+    node, r = calls_node
+    before = r.call("erlang", "system_info", [Atom("process_count")])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "beam_probe", command[0], node.node,
+         *command[1:], "--duration", "60", "--format", "json"],
+        env=dict(os.environ, HOME=node.home), stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout.readline()  # an interval: tracing has begun
+        assert _ours_left(r, otp) != []
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    _wait_clean(r, otp, before)
+
+
+def test_ctrl_c_ends_with_a_summary_and_leaves_nothing(calls_node, otp):
+    node, r = calls_node
+    before = r.call("erlang", "system_info", [Atom("process_count")])
+    code, out, err = interrupt_cli(
+        "calls", node.node, "erlang:list_to_atom/1", "--duration", "60",
+        "--format", "json", after=2.0, cookie=node.cookie)
+    assert code == 0, err
+    summary = json.loads(out.splitlines()[-1])["summary"]
+    assert summary["ended_by"] == "interrupted"
+    assert summary["rows"][0]["caller"] == f"{FIXTURE}:make_atom/1"
+    _wait_clean(r, otp, before)
+
+
+def test_bad_input_is_one_line(calls_node):
+    node, _ = calls_node
+    one_line(run_here("calls", node.node, "ets:insert", node=node), 2,
+             "arity")
+    one_line(run_here("calls", node.node, "lists:map/2", node=node), 2,
+             "--allow-broad")
+    one_line(run_here("calls", node.node, "ets:insert/2", "--rate", "fast",
+                      node=node), 2, "--rate")
+    one_line(run_here("calls", node.node, "bp_no_such_module:f/1",
+                      node=node), 10, "not loaded")
+    one_line(run_here("calls", node.node, f"{FIXTURE}:no_such_fun/1",
+                      node=node), 10, "no function")
+    # An atom the node never saw: refused there, and not made.
+    one_line(run_here("calls", node.node, "ets:insert/2", "--match",
+                      "bp_calls_never_an_atom_here, _", node=node), 10,
+             "never seen")
+    one_line(run_here("senders", node.node, "bp_calls_nobody", node=node),
+             10, "no such process")
+
+
+# -- Elixir: calls NODE MyApp.Cache.put/2 -------------------------------------
+
+ELIXIR_CODE = """
+defmodule MyApp.Cache do
+  def put(key, value) do
+    true = :ets.insert(:my_app_cache, {key, value})
+    :ok
+  end
+end
+defmodule MyApp.Writer do
+  def run(n) do
+    :ok = MyApp.Cache.put(n, n)
+    Process.sleep(1)
+    run(rem(n + 1, 1000))
+  end
+end
+Process.register(spawn(fn ->
+  :ets.new(:my_app_cache, [:named_table, :public])
+  MyApp.Writer.run(0)
+end), MyApp.Writer)
+"""
+
+
+def test_elixir_cache_put_names_its_caller(session_nodes, request):
+    from test_elixir import _elixir_ebin
+
+    if "25" not in request.config.getoption("otp").split(","):
+        pytest.skip("OTP 25 is not among --otp")
+    ebin = _elixir_ebin("25")
+    if ebin is None:
+        pytest.skip("no elixir here")
+    code = ELIXIR_CODE.replace("\\", "\\\\").replace('"', '\\"')
+    node = session_nodes.start("25", code_paths=(ebin,), eval_expr=(
+        "{ok, _} = application:ensure_all_started(elixir), "
+        f"'Elixir.Code':eval_string(<<\"{code}\">>)"))
+    with attach(node.node, node.cookie.encode()) as remote:
+        deadline = time.monotonic() + 60
+        while remote.call("erlang", "whereis", [
+                Atom("Elixir.MyApp.Writer")]) == Atom("undefined"):
+            assert time.monotonic() < deadline, "MyApp.Writer never started"
+            time.sleep(0.1)
+    _, summary = _json(run_here("calls", node.node, "MyApp.Cache.put/2",
+                                "--duration", "1", "--format", "json",
+                                node=node))
+    assert summary["rows"][0]["caller"] == "'Elixir.MyApp.Writer':run/1"
+    text = run_here("calls", node.node, "MyApp.Cache.put/2", "--duration",
+                    "1", "--format", "table", node=node)
+    assert text.returncode == 0, text.stderr
+    assert "MyApp.Writer.run/1" in text.stdout
+    assert "Elixir." not in text.stdout
