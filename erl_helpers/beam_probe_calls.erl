@@ -42,6 +42,7 @@
 -type summary() :: #{reason := duration | max | rate | overload,
                      counted := non_neg_integer(),
                      reductions := non_neg_integer(),
+                     backlog := non_neg_integer(),
                      memory := non_neg_integer()}
                  | #{reason := refused, why := atom(), detail := term()}.
 
@@ -211,7 +212,21 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
                                          end,
                                 lists:member(Target, Mine)
                                     andalso Refuse(ours, Target),
-                                Spec = [{[Target, '_'], [], Decode(BodyBin)}],
+                                %% A send to a registered name is traced
+                                %% with the name as its receiver (OTP 25,
+                                %% checked: gen_server:cast(demo_cache, _)
+                                %% matched no [Pid, '_']): both clauses.
+                                Body = Decode(BodyBin),
+                                Spec = [{[To, '_'], [], Body}
+                                        || To <- [Target
+                                                  | case erlang:process_info(
+                                                           Target,
+                                                           registered_name) of
+                                                        {registered_name, Name} ->
+                                                            [Name];
+                                                        _ ->
+                                                            []
+                                                    end]],
                                 case Session of
                                     none ->
                                         Pattern = erlang:trace_info(
@@ -390,16 +405,18 @@ follow(#{sink := Sink, tag := Tag, worker := Worker, stop := Stop,
                                         ms => Now - Started}},
                                [noconnect])
            end,
-    Finish = fun(Reason, Counted) ->
+    %% Backlog and Memory: the tracer's mailbox and bytes when it stopped.
+    Finish = fun(Reason, Counted, Backlog, Memory) ->
                      Stop(),
                      %% The last rows may be the window's third:
                      %% beam-probe's mailbox takes four.
                      Send(erlang:monotonic_time(millisecond)),
-                     [{reductions, Reductions}, {memory, Memory}] =
-                         erlang:process_info(Self, [reductions, memory]),
+                     {reductions, Reductions} =
+                         erlang:process_info(Self, reductions),
                      erlang:exit({beam_probe_calls_done,
                                   #{reason => Reason, counted => Counted,
                                     reductions => Reductions,
+                                    backlog => Backlog,
                                     memory => Memory}})
              end,
     Gone = fun() -> Stop(), erlang:exit(normal) end,
@@ -438,13 +455,13 @@ follow(#{sink := Sink, tag := Tag, worker := Worker, stop := Stop,
                                    end,
                 if
                     Total >= Max ->
-                        Finish(max, Total);
+                        Finish(max, Total, Backlog, Memory);
                     Total - Mark + Backlog > Allowance ->
-                        Finish(rate, Total);
+                        Finish(rate, Total, Backlog, Memory);
                     Now >= Deadline ->
-                        Finish(duration, Total);
+                        Finish(duration, Total, Backlog, Memory);
                     Backlog > MaxBacklog; Memory > MaxMemory ->
-                        Finish(overload, Total);
+                        Finish(overload, Total, Backlog, Memory);
                     Unanswered > 0, Now - Asked > WaitMs ->
                         Gone();
                     Now >= FlushAt, Unanswered < Window ->
