@@ -4,6 +4,7 @@ work as the README says, read clearly in a pipe, and leave nothing running
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -13,10 +14,10 @@ import time
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, run_here
 
 STEPS = ("watch", "proc-count", "bin-leak", "proc-info", "trace-gc",
-         "leak-hunt", "alloc", "inspect")
+         "leak-hunt", "alloc", "inspect", "calls")
 
 # inspect's line for a group of pinned slices: path, count, their bytes,
 # the bytes they keep alive.
@@ -134,8 +135,82 @@ def test_demo_tours_every_step_and_says_what_its_output_shows():
     assert pin[:3] == ("State#state.cache", "20", "2.5 KiB"), pin
     assert abs(_bytes(pin[3]) - 20 * 65536) <= 0.1 * MIB  # 1.2 MiB shown
     assert "fix: store a copy of the slice (binary:copy/1)" in inspect
+
+    # 9. Every cast to demo_cache from feeder/2, at the line that cuts
+    # the slice; up to 50 a second; half-second summaries.
+    _only_the_feeder(steps["calls"])
+    assert "0.5 s: " in steps["calls"] and "1.0 s: " in steps["calls"]
+    assert "ended by --duration" in steps["calls"]
+    assert "$ beam-probe calls beam_probe_demo_" in out and \
+        " gen_server:cast/2 --match 'demo_cache, _' " in out  # pastable
     assert "Stopping beam_probe_demo_" in out and "--keep" in out
     assert _demo_nodes() <= before
+
+
+def _only_the_feeder(text: str) -> None:
+    """The calls step's claim, on its final table: one caller, feeder/2,
+    at the service's line that casts the slice, up to 50 a second."""
+    summary = text.rsplit(" calls of gen_server:cast/2 counted on ", 1)
+    count = int(summary[0].split()[-1].replace(",", ""))
+    rate = float(re.match(r"\S+ in [\d.]+ s \(([\d.]+)/s\)",
+                          summary[1]).group(1))
+    assert count > 0 and rate <= 55, text
+    rows = _rows(summary[1])
+    assert len(rows) == 1, rows
+    caller, where = rows[0][3:5]
+    assert caller == "beam_probe_demo:feeder/2", rows
+    _the_casting_line(where)
+
+
+def _the_casting_line(where: str) -> None:
+    from beam_probe.demo import SERVICE
+
+    name, line = where.split(":")
+    assert name == "beam_probe_demo.erl", where
+    source = open(SERVICE, encoding="utf-8").read().splitlines()
+    cast = source[int(line) - 1]
+    assert "gen_server:cast(demo_cache" in cast and "binary:part" in cast
+
+
+@pytest.fixture(scope="module")
+def demo_service(session_nodes, otp, tmp_path_factory):
+    """The demo's leaky service on a node of each release."""
+    from beam_probe.demo import SERVICE
+    from beam_probe.node.local import compile_erl
+
+    beams = str(tmp_path_factory.mktemp(f"demo-{otp}"))
+    compile_erl([SERVICE], beams)
+    return session_nodes.start(otp, code_paths=(beams,),
+                               eval_expr="beam_probe_demo:start()")
+
+
+def _summary(result) -> dict:
+    assert result.returncode == 0, (result.returncode, result.stderr)
+    last = json.loads(result.stdout.splitlines()[-1])
+    return last["summary"]
+
+
+def test_who_fills_the_cache_on_each_release(demo_service):
+    """Step 9's claim on every release: the casts to demo_cache come from
+    feeder/2, at its casting line; and senders, which the note names,
+    counts them from demo_feeder, though they are sent to the name
+    demo_cache (a send to a registered name is traced with the name as
+    its receiver, not the pid)."""
+    node = demo_service
+    found = _summary(run_here("calls", node.node, "gen_server:cast/2",
+                              "--match", "demo_cache, _", "--duration", "1",
+                              "--format", "json", node=node))
+    assert [row["caller"] for row in found["rows"]] == [
+        "beam_probe_demo:feeder/2"], found
+    _the_casting_line(found["rows"][0]["line"])
+    assert found["counted"] > 0 and found["ended_by"] == "duration"
+    sent = _summary(run_here("senders", node.node, "demo_cache", "--by",
+                             "shape", "--duration", "1", "--format", "json",
+                             node=node))
+    assert [(row["name"], row["shape"]) for row in sent["rows"]] == [
+        ("demo_feeder", {"kind": "tuple", "size": 2,
+                         "tag": "'$gen_cast'"})], sent
+    assert sent["counted"] > 0
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ commands and their output, and leaves nothing running.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -86,6 +87,16 @@ STEPS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "fix is the line under them: cache binary:copy(Key), and each request "
      "is freed once its worker is done with it. The record's field names "
      "come from the module's debug_info; values are never shown."),
+    ("9. Who fills it?",
+     ("calls", "gen_server:cast/2", "--match", "demo_cache, _",
+      "--duration", "2", "--format", "table"),
+     "The code that puts the keys in: every gen_server:cast/2 to "
+     "demo_cache comes from beam_probe_demo:feeder/2, at the line shown: "
+     "the one that cuts the slice (copy it there, or in the cache). One "
+     "cast a request, up to 50 a second. The match narrowed the trace to "
+     "casts to demo_cache, on the node, where the tracer counted them and "
+     "sent a summary each half second, never a message a call. `senders "
+     "NODE demo_cache` names the same source as a process: demo_feeder."),
 )
 
 
@@ -118,8 +129,9 @@ def run_demo(echo: Callable[[str], None] = print, keep: bool = False) -> int:
         name = f"beam_probe_demo_{os.getpid()}"
         echo(f"Starting demo node {name}: a service that receives 64 KiB "
              "requests, hands\neach to one of 20 workers, and caches a "
-             "key cut from each. Somewhere, binaries\nleak. Eight steps "
-             "find where, and why, as you would on a real node.")
+             "key cut from each. Somewhere, binaries\nleak. Nine steps "
+             "find where, why, and the code that does it, as you would\n"
+             "on a real node.")
         node = LocalNode(name, erl=erl, code_paths=(workdir,),
                          eval_expr="beam_probe_demo:start()",
                          home_parent=workdir).start()
@@ -133,7 +145,7 @@ def run_demo(echo: Callable[[str], None] = print, keep: bool = False) -> int:
         env["TMPDIR"] = workdir
         for title, command, note in STEPS:
             args = [command[0], node.node, *command[1:]]
-            echo(f"\n{title}\n$ beam-probe {' '.join(args)}")
+            echo(f"\n{title}\n$ beam-probe {shlex.join(args)}")
             sys.stdout.flush()
             result = subprocess.run(
                 [sys.executable, "-m", "beam_probe", *args], env=env)
