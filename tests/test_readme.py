@@ -120,16 +120,35 @@ def _what_holds_it(r) -> None:
     assert "binary:copy/1" in r.stdout
 
 
+def _summary(r) -> dict:
+    """A live command's summary: its last JSON line (a pipe's output)."""
+    return json.loads(r.stdout.splitlines()[-1])["summary"]
+
+
+def _who_sends(r) -> None:
+    # The cache is fed by the feeder's casts, sent to its name.
+    summary = _summary(r)
+    assert summary["target"]["name"] == "demo_cache", summary
+    assert [row["name"] for row in summary["rows"]] == ["demo_feeder"]
+
+
+def _who_calls(r) -> None:
+    # ... from beam_probe_demo:feeder/2, the only caller.
+    summary = _summary(r)
+    assert [row["caller"] for row in summary["rows"]] == [
+        "beam_probe_demo:feeder/2"], summary
+
+
 def _leak_or_fragmentation(r) -> None:
     assert "allocators hold" in r.stdout, r.stdout
     assert any(row.startswith("binary_alloc") for row in _rows(r))
 
 
-# One check a step, in the README's order (8. confirms with watch again).
+# One check a step, in the README's order (9. confirms with watch again).
 STEPS = [_is_real, _who_holds_memory, _who_holds_binaries,
          _would_a_collection_free_it, _made_and_kept, _closer,
-         _its_collections, _largest_tables, _what_holds_it,
-         _leak_or_fragmentation, _is_real]
+         _its_collections, _largest_tables, _what_holds_it, _who_sends,
+         _who_calls, _leak_or_fragmentation, _is_real]
 
 
 @pytest.mark.slow
@@ -137,7 +156,8 @@ def test_the_workflow_runs_against_the_demo_node(demo_node):
     commands = _workflow_commands()
     assert [c[1] for c in commands] == [
         "watch", "proc-count", "proc-count", "bin-leak", "leak-hunt",
-        "proc-info", "trace-gc", "ets", "inspect", "alloc", "watch"]
+        "proc-info", "trace-gc", "ets", "inspect", "senders", "calls",
+        "alloc", "watch"]
     # Shorter waits than a real hunt's, the commands otherwise as written.
     quick = {"--interval": "0.2", "--duration": "0.5"}
     for command, check in zip(commands, STEPS):
