@@ -133,10 +133,11 @@ def main(ctx: click.Context) -> None:
 def demo(keep: bool) -> None:
     """A guided tour: a local node that leaks binaries, and the leak hunt.
 
-    Eight steps, each a real command on the demo node and a few words on
+    Nine steps, each a real command on the demo node and a few words on
     what its output shows: watch, proc-count, bin-leak, proc-info,
-    trace-gc, leak-hunt, alloc, and inspect, which names the cause (pinned
-    binaries) and its fix. Needs only Erlang (erl, erlc) on this
+    trace-gc, leak-hunt, alloc, inspect, which names the cause (pinned
+    binaries) and its fix, and calls, which names the code that fills the
+    cache. Needs only Erlang (erl, erlc) on this
     machine. The node gets a unique name and a private cookie, and is
     stopped by its pid at the end (unless --keep).
     """
