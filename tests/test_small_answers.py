@@ -197,7 +197,7 @@ def test_a_ranking_ends_on_inspect_of_its_first_live_process():
                                 "'<0.1.0>' ")
     assert lines[-1] == (
         "who fills its mailbox: beam-probe senders app@db1 '<0.1.0>' (the "
-        "messages it is sent, by sender and shape)")
+        "messages it is sent, by sender; --by shape: what they are)")
     assert "senders" not in node_text.proc_count_text(ranking, ERLANG)
     dump = dict(mailboxes, crash_dump={"file": "/d/erl_crash.dump"})
     assert "senders" not in node_text.proc_count_text(dump, ERLANG)

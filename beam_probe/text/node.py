@@ -243,8 +243,8 @@ def _senders_hint(node: str, processes: Sequence[ProcessRow],
     """A ranking by mailbox: who fills the first one (senders, issue 40)."""
     pid = next(p["pid"] for p in processes if not p.get("exited"))
     return (f"who fills its mailbox: beam-probe senders {node} "
-            f"'{syntax.code(pid)}' (the messages it is sent, by sender and "
-            "shape)")
+            f"'{syntax.code(pid)}' (the messages it is sent, by sender; "
+            "--by shape: what they are)")
 
 
 def proc_window_text(result: ProcWindow, syntax: Syntax) -> str:
