@@ -363,7 +363,12 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
 %% receive, compiled) under lists:zipwith/3, each message made a list by
 %% erlang:tuple_to_list/1; its keys picked by a compiled match
 %% specification; and counted by ets:insert_new/2 and
-%% ets:update_counter/3 under zipwith: ~0.8 us a message.
+%% ets:update_counter/3 under zipwith: ~0.6-0.9 us a message alone.
+%% prim_eval:'receive'/2 is charged a whole slice (~4,000 reductions) a
+%% message, as erl_eval's receive is, so the tracer yields after each one
+%% and never holds a scheduler; on a node whose schedulers are busy it
+%% falls behind sooner, and its mailbox bound stops it (overload). In all
+%% a traced call cost the node ~3.5-3.8 us (tests/bench_calls.py).
 -spec follow(map()) -> no_return().
 follow(#{sink := Sink, tag := Tag, worker := Worker, stop := Stop,
          keys := Keys, zeros := Zeros, table := Table,
@@ -398,6 +403,10 @@ follow(#{sink := Sink, tag := Tag, worker := Worker, stop := Stop,
                    end
            end,
     Send = fun(Now) ->
+                   %% Each turn leaves its batch as garbage: collected
+                   %% here, the heap stays small (without it, ~13 MB at
+                   %% 110,000 calls a second, OTP 25).
+                   erlang:garbage_collect(),
                    {Kept, Other} = Rows(),
                    erlang:send(Sink, {Tag, Self,
                                       #{kind => rows, rows => Kept,

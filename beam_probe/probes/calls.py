@@ -36,11 +36,12 @@ DEFAULT_DURATION = 10.0
 MAX_DURATION = 24 * 3600.0
 DEFAULT_MAX = 100_000
 MAX_MAX = 100_000_000
-# The rate past which the trace stops itself. The tracer's erl_eval takes
-# ~2.5-4 us a trace message on 2 cores (tests/bench_calls.py), so 20,000
-# calls/s cost it a tenth of a core or less; the traced processes pay
-# about as much again in the emulator (each call's message is built and
-# copied), and past ~250,000/s erl_eval could not keep up at all.
+# The rate past which the trace stops itself. Measured with
+# tests/bench_calls.py (OTP 25, 2 cores): a traced call costs the node
+# ~3.5-3.8 us in all (its message built and copied in the calling process,
+# ~0.8 us; the tracer's take and count, which yields after each message),
+# so 20,000 calls a second cost ~7% of a core; a function called 100,000
+# times a second stops the trace by this rate in ~0.1 s.
 DEFAULT_RATE = 20_000
 MAX_RATE = 1_000_000
 # Keys the node sends an interval (the rest summed as "other"), and keys
@@ -373,7 +374,8 @@ class Counting:
                 summary = Reply(f"{HELPER}:trace", done.value)
                 self.ended = {"reason": str(summary["reason"]),
                               **{key: summary.count(key) for key in
-                                 ("counted", "reductions", "memory")}}
+                                 ("counted", "reductions", "backlog",
+                                  "memory")}}
                 return
             batch = Reply(f"{HELPER}:trace chunk", chunk)
             if batch["kind"] != Atom("rows"):
@@ -486,7 +488,10 @@ class Counting:
                 "limits": {"duration": self.duration, "max": self.max_calls,
                            "rate": self.rate},
                 "tracer_reductions": self.ended.get("reductions"),
+                # The tracer's bytes and mailbox when it stopped (its
+                # bounds: MAX_MEMORY, MAX_BACKLOG).
                 "tracer_memory": self.ended.get("memory"),
+                "tracer_backlog": self.ended.get("backlog"),
                 # Named as the samples named them: the connection is
                 # closed by now.
                 "rows": self.ranked(name=False)}
