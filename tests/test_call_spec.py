@@ -87,6 +87,7 @@ def test_function_refused(text: str, says: str) -> None:
     ("[], {}", 2, [[], ()]),
     ("#{k => _, 1 => [x]}", 1, [{A("k"): A("_"), 1: [A("x")]}]),
     ("#{}", 1, [{}]),
+    ("#{a => 1, a => 2}", 1, [{A("a"): 2}]),     # as Erlang: the last
     ("X, Y, X", 3, [A("$1"), A("$2"), A("$1")]),
     ("_Name, _, _Other", 3, [A("_"), A("_"), A("_")]),
     ("{K, V}, V", 2, [(A("$1"), A("$2")), A("$2")]),
@@ -141,6 +142,8 @@ def test_elixir_match(text: str, arity: int | None, head: list[Any]) -> None:
     ("#{_ => 1}", 1, False, "map key must be a literal"),
     ("#{{a, _} => 1}", 1, False, "map key must be a literal"),
     ("#{[1] => 1}", 1, False, "map key must be a plain term"),
+    ("#{1 => a, 1.0 => b}", 1, False, "cannot be told apart"),
+    ("#{1 => a, true => b}", 1, False, "cannot be told apart"),
     ("'$1'", 1, False, "match variable"),
     ("'$_'", 1, False, "match variable"),
     ("<<X>>", 1, False, "strings and integers only"),

@@ -246,6 +246,14 @@ def _map(tokens: _Tokens) -> dict[Any, Any]:
         key = _term(tokens)
         tokens.expect("=>")
         try:
+            if key in result and not any(k == key and type(k) is type(key)
+                                         for k in result):
+                # 1, 1.0 and true are three keys in Erlang but one in a
+                # dict: refused rather than one of them silently lost.
+                raise ConsultError(f"line {tokens.peek()[2]}: map keys "
+                                   f"{key!r} and one equal to it in Python "
+                                   "(1, 1.0, true) cannot be told apart "
+                                   "here")
             result[key] = _term(tokens)
         except TypeError:
             raise ConsultError(f"line {tokens.peek()[2]}: a map key must be "
