@@ -195,6 +195,7 @@ def test_narrows(head: list[Any] | None, narrow: bool) -> None:
     ("lists:keyfind/3", "k, 1, _"),
     ("io:format/2", "\"~p\", _"),
     ("ets:update_counter/4", "my_table, _, _, _"),
+    ("ets:insert_new/2", "my_table, _"),
     ("mymod:_/_", None),
     ("MyApp.Cache.put/2", None),
     ("Map.put/3", None),
@@ -207,8 +208,11 @@ def test_safe_passes(text: str, match: str | None) -> None:
 
 
 @pytest.mark.parametrize("text, match, says", [
-    ("lists:keyfind/3", None, "recon_trace refuses it too"),
-    ("lists:keyfind/_", None, "every process calls lists"),
+    ("lists:keyfind/3", None, "every process calls lists"),
+    ("lists:keyfind/_", None, "recon_trace refuses it too"),
+    ("prim_eval:'receive'/2", None, "takes its messages with prim_eval"),
+    ("ets:insert_new/2", None, "ets:insert_new"),
+    ("ets:match_spec_run/2", None, "ets:match_spec_run"),
     ("io:format/2", "_, _", "every process calls io"),
     ("io:format/2", "X, Y", "every process calls io"),
     ("ets:_/_", None, "every function of ets"),

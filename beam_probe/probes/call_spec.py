@@ -53,14 +53,20 @@ _RECON_BANNED = frozenset({"io", "lists"})
 _HOT_MODULES = frozenset({
     "erlang", "ets", "maps", "lists", "io", "io_lib", "binary", "string",
     "unicode", "proplists", "gen", "gen_server", "gen_statem", "proc_lib",
-    "erl_eval", "timer", "erpc", "rpc"})
-# The tracer itself is an erl_eval fun counting in ets and sending
-# summaries: tracing the functions it calls would make each traced call
-# cost a second (our own processes are left untraced, but every process
-# evaluating code, a shell's, an rpc's, goes through erl_eval).
+    "erl_eval", "prim_eval", "timer", "erpc", "rpc"})
+# The tracer itself is an erl_eval fun taking its messages with
+# prim_eval:'receive'/2, counting them in ets (match_spec_run, insert_new,
+# update_counter, under lists:zipwith) and sending summaries: tracing the
+# functions it calls would make each traced call cost a second (our own
+# processes are left untraced, but every process evaluating code, a
+# shell's, an rpc's, goes through erl_eval).
 _TRACER_OWN: dict[tuple[str, Optional[str]], str] = {
     ("erl_eval", None): "the tracer runs as an erl_eval fun",
+    ("prim_eval", None): "the tracer takes its messages with prim_eval",
     ("ets", "update_counter"): "the tracer counts with ets:update_counter",
+    ("ets", "insert_new"): "the tracer counts with ets:insert_new",
+    ("ets", "match_spec_run"): "the tracer reads its messages with "
+                               "ets:match_spec_run",
     ("erlang", "send"): "the tracer sends its summaries with erlang:send",
     ("erlang", "process_info"): "the tracer checks its mailbox with "
                                 "erlang:process_info",
@@ -405,8 +411,9 @@ def check_safe(spec: FunctionSpec, head: Optional[list[Any]],
     - ``io`` and ``lists``, any function, and the whole of a module every
       process calls (``ets:_/_``, ``erlang:_/_``...): unless --match
       narrows the arguments, with the flag only (recon_trace's rule);
-    - a function the tracer itself calls (erl_eval's, ets:update_counter,
-      erlang:send, erlang:process_info): our own processes are not
+    - a function the tracer itself calls (erl_eval's, prim_eval's,
+      ets:update_counter, ets:insert_new, ets:match_spec_run, erlang:send,
+      erlang:process_info): our own processes are not
       traced, but every call of it on the node is a trace message besides
       its own work; unless --match narrows it, with the flag only.
     """
@@ -424,10 +431,13 @@ def check_safe(spec: FunctionSpec, head: Optional[list[Any]],
     if allow or narrows(head):
         return
     if module in _RECON_BANNED:
+        # recon_trace refuses these only with any arity; lists:keyfind/3
+        # is still called everywhere, the tracer's own lists:zipwith too.
         raise UsageError(f"{spec.text}: every process calls {module}, and "
-                         "each call would be a trace message (recon_trace "
-                         "refuses it too); narrow the arguments with "
-                         f"--match, or {flag}")
+                         "each call would be a trace message"
+                         + (" (recon_trace refuses it too)"
+                            if spec.arity is None else "")
+                         + f"; narrow the arguments with --match, or {flag}")
     if module in _HOT_MODULES and function == "_":
         raise UsageError(f"{spec.text}: every function of {module}, which "
                          "every process calls; name one function, narrow "
