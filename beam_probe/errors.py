@@ -57,7 +57,7 @@ class OutputFailed(ProbeError):
 # Not errors: verdicts and partial answers, said in the output too.
 EXIT_LEAK = 12         # watch --fail-on-leak: a leak was suspected
 EXIT_NOT_JUDGED = 13   # watch --fail-on-leak: too few samples to judge
-EXIT_OVERLOAD = 14     # trace-gc ended early by overload
+EXIT_OVERLOAD = 14     # trace-gc, calls, senders ended early by overload
 
 class ClusterIncomplete(ProbeError):
     """--cluster: some chosen nodes did not answer. Their rows say why; the
@@ -89,7 +89,12 @@ EXIT_CODES = [
     (RemoteError.exit_code, "the call failed on the node (badrpc)"),
     (NoSuchProcess.exit_code, "no live process with that pid or name on the "
                               "node; `trace-gc`: none of the processes asked "
-                              "for could be traced"),
+                              "for could be traced; `calls`, `senders`: "
+                              "nothing to trace (the module is not loaded, "
+                              "no such function or process) or, on OTP "
+                              "25-26, another tool's tracer or trace "
+                              "pattern is at work there (refused, left "
+                              "alone)"),
     (OutputFailed.exit_code, "standard output, `watch --output` FILE, "
                              "`alloc --raw` FILE, `plot -o` FILE, or a "
                              "snapshot's file or folder (`snapshot -o`, "
@@ -105,7 +110,9 @@ EXIT_CODES = [
     (EXIT_OVERLOAD, "`trace-gc`: the trace ended early because the "
                     "traced processes collected faster than the node's "
                     "tracer could forward (overload); what was traced is "
-                    "shown"),
+                    "shown. `calls`, `senders`: the trace stopped itself "
+                    "past --rate or its tracer's bounds; the counts up to "
+                    "then are shown"),
     (ClusterIncomplete.exit_code, "`--cluster`: one or more nodes did not "
                                   "answer (down, slow, not connected to "
                                   "the entry node, an answer too large, "
