@@ -50,6 +50,8 @@ class Main(click.Group):
         if found is None and cmd_name in _declared():
             found = _declared()[cmd_name]()
             self.add_command(found, cmd_name)
+        if found is not None:
+            _point_on(found, cmd_name)
         return found
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -80,6 +82,24 @@ class Main(click.Group):
             error_line(f"beam-probe: internal error: {type(exc).__name__}: "
                        f"{exc} (set BEAM_PROBE_DEBUG=1 for a traceback)")
             ctx.exit(1)
+
+
+def more_line(name: str) -> str:
+    """The last line of a command's --help: where the manual says more.
+    A path in beam-probe's repository (the page is generated from the
+    same declaration, docs/generate.py), and the topics that come with
+    an installed beam-probe."""
+    # Under 80 columns with click's indent, for the longest name.
+    return (f"More: docs/commands/{name}.md in the repository; beam-probe "
+            "help topics")
+
+
+def _point_on(command: click.Command, name: str) -> None:
+    """End the command's help with more_line, once."""
+    line = more_line(name)
+    epilog = command.epilog or ""
+    if not epilog.endswith(line):
+        command.epilog = f"{epilog}\n\n{line}" if epilog else line
 
 
 def _usage_line(exc: click.UsageError) -> None:
@@ -120,6 +140,7 @@ def main(ctx: click.Context) -> None:
       beam-probe memory app@db1 --cookie-file ~/.erlang.cookie
       RELEASE_NODE=app@db1 RELEASE_COOKIE=... beam-probe memory --format json
       beam-probe help proc-count
+      beam-probe help topics        (cookies, costs, exit-codes, ...)
     """
     if ctx.invoked_subcommand is None:
         # No command: the overview, as --help gives it, and success.
@@ -150,12 +171,17 @@ def demo(keep: bool) -> None:
 @click.argument("command", required=False)
 @click.pass_context
 def help_command(ctx: click.Context, command: str | None) -> None:
-    """Show the help of COMMAND, or the overview.
+    """Show the help of COMMAND, a topic's page, or the overview.
+
+    A topic is a page of the manual that comes with beam-probe (cookies,
+    costs, exit-codes, ...); `beam-probe help topics` lists them.
 
     \b
     Examples:
       beam-probe help
       beam-probe help trace-gc
+      beam-probe help cookies
+      beam-probe help topics
     """
     group = ctx.parent.command if ctx.parent else main
     if command is None:
@@ -165,13 +191,33 @@ def help_command(ctx: click.Context, command: str | None) -> None:
     found = group.get_command(ctx, command) if isinstance(
         group, click.Group) else None
     if found is None:
-        from beam_probe.errors import UsageError
-
-        raise UsageError(f"no command {command!r}; `beam-probe help` lists "
-                         "them")
+        _topic(command)
+        return
     with click.Context(found, info_name=command,
                        parent=ctx.parent) as sub:
         click.echo(found.get_help(sub), file=current().stdout)
+
+
+def _topic(name: str) -> None:
+    """Print the topic page ``name``, or the list of topics for
+    ``topics``; anything else is a usage error naming both lists."""
+    from beam_probe.cli import topics
+    from beam_probe.cli.tty import write_out
+
+    if name == "topics":
+        found = topics.names()
+        width = max((len(topic) for topic in found), default=0)
+        write_out("\n".join(f"{topic:<{width}}  {topics.title(topic)}"
+                            for topic in found))
+        return
+    text = topics.read(name)
+    if text is None:
+        from beam_probe.errors import UsageError
+
+        raise UsageError(f"no command or topic {name!r}; `beam-probe help` "
+                         "lists the commands, `beam-probe help topics` the "
+                         "topics")
+    write_out(text.rstrip("\n"))
 
 
 @functools.cache
@@ -249,4 +295,4 @@ def run() -> None:
     os._exit(code)
 
 
-__all__ = ["invoke", "main", "run"]
+__all__ = ["invoke", "main", "more_line", "run"]
