@@ -162,6 +162,10 @@ def test_elixir_match(text: str, arity: int | None, head: list[Any]) -> None:
     ("&", 1, True, "cannot read"),
     ("#{a => 1}", 1, True, "cannot read"),
     ("{" * 17 + "}" * 17, 1, True, "more than 16 deep"),
+    # The other language's look: a hint which one --match is read in.
+    (":sessions, _", 2, False, "read as Erlang (atom, #{k => V})"),
+    ("%{k: 1}", 1, False, "write :mod.f/a or Mod.f/a for Elixir's"),
+    ("#{k => 1}", 1, True, "read as Elixir (:atom, %{k => v})"),
 ])
 def test_match_refused(text: str, arity: int | None, elixir: bool,
                        says: str) -> None:

@@ -272,8 +272,34 @@ def _atom(name: str) -> Atom:
 _VARIABLE_ATOM = re.compile(r"\$(?:\d+|_|\$)")
 
 
+# What the other language's terms look like, for a hint when a match does
+# not read: Elixir's :atom and %{...} in an Erlang-form spec, Erlang's
+# #{...} in an Elixir-form one.
+_ELIXIR_LOOK = re.compile(r"%\{|(?:^|[\s,{\[(]):[A-Za-z_\"']")
+_ERLANG_LOOK = re.compile(r"#\{")
+
+
 def parse_match(text: str, arity: Optional[int],
                 elixir: bool = False) -> list[Any]:
+    """See :func:`_parse_match`; a match that does not read, written in
+    the other language's look, gets a hint which."""
+    try:
+        return _parse_match(text, arity, elixir)
+    except UsageError as error:
+        if elixir and _ERLANG_LOOK.search(text):
+            raise UsageError(f"{error}; the function is in Elixir's form, so "
+                             "--match is read as Elixir (:atom, %{k => v}); "
+                             "write m:f/a for Erlang's") from None
+        if not elixir and _ELIXIR_LOOK.search(text):
+            raise UsageError(f"{error}; the function is in Erlang's form, so "
+                             "--match is read as Erlang (atom, #{k => V}); "
+                             "write :mod.f/a or Mod.f/a for Elixir's") \
+                from None
+        raise
+
+
+def _parse_match(text: str, arity: Optional[int],
+                 elixir: bool = False) -> list[Any]:
     """The match-specification head for ``--match``: one term a
     argument, ``Atom("_")`` for ``_`` (and ``_Name``), ``Atom("$1")``,
     ``Atom("$2")``... for the variables in the order they first appear (a
