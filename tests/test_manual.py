@@ -224,7 +224,7 @@ def test_help_topics_lists_them_and_a_wrong_name_is_one_line():
         r = run_here("help", wrong)
         assert r.returncode == 2 and r.stdout == "", r
         assert r.stderr.count("\n") == 1, r.stderr
-        assert "no command or topic" in r.stderr
+        assert f"no command {wrong!r}, nor a topic" in r.stderr
         assert "beam-probe help topics" in r.stderr
 
 

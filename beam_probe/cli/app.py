@@ -214,9 +214,9 @@ def _topic(name: str) -> None:
     if text is None:
         from beam_probe.errors import UsageError
 
-        raise UsageError(f"no command or topic {name!r}; `beam-probe help` "
-                         "lists the commands, `beam-probe help topics` the "
-                         "topics")
+        raise UsageError(f"no command {name!r}, nor a topic; `beam-probe "
+                         "help` lists the commands, `beam-probe help "
+                         "topics` the topics")
     write_out(text.rstrip("\n"))
 
 
