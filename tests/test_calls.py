@@ -124,6 +124,18 @@ def test_callers_as_text(calls_node):
     assert "ended by --duration" in text.stdout
 
 
+def test_the_view_redraws_on_a_terminal(calls_node):
+    node, _ = calls_node
+    view = run_here("calls", node.node, "erlang:list_to_atom/1",
+                    "--duration", "1.2", tty=True, size=(120, 30),
+                    node=node)
+    assert view.returncode == 0, view.stderr
+    assert f"{node.node}: calls of erlang:list_to_atom/1 by caller" \
+        in view.stdout
+    assert f"{FIXTURE}:make_atom/1  {FIXTURE}.erl:" in view.stdout
+    assert "ended by --duration" in view.stdout
+
+
 def test_senders_counted_in_their_ratio(calls_node):
     node, _ = calls_node
     _, summary = _json(run_here("senders", node.node, SINK, "--by", "shape",

@@ -18,7 +18,8 @@ the tracer's mailbox and memory; whatever ends it removes what it set.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generator, Iterator, Optional
+from typing import (TYPE_CHECKING, Any, Callable, Generator, Iterator,
+                    Optional)
 
 from beam_probe.erldist import etf
 from beam_probe.erldist.terms import Atom, Pid, format_term
@@ -26,6 +27,10 @@ from beam_probe.errors import (EXIT_OVERLOAD, BadReply, NothingToTrace,
                                UsageError)
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.replies import Reply, count, shown
+
+if TYPE_CHECKING:
+    from beam_probe.probes.results import (CountRow, CountSample,
+                                           CountSummary)
 
 HELPER = "beam_probe_calls"
 FLUSH_MS = 500
@@ -364,7 +369,7 @@ class Counting:
         }.get(why, f"the node refused the trace ({why})")
         raise NothingToTrace(f"{self.node}: {text}")
 
-    def samples(self) -> Iterator[dict[str, Any]]:
+    def samples(self) -> Iterator[CountSample]:
         assert self._stream is not None
         stream = self._stream
         while True:
@@ -402,7 +407,7 @@ class Counting:
         self.other += other
         self.total += other
 
-    def ranked(self, name: bool = True) -> list[dict[str, Any]]:
+    def ranked(self, name: bool = True) -> list[CountRow]:
         """The top rows, largest first, each with its count, its share,
         its rate over the last interval, and its key in words. ``name``:
         ask the node for the names of processes not yet named (the
@@ -412,7 +417,7 @@ class Counting:
                 if p is not None and p not in self._names]
         if pids and name:
             self._name_of(pids)
-        out = []
+        out: list[Any] = []  # CountRow: a key's fields, then its count
         for key in keys:
             n = self.counts[key]
             row = self._key_row(key)
@@ -469,13 +474,13 @@ class Counting:
                 "initial_call": row.get("initial_call") if row else None}
         return self._names
 
-    def sample(self) -> dict[str, Any]:
+    def sample(self) -> CountSample:
         return {"node": self.node, "by": self.by,
                 "elapsed": round(self.elapsed, 3),
                 "counted": self.total, "other": self.other,
                 "rows": self.ranked()}
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> CountSummary:
         reason = self.ended.get("reason", "interrupted")
         return {"node": self.node, "command": self.kind,
                 "traced": self.what, "by": self.by, "mode": self.mode,

@@ -1122,10 +1122,65 @@ class TopView(TypedDict):
     down: List[TopDown]
 
 
+# -- calls and senders (issue 40) -------------------------------------------
+
+class CountRow(TypedDict, total=False):
+    """One key's count: by caller (``caller``, and ``line`` or
+    ``tail_call``), process (``process``, ``name``, ``initial_call``),
+    args (``args``: a shape an argument), sender (``sender``, ``name``,
+    ``initial_call``, and ``shape`` by shape). A shape is ``{"kind"}``
+    with ``value`` (an atom, a small integer, a short binary), ``size``
+    and ``tag`` (a tuple) or ``empty`` (a list)."""
+
+    caller: Optional[str]
+    line: str
+    tail_call: bool
+    process: str
+    sender: str
+    name: Optional[str]
+    initial_call: Optional[str]
+    args: List[Dict[str, Any]]
+    shape: Dict[str, Any]
+    count: int
+    per_s: float   # over the last interval
+    share: float   # of all counted
+
+
+class CountSample(TypedDict):
+    """A JSON line a interval: the run's counts so far, ranked."""
+
+    node: str
+    by: str
+    elapsed: float
+    counted: int
+    other: int     # counted under keys not kept (over the bounds)
+    rows: List[CountRow]
+
+
+class CountSummary(TypedDict):
+    node: str
+    command: str   # calls or senders
+    traced: str
+    by: str
+    mode: str      # session or trace/3
+    target: Optional[Dict[str, Any]]  # senders: the receiver, named
+    ended_by: str  # duration, max, rate, overload or interrupted
+    elapsed: float
+    counted: int
+    per_s: float
+    other: int
+    limits: Dict[str, Any]
+    tracer_reductions: Optional[int]
+    tracer_memory: Optional[int]
+    tracer_backlog: Optional[int]
+    rows: List[CountRow]
+
+
 __all__ = ["AllocInstance", "AllocReport", "AllocType", "BinLeak", "Carriers", "CategoryStats",
            "CrashDumpOverview", "DumpProcess",
            "Change", "CheckNode", "CheckReport", "CheckValues",
-           "Collection", "DeadRow", "DeltaRow", "Diff", "EtsReport",
+           "Collection", "CountRow", "CountSample", "CountSummary",
+           "DeadRow", "DeltaRow", "Diff", "EtsReport",
            "EtsTable", "GroupChange", "InspectPart", "InspectPin",
            "InspectTotal", "InspectBinaries", "ProcessInspection", "TableFamily",
            "TableInspection", "TableObject", "TablePins", "KeptGroup", "LeakHunt", "Memory",
