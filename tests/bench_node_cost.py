@@ -21,7 +21,7 @@ entry fans proc-count and snapshot out (the entry holds each member's
 reply).
 
 Run: python tests/bench_node_cost.py [SIZE ...] [--runs R] [--otp 25|28]
-     [--cluster]
+     [--cluster] [--only TEXT]
 A node of 1M processes needs about 3 GB.
 """
 
@@ -128,7 +128,7 @@ def _verdict(label: str, size: int, rise: float) -> str:
 
 
 def bench(script: str, erl: str, size: int, runs: int,
-          cluster: bool) -> bool:
+          cluster: bool, only: str = "") -> bool:
     folder = tempfile.mkdtemp(prefix="bp-bench-cost-")
     ok = True
     with start_node(erl=erl, args=("+P", "2000000")) as node:
@@ -147,6 +147,8 @@ def bench(script: str, erl: str, size: int, runs: int,
               f"+{statistics.median(r[1] for r in theirs) / MB:.0f} MB, "
               f"{statistics.median(r[3] for r in theirs):.2f} s", flush=True)
         for label, words in COMMANDS.items():
+            if only not in label:
+                continue
             ours = _measure(script, words, {"node": node.node, "file":
                                             os.path.join(folder, "s")},
                             [node], env, runs)
@@ -201,6 +203,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--otp", choices=["25", "28"], default="25")
     parser.add_argument("--cluster", action="store_true")
+    parser.add_argument("--only", default="",
+                        help="the commands whose label holds this text")
     opts = parser.parse_args()
     script = os.path.join(os.path.dirname(sys.executable), "beam-probe")
     if not os.path.exists(script):
@@ -212,7 +216,8 @@ def main() -> int:
         erl = shutil.which("erl") or "erl"
     ok = True
     for size in opts.sizes:
-        ok &= bench(script, erl, size, max(1, opts.runs), opts.cluster)
+        ok &= bench(script, erl, size, max(1, opts.runs), opts.cluster,
+                    opts.only)
     return 0 if ok else 1
 
 
