@@ -119,6 +119,14 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
                      catch error:badarg -> Refuse(unknown_atom, none)
                      end
              end,
+    %% OTP 25-26: what would undo the traces about to be set, given to
+    %% this process once the checks have passed: should the tracer die
+    %% without cleaning up (killed by someone), this process does it (a
+    %% session, on 27+, goes with its tracer).
+    Arm = fun(Undo) ->
+                  Worker ! {beam_probe_calls_armed, erlang:self(), Undo},
+                  ok
+          end,
     Tracer =
         fun() ->
                 lists:member(Prober, erlang:nodes(connected))
@@ -173,24 +181,26 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
                                             true ->
                                                 ok
                                         end,
+                                        Undo = fun() ->
+                                                       erlang:trace_pattern(
+                                                         MFA, false, [local]),
+                                                       erlang:trace(
+                                                         processes, false,
+                                                         Flags),
+                                                       ok
+                                               end,
+                                        Arm(Undo),
                                         %% Flags first, ours cleared, and only
                                         %% then the pattern: no call of ours
                                         %% is ever traced (the tracer's own
-                                        %% ets:update_counter/4 among them).
+                                        %% ets:update_counter/3 among them).
                                         erlang:trace(processes, true,
                                                      [{tracer, Self} | Flags]),
                                         [catch erlang:trace(P, false, Flags)
                                          || P <- Mine],
                                         N = erlang:trace_pattern(MFA, Spec,
                                                                  [local]),
-                                        {N, none,
-                                         fun() ->
-                                                 erlang:trace_pattern(
-                                                   MFA, false, [local]),
-                                                 erlang:trace(processes, false,
-                                                              Flags),
-                                                 ok
-                                         end};
+                                        {N, none, Undo};
                                     _ ->
                                         trace:process(Session, all, true, Flags),
                                         [catch trace:process(Session, P, false,
@@ -240,6 +250,16 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
                                             true ->
                                                 ok
                                         end,
+                                        Undo = fun() ->
+                                                       erlang:trace(
+                                                         processes, false,
+                                                         [send]),
+                                                       %% The node's default.
+                                                       erlang:trace_pattern(
+                                                         send, true, []),
+                                                       ok
+                                               end,
+                                        Arm(Undo),
                                         %% The pattern first: with the default
                                         %% one, every send of every process
                                         %% would be traced.
@@ -248,15 +268,7 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
                                                      [send, {tracer, Self}]),
                                         [catch erlang:trace(P, false, [send])
                                          || P <- Mine],
-                                        {1, Target,
-                                         fun() ->
-                                                 erlang:trace(processes, false,
-                                                              [send]),
-                                                 %% The node's default again.
-                                                 erlang:trace_pattern(send, true,
-                                                                      []),
-                                                 ok
-                                         end};
+                                        {1, Target, Undo};
                                     _ ->
                                         trace:send(Session, Spec, []),
                                         trace:process(Session, all, true, [send]),
@@ -333,12 +345,19 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
     %% copies.
     {Pid, Ref} = erlang:spawn_opt(Tracer,
                                   [monitor, {message_queue_data, off_heap}]),
-    receive
-        {'DOWN', Ref, process, Pid, {beam_probe_calls_done, Summary}} ->
-            Summary;
-        {'DOWN', Ref, process, Pid, Reason} ->
-            erlang:exit({beam_probe_tracer, Reason})
-    end.
+    Wait = fun Wait(Undo) ->
+                   receive
+                       {beam_probe_calls_armed, Pid, Armed} ->
+                           Wait(Armed);
+                       {'DOWN', Ref, process, Pid,
+                        {beam_probe_calls_done, Summary}} ->
+                           Summary;
+                       {'DOWN', Ref, process, Pid, Reason} ->
+                           catch Undo(),
+                           erlang:exit({beam_probe_tracer, Reason})
+                   end
+           end,
+    Wait(fun() -> ok end).
 
 %% The tracer's loop once its traces are set: a function of its own, run
 %% as a fun (a fun made inside trace/6 would carry all of that function's

@@ -280,6 +280,39 @@ def test_kill_9_mid_trace_leaves_nothing(calls_node, otp, command):
     _wait_clean(r, otp, before)
 
 
+def _tracer(r):
+    """Our tracer's pid: the owner of its table, named beam_probe_calls."""
+    for table in r.call("ets", "all", []):
+        if r.call("ets", "info", [table, Atom("name")]) == \
+                Atom("beam_probe_calls"):
+            return r.call("ets", "info", [table, Atom("owner")])
+    return None
+
+
+def test_a_tracer_killed_by_someone_leaves_nothing(calls_node, otp):
+    """exit(Tracer, kill) skips the tracer's own clean-up: on OTP 25-26 the
+    call's worker undoes the traces (27+: the session goes with it)."""
+    node, r = calls_node
+    before = r.call("erlang", "system_info", [Atom("process_count")])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "beam_probe", "calls", node.node,
+         "ets:insert/2", "--duration", "60", "--format", "json"],
+        env=dict(os.environ, HOME=node.home), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline()
+        tracer = _tracer(r)
+        assert tracer is not None
+        r.call("erlang", "exit", [tracer, Atom("kill")])
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 9 and "killed" in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    _wait_clean(r, otp, before)
+
+
 def test_ctrl_c_ends_with_a_summary_and_leaves_nothing(calls_node, otp):
     node, r = calls_node
     before = r.call("erlang", "system_info", [Atom("process_count")])
