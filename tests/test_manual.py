@@ -118,6 +118,22 @@ def test_every_page_has_what_the_issue_asks():
     assert "| 2 | CRITICAL" in check
 
 
+def test_the_pages_cost_figures_are_the_costs_page_s():
+    """A figure a command's page gives (+17 MB) is one the costs page
+    gives too: re-measured there, the table beside the declarations
+    follows (or this fails)."""
+    from beam_probe.cli.reference import COSTS
+
+    costs = open(os.path.join(DOCS, "manual", "costs.md"),
+                 encoding="utf-8").read()
+    figures = [(name, figure) for name, text in COSTS.items()
+               for figure in re.findall(r"\+[\d.]+(?:-[\d.]+)? MB", text)]
+    assert len(figures) >= 8
+    missing = [(name, figure) for name, figure in figures
+               if figure not in costs]
+    assert not missing, missing
+
+
 def test_the_pages_json_shapes_are_the_result_types():
     """The JSON section lists each result type's keys in their declared
     order (what tests/test_json_shapes.py holds the output to)."""

@@ -25,8 +25,8 @@ COSTS: dict[str, str] = {
                   "the node keeps at most 3N rows, never a row per process, "
                   "then describes the N shown. A pass over 300,000 processes "
                   "raised the node's memory by +17 MB (OTP 25) and +11 MB "
-                  "(OTP 28) at its peak, against +64-73 MB for recon's "
-                  "proc_count run inside the node. No collection. --all "
+                  "(OTP 28) at its peak, against +64 MB and +73 MB for "
+                  "recon's proc_count run inside the node. No collection. --all "
                   "streams the rows: the node sends a chunk only when the "
                   "last is written.",
     "bin-leak": "One process_info(Pid, binary) pass over every process, a "
@@ -65,8 +65,8 @@ COSTS: dict[str, str] = {
                 "--jobs slices, after the collection --gc asks for; "
                 "ets:info/2 of every table and port_info/2 of every port. "
                 "The rows are compressed on the node and sent a slice at a "
-                "time, the next only once the last was taken: +23 MB at "
-                "300,000 processes (OTP 25), +14 MB (OTP 28).",
+                "time, the next only once the last was taken: +20 MB at "
+                "300,000 processes (OTP 25), +9 MB (OTP 28).",
     "diff": "Nothing on any node: it reads snapshot files (and a crash "
             "dump) here, a chunk of 5,000 rows at a time.",
     "leak-hunt": "--snapshots snapshots (three by default), --interval "
