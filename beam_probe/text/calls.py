@@ -114,7 +114,8 @@ def frame(live: Any, width: int, height: int, colour: bool = False
               rows_table(rows[:room], live.by, syntax).split("\n")]
     if live.other:
         lines.append(f"and {live.other:,} more under keys not shown"[:width])
-    lines.append(f"stops at {live.duration:g} s, {live.max_calls:,} calls "
+    unit = "calls" if live.kind == "calls" else "messages"
+    lines.append(f"stops at {live.duration:g} s, {live.max_calls:,} {unit} "
                  f"or {live.rate:,}/s"[:width])
     return lines
 
