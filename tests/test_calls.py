@@ -237,7 +237,7 @@ def test_two_at_once(calls_node, otp):
     node, r = calls_node
     first = subprocess.Popen(
         [sys.executable, "-m", "beam_probe", "calls", node.node,
-         "ets:insert/2", "--duration", "3", "--format", "json"],
+         "ets:insert/2", "--duration", "2.5", "--format", "json"],
         env=dict(os.environ, HOME=node.home), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     try:
