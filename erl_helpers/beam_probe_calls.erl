@@ -369,7 +369,8 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
 %%     it can outruns any tracer: its backlog says so first);
 %%   * duration;
 %%   * overload: a mailbox longer than MaxBacklog or the tracer over
-%%     MaxMemory bytes (copies of large messages, for senders);
+%%     MaxMemory bytes, its table included (copies of large messages,
+%%     for senders; keys piling up while beam-probe takes no rows);
 %% and every FlushMs sends the counts gathered since the last rows sent,
 %% with at most Window of them unanswered (beam-probe answers each with
 %% {Tag, more}); while the window is full the counts keep adding up in the
@@ -396,6 +397,7 @@ follow(#{sink := Sink, tag := Tag, worker := Worker, stop := Stop,
          max_backlog := MaxBacklog, max_memory := MaxMemory}) ->
     Self = erlang:self(),
     Window = 2,
+    WordSize = erlang:system_info(wordsize),
     Batch = 1000,
     Started = erlang:monotonic_time(millisecond),
     Deadline = Started + DurationMs,
@@ -475,8 +477,11 @@ follow(#{sink := Sink, tag := Tag, worker := Worker, stop := Stop,
                             0 -> Since;
                             _ -> Now
                         end,
-                [{message_queue_len, Backlog}, {memory, Memory}] =
+                [{message_queue_len, Backlog}, {memory, Heap}] =
                     erlang:process_info(Self, [message_queue_len, memory]),
+                %% The table's keys too: while beam-probe does not take the
+                %% rows (stopped, its window full), they add up there.
+                Memory = Heap + ets:info(Table, memory) * WordSize,
                 {Mark1, MarkAt1} = case Now - MarkAt >= FlushMs of
                                        true -> {Total, Now};
                                        false -> {Mark, MarkAt}
