@@ -136,8 +136,18 @@ def test_the_view_redraws_on_a_terminal(calls_node):
     assert "ended by --duration" in view.stdout
 
 
-def test_senders_counted_in_their_ratio(calls_node):
-    node, _ = calls_node
+def test_max_counts_exactly(calls_node, otp):
+    node, r = calls_node
+    _, summary = _json(run_here("calls", node.node, "erlang:list_to_atom/1",
+                                "--max", "50", "--duration", "20",
+                                node=node))
+    assert summary["ended_by"] == "max" and summary["counted"] == 50
+    assert sum(row["count"] for row in summary["rows"]) == 50
+    assert _ours_left(r, otp) == []
+
+
+def test_senders_counted_in_their_ratio(calls_node, otp):
+    node, r = calls_node
     _, summary = _json(run_here("senders", node.node, SINK, "--by", "shape",
                                 "--duration", "1.5", node=node))
     assert summary["target"]["name"] == SINK
@@ -148,6 +158,8 @@ def test_senders_counted_in_their_ratio(calls_node):
     assert get["shape"] == {"kind": "tuple", "size": 2, "tag": "get"}
     assert put["sender"] != get["sender"]
     assert get["count"] >= 20 and 2.0 <= put["count"] / get["count"] <= 4.5
+    # Ended: the send pattern is the node's default again (OTP 25-26).
+    assert _ours_left(r, otp) == []
 
 
 def test_the_atom_maker_is_named(calls_node):
