@@ -5,9 +5,9 @@ times a millisecond (paced/1: ~100,000 calls a second), side by side,
 medians of RUNS windows of SECONDS each:
 
 1. The function's own cost: timer:tc of 1,000 non-tail calls of it, in
-   the node, every 20 ms (another ~50,000 calls a second), untraced and while `beam-probe calls NODE
-   beam_probe_calls_fixture:hot/1` runs (with --rate raised past the load,
-   so that it keeps tracing): the ratio is the slowdown a traced call
+   the node, every 20 ms (another ~50,000 calls a second), untraced and
+   while `beam-probe calls NODE beam_probe_calls_fixture:hot/1` runs
+   (with --rate and --max raised past the load, so that it keeps tracing): the ratio is the slowdown a traced call
    pays (its trace message, built and copied by the emulator).
 2. The node's CPU (statistics(runtime), all schedulers) untraced and
    traced: the extra is the tracer's and the traced calls', also given
@@ -106,7 +106,9 @@ def main() -> int:
             summary = json.loads(lines[-1])["summary"]
             # overload: the tracer fell behind (it yields after every
             # message it takes: see beam_probe_calls.erl).
-            ends.append(f"{summary['ended_by']} (backlog {summary['tracer_backlog']}, {summary['tracer_memory'] // 1024} KiB) at "
+            ends.append(f"{summary['ended_by']} (backlog "
+                        f"{summary['tracer_backlog']}, "
+                        f"{summary['tracer_memory'] // 1024} KiB) at "
                         f"{summary['elapsed']:.1f} s")
             rates.append(summary["per_s"])
             per_call.append((traced_cpu[-1] - plain_cpu[-1])

@@ -191,7 +191,8 @@ def rate_text(text: str) -> int:
 def calls_request(function: str, match: Optional[str], by: str,
                   allow: bool) -> dict[Any, Any]:
     """What the node's tracer is asked for `calls`, checked whole before
-    anything connects (S's call_spec reads the function and the match)."""
+    anything connects (call_spec reads the function and the match, and
+    refuses what would flood the node)."""
     from beam_probe.probes.call_spec import (check_safe, parse_function,
                                              parse_match)
 
@@ -213,7 +214,8 @@ def calls_request(function: str, match: Optional[str], by: str,
                              f"arguments; {spec.text} takes {arity}")
         # The message's key: a tuple (wrapped: built, not called) of
         # shapes, one an argument.
-        bodies: list[Any] = [(tuple(shape_of(_argument(i)) for i in range(arity)),)]
+        bodies: list[Any] = [
+            (tuple(shape_of(_argument(i)) for i in range(arity)),)]
     elif by == "process":
         bodies = [(Atom("self"),)]
     else:
@@ -222,7 +224,7 @@ def calls_request(function: str, match: Optional[str], by: str,
         bodies = [(Atom("caller_line"),), (Atom("caller"),)]
     match_head: Any = head if head is not None else Atom("_")
     specs: list[Any] = [[(match_head, [], [(Atom("message"), body)])]
-             for body in bodies]
+                        for body in bodies]
     return {"spec": spec, "head": head, "by": by,
             "what": {Atom("kind"): Atom("calls"),
                      Atom("module"): spec.module.encode("utf-8"),
