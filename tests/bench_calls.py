@@ -7,8 +7,9 @@ medians of RUNS windows of SECONDS each:
 1. The function's own cost: timer:tc of 1,000 non-tail calls of it, in
    the node, every 20 ms (another ~50,000 calls a second), untraced and
    while `beam-probe calls NODE beam_probe_calls_fixture:hot/1` runs
-   (with --rate and --max raised past the load, so that it keeps tracing): the ratio is the slowdown a traced call
-   pays (its trace message, built and copied by the emulator).
+   (with --rate and --max raised past the load, so that it keeps
+   tracing): the ratio is the slowdown a traced call pays (its trace
+   message, built and copied by the emulator).
 2. The node's CPU (statistics(runtime), all schedulers) untraced and
    traced: the extra is the tracer's and the traced calls', also given
    per call counted.
