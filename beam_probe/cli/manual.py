@@ -159,7 +159,8 @@ def cost(name: str, command: click.Command) -> str:
         raise SystemExit(f"beam_probe/cli/reference.py: COSTS has no entry "
                          f"for {name!r}: say what it costs the node")
     text = reference.COSTS[name]
-    if "--cookie" in _names(command):
+    if "--cookie" in _names(command) and \
+            name not in reference.COST_COMMON_EXCEPT:
         text += " " + reference.COST_COMMON
     return text
 

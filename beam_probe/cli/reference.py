@@ -116,10 +116,12 @@ COSTS: dict[str, str] = {
 # What applies to every command that reaches a node, said once at the
 # end of each page's cost section.
 COST_COMMON = (
-    "Each run opens one TCP (or TLS) connection and closes it; nothing of "
-    "beam-probe's is loaded on the node, and anything it starts there "
-    "watches the connection and ends within moments of it "
+    "It holds one TCP (or TLS) connection to the node while it runs; "
+    "nothing of beam-probe's is loaded on the node, and anything it starts "
+    "there watches the connection and ends within moments of it "
     "(`beam-probe help costs`).")
+# serve says its own (a connection a target, kept between scrapes).
+COST_COMMON_EXCEPT = frozenset({"serve"})
 
 # The result types of beam_probe/probes/results.py that a command's
 # --format json writes (tests/test_json_shapes.py holds the commands to
@@ -186,5 +188,5 @@ ARGUMENT_HELP: dict[str, str] = {
     "COMMAND": "A command's name, or a topic's.",
 }
 
-__all__ = ["ARGUMENT_HELP", "COSTS", "COST_COMMON", "OWN_EXITS",
-           "PLUGIN_EXITS", "RESULTS"]
+__all__ = ["ARGUMENT_HELP", "COSTS", "COST_COMMON", "COST_COMMON_EXCEPT",
+           "OWN_EXITS", "PLUGIN_EXITS", "RESULTS"]
