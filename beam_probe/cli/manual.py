@@ -295,9 +295,17 @@ def page(name: str, command: click.Command) -> str:
     out.append("")
     shapes = reference.RESULTS.get(name)
     if shapes:
+        how = reference.JSON_LINES.get(name)
+        if how:
+            what = f"JSON lines: {how}"
+        elif len(shapes) == 2:
+            flag = "--table" if "--table" in _names(command) else "--cluster"
+            what = f"{shapes[0]} (with {flag}, {shapes[1]})"
+        else:
+            what = shapes[0]
         out += ["## JSON", "",
-                f"`--format json` writes {' or '.join(shapes)} "
-                "(beam_probe/probes/results.py; optional keys may be "
+                f"`--format json` writes {what} (the types of "
+                "beam_probe/probes/results.py; optional keys may be "
                 "absent, no other key appears):", "", "```text",
                 *json_shapes(shapes), "```", ""]
     out += ["## What it costs the node", "", _md_escape(cost(name, command)),

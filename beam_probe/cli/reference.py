@@ -144,7 +144,22 @@ RESULTS: dict[str, tuple[str, ...]] = {
     "alloc": ("AllocReport", "ClusterAlloc"),
     "ets": ("EtsReport", "ClusterEts"),
     "trace-gc": ("TraceHeader", "Collection", "TraceSummary"),
+    "calls": ("CountSample", "CountSummary"),
+    "senders": ("CountSample", "CountSummary"),
     "check": ("CheckReport",),
+}
+
+# How a command that writes JSON lines lays them out (the others write
+# one value: the first type of RESULTS or, with --cluster (inspect:
+# --table), the second).
+JSON_LINES: dict[str, str] = {
+    "watch": 'a Sample a line, then {"summary": WatchSummary}',
+    "trace-gc": 'a TraceHeader line, a Collection line each, then '
+                '{"summary": TraceSummary}',
+    "calls": 'a CountSample line an interval, then {"summary": '
+             'CountSummary}',
+    "senders": 'a CountSample line an interval, then {"summary": '
+               'CountSummary}',
 }
 
 # Exit codes a command has beyond those of every command (0, 1, 2, 11,
@@ -189,4 +204,4 @@ ARGUMENT_HELP: dict[str, str] = {
 }
 
 __all__ = ["ARGUMENT_HELP", "COSTS", "COST_COMMON", "COST_COMMON_EXCEPT",
-           "OWN_EXITS", "PLUGIN_EXITS", "RESULTS"]
+           "JSON_LINES", "OWN_EXITS", "PLUGIN_EXITS", "RESULTS"]
