@@ -39,7 +39,7 @@ ALWAYS = (0, 1, 2, 11, 130, 141, 143)
 REACHING = (3, 4, 5, 6, 7, 8, 9)
 # Commands that neither write files nor reach a node end with fewer.
 ONLY_EXITS: dict[str, tuple[int, ...]] = {
-    "help": (0, 2, 141),
+    "help": (0, 2, 11, 141),
     "demo": (0, 1, 2, 130, 141, 143),
     "serve": (0, 1, 2, 130, 143),
 }
@@ -47,8 +47,9 @@ ONLY_EXITS: dict[str, tuple[int, ...]] = {
 
 def _context() -> click.Context:
     # A fixed width: what click wraps is never part of a page.
-    return click.Context(main, info_name="beam-probe", terminal_width=80,
-                         max_content_width=80)
+    settings = dict(main.context_settings)  # -h as well as --help
+    settings.update(terminal_width=80, max_content_width=80)
+    return click.Context(main, info_name="beam-probe", **settings)
 
 
 def commands() -> list[tuple[str, click.Command]]:
