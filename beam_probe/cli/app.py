@@ -128,6 +128,8 @@ def main(ctx: click.Context) -> None:
       proc-info    one process, closer; trace-gc its collections
       inspect      inside it: which part of its state, or of a table,
                    holds the bytes (pinned binaries named)
+      calls        who fills it: the callers of a function (ets:insert/2,
+                   list_to_atom/1); senders: who fills a mailbox
       alloc        leak, or fragmentation? ets: the largest tables
       top          the processes, live, a key to rank or open one
       check        the same figures for cron, Nagios, Prometheus
