@@ -1024,9 +1024,9 @@ def _tracing_options(by: tuple[str, ...], default: str) -> tuple[Any, ...]:
                               "(Erlang), ':sessions, _' (Elixir). Checked "
                               "on the node, in the traced process."),
             click.option("--allow-broad", "allow", is_flag=True,
-                         help="Trace what is refused by default: any "
-                              "module, io or lists, a whole hot module, "
-                              "what the tracer itself calls.")))
+                         help="Trace what is refused by default: io or "
+                              "lists, a whole hot module, what the tracer "
+                              "itself calls (any module stays refused).")))
 def calls(connect: Any, request: SimpleNamespace, progress: Progress) -> Any:
     """Who calls FUNCTION on the node, counted live, largest first.
 
