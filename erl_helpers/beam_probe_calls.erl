@@ -343,8 +343,16 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
     %% Off-heap messages: a trace message (a copy of each message sent,
     %% for senders) waits outside the heap, which a collection then never
     %% copies.
+    %% High priority: each message taken costs the tracer a slice (see
+    %% follow/1), and at normal priority, with the schedulers busy (three
+    %% processes calling the function flat out on 2 cores), a batch of
+    %% 1,000 took 1.5-3 s, the checks waiting for it while 73,000 (OTP 25)
+    %% to 2.9 million (OTP 28, 670 MB) trace messages queued. Ahead of the
+    %% node's own processes, a batch takes ~1 ms and the limits stop the
+    %% trace within one; the rate bounds its work to ~2% of a core.
     {Pid, Ref} = erlang:spawn_opt(Tracer,
-                                  [monitor, {message_queue_data, off_heap}]),
+                                  [monitor, {message_queue_data, off_heap},
+                                   {priority, high}]),
     Wait = fun Wait(Undo) ->
                    receive
                        {beam_probe_calls_armed, Pid, Armed} ->
@@ -385,10 +393,11 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
 %% specification; and counted by ets:insert_new/2 and
 %% ets:update_counter/3 under zipwith: ~0.6-0.9 us a message alone.
 %% prim_eval:'receive'/2 is charged a whole slice (~4,000 reductions) a
-%% message, as erl_eval's receive is, so the tracer yields after each one
-%% and never holds a scheduler; on a node whose schedulers are busy it
-%% falls behind sooner, and its mailbox bound stops it (overload). In all
-%% a traced call cost the node ~3.5-3.8 us (tests/bench_calls.py).
+%% message, as erl_eval's receive is, so the tracer yields after each one;
+%% it runs at high priority (see trace/6), or on a node whose schedulers
+%% are busy it would take a message a slice of theirs and check its
+%% limits seconds late. In all a traced call cost the node ~3.5-3.8 us
+%% (tests/bench_calls.py).
 -spec follow(map()) -> no_return().
 follow(#{sink := Sink, tag := Tag, worker := Worker, stop := Stop,
          keys := Keys, zeros := Zeros, table := Table,

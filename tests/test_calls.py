@@ -22,6 +22,7 @@ import pytest
 
 from beam_probe.erldist.terms import Atom
 from beam_probe.node.remote import attach
+from beam_probe.probes.calls import MAX_MEMORY
 from conftest import interrupt_cli, one_line, run_here
 
 FIXTURE = "beam_probe_calls_fixture"
@@ -203,6 +204,28 @@ def test_the_rate_limit_ends_a_hot_trace(calls_node, otp):
         _wait_clean(r, otp, before)
     finally:
         r.call("erlang", "exit", [spinner, Atom("kill")])
+
+
+def test_the_limits_hold_with_the_schedulers_busy(calls_node, otp):
+    """More processes calling a function flat out than the node has
+    schedulers: the tracer must still check its limits before its mailbox
+    grows past its memory bound. At normal priority it took each message
+    only between the callers' slices: a batch lasted seconds, and the
+    mailbox held 2.9 million trace messages (670 MB, OTP 28) when the rate
+    check first ran."""
+    node, r = calls_node
+    count = r.call("erlang", "system_info", [Atom("schedulers_online")]) + 1
+    spinners = [r.call(FIXTURE, "spin", []) for _ in range(count)]
+    try:
+        result = run_here("calls", node.node, f"{FIXTURE}:hot/1",
+                          "--duration", "20", "--format", "json", node=node)
+        assert result.returncode == 14, result.stderr
+        summary = json.loads(result.stdout.splitlines()[-1])["summary"]
+        assert summary["ended_by"] in ("rate", "overload"), summary
+        assert summary["tracer_memory"] <= MAX_MEMORY, summary
+    finally:
+        for spinner in spinners:
+            r.call("erlang", "exit", [spinner, Atom("kill")])
 
 
 def test_another_tracer(calls_node, otp):
