@@ -127,6 +127,29 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
                   Worker ! {beam_probe_calls_armed, erlang:self(), Undo},
                   ok
           end,
+    %% OTP 25-26: a pattern is cleared, the send pattern made the node's
+    %% default again, only where it is still ours: a tool that has set its
+    %% own since (one pattern a function there) keeps it.
+    Unpattern = fun(MFA, MFAs, Spec) ->
+                        Still = [Fn || Fn <- MFAs,
+                                       erlang:trace_info(Fn, match_spec)
+                                           =:= {match_spec, Spec}],
+                        case Still =:= MFAs of
+                            true ->
+                                erlang:trace_pattern(MFA, false, [local]);
+                            false ->
+                                [erlang:trace_pattern(Fn, false, [local])
+                                 || Fn <- Still]
+                        end
+                end,
+    Unsend = fun(Spec) ->
+                     case erlang:trace_info(send, match_spec) of
+                         {match_spec, Spec} ->
+                             erlang:trace_pattern(send, true, []);
+                         _ ->
+                             ok
+                     end
+             end,
     Tracer =
         fun() ->
                 lists:member(Prober, erlang:nodes(connected))
@@ -182,8 +205,8 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
                                                 ok
                                         end,
                                         Undo = fun() ->
-                                                       erlang:trace_pattern(
-                                                         MFA, false, [local]),
+                                                       Unpattern(MFA, MFAs,
+                                                                 Spec),
                                                        erlang:trace(
                                                          processes, false,
                                                          Flags),
@@ -254,9 +277,7 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
                                                        erlang:trace(
                                                          processes, false,
                                                          [send]),
-                                                       %% The node's default.
-                                                       erlang:trace_pattern(
-                                                         send, true, []),
+                                                       Unsend(Spec),
                                                        ok
                                                end,
                                         Arm(Undo),

@@ -315,6 +315,38 @@ def test_kill_9_mid_trace_leaves_nothing(calls_node, otp, command):
     _wait_clean(r, otp, before)
 
 
+@pytest.mark.parametrize("command", [
+    ["calls", "ets:insert/2"], ["senders", SINK]])
+def test_a_pattern_another_tool_sets_meanwhile_is_left(calls_node, otp,
+                                                       command):
+    """A tool that sets its own pattern on our function, or the node's send
+    pattern, while we trace keeps it when we end. On OTP 25-26 the pattern
+    replaces ours (one a function), and our clean-up used to clear it or
+    make the send pattern the default again."""
+    node, r = calls_node
+    what = INSERT if command[0] == "calls" else Atom("send")
+    flags = [Atom("local")] if command[0] == "calls" else []
+    theirs = [([Atom("_"), Atom("_")], [], [])]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "beam_probe", command[0], node.node,
+         *command[1:], "--duration", "1.5", "--format", "json"],
+        env=dict(os.environ, HOME=node.home), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline()  # an interval: tracing has begun
+        r.call("erlang", "trace_pattern", [what, theirs, flags])
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert r.call("erlang", "trace_info", [what, Atom("match_spec")]) \
+            == (Atom("match_spec"), theirs)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        r.call("erlang", "trace_pattern",
+               [what, command[0] == "senders", flags])
+
+
 def _tracer(r):
     """Our tracer's pid: the owner of its table, named beam_probe_calls."""
     for table in r.call("ets", "all", []):
