@@ -68,6 +68,10 @@ def test_function_forms(text: str, module: str, function: str,
     (f"MyApp.{'f' * 256}/1", "at most 255"),
     ("m:f/1" * 200, "too long"),
     ("m:'\\x{110000}'/1", "bad escape"),
+    # A surrogate: chr() makes it, but no atom can hold it (was exit 1,
+    # UnicodeEncodeError, when the name was encoded for the node).
+    ("m:'a\\x{D800}'/1", "bad escape"),
+    (":'a\\u{DFFF}'.f/1", "bad escape"),
 ])
 def test_function_refused(text: str, says: str) -> None:
     with pytest.raises(UsageError) as caught:
@@ -154,6 +158,12 @@ def test_elixir_match(text: str, arity: int | None, head: list[Any]) -> None:
     ("[" * 5000, 1, False, "at most 1000"),
     ("a" * 1001, 1, False, "at most 1000"),
     (f"'{'a' * 256}'", 1, False, "at most 255"),
+    # Escapes past Unicode or of a surrogate: one line (were exit 1,
+    # OverflowError and UnicodeEncodeError).
+    ("'\\x{D800}'", 1, False, "bad escape"),
+    ("<<\"\\x{D800}\">>", 1, False, "not a Unicode character"),
+    ("\"\\x{FFFFFFFFFF}\"", 1, False, "not a Unicode character"),
+    (':"a\\x{D800}"', 1, True, "bad escape"),
     ("[a: 1]", 1, True, "keyword key"),
     ("%{x => 1}", 1, True, "map key must be a literal"),
     (':"$1"', 1, True, "match variable"),

@@ -52,7 +52,12 @@ def _unescape(body: str) -> str:
     def one(match: re.Match[str]) -> str:
         code = match.group(1)
         if code.startswith("x{"):
-            return chr(int(code[2:-1], 16))
+            point = int(code[2:-1], 16)
+            # Past Unicode (chr() overflows) or a surrogate (no UTF-8, so
+            # no atom or binary of it): one line, not a traceback.
+            if point > 0x10FFFF or 0xD800 <= point <= 0xDFFF:
+                raise ConsultError(f"\\{code} is not a Unicode character")
+            return chr(point)
         if code[0] == "x" and len(code) == 3:
             return chr(int(code[1:], 16))
         if code[0] in "01234567":

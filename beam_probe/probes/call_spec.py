@@ -111,8 +111,11 @@ def _unescape(body: str) -> str:
     def one(match: re.Match[str]) -> str:
         code = match.group(1)
         if code[0] in "xu" and len(code) > 1:
-            digits = code[1:].strip("{}")
-            return chr(int(digits, 16))
+            point = int(code[1:].strip("{}"), 16)
+            if 0xD800 <= point <= 0xDFFF:
+                # A surrogate: chr() makes it, UTF-8 cannot encode it.
+                raise ValueError(code)
+            return chr(point)
         return {"n": "\n", "t": "\t", "r": "\r", "s": " ", "e": "\x1b",
                 "0": "\0"}.get(code, code)
     try:
