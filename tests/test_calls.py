@@ -393,6 +393,58 @@ def test_ctrl_c_ends_with_a_summary_and_leaves_nothing(calls_node, otp):
     _wait_clean(r, otp, before)
 
 
+def _plant_endless(node, folder: str) -> None:
+    """The forms cache in ``folder`` with beam_probe_calls:follow/1 run
+    with a duration of an hour, whatever beam-probe asks: a node that
+    streams counts on past --duration (the real tracer otherwise, as
+    test_crafted_values plants its tampers)."""
+    from beam_probe.erldist import etf
+    from beam_probe.node.forms import (HelperForms, canonical_variables,
+                                       helper_path, sha256)
+    from test_crafted_values import _expr
+
+    with attach(node.node, node.cookie.encode()) as remote:
+        with open(helper_path("beam_probe_calls"), "rb") as f:
+            source = f.read()
+        forms = {name: canonical_variables(clauses) for name, clauses in
+                 HelperForms(remote.call)._parse(
+                     "beam_probe_calls", source.decode()).items()}
+        longer = _expr(remote, "maps:put(duration_ms, 3600000, BpLimits)")
+    # follow(BpLimits) -> (fun(<its head>) -> <its body> end)(longer).
+    real = (Atom("fun"), 1, (Atom("clauses"), forms["follow"]))
+    forms["follow"] = [(Atom("clause"), 1, [(Atom("var"), 1,
+                                             Atom("BpLimits"))], [],
+                        [(Atom("call"), 1, real, [longer])])]
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    path = os.path.join(folder, "beam_probe_calls-"
+                        f"{sha256(source).hexdigest()[:20]}.etf")
+    with open(path, "wb") as f:
+        f.write(etf.encode(list(forms.items())))
+    os.chmod(path, 0o600)
+
+
+def test_a_node_streaming_past_the_duration_is_left(calls_node, otp,
+                                                    tmp_path, monkeypatch):
+    """A node that keeps sending counts past --duration: we stop reading
+    once the duration, an interval and --timeout have passed (one line,
+    exit 8), rather than follow it forever; ending the connection ends its
+    tracer. OTP 25 only: what is tested is beam-probe's side."""
+    if otp != "25":
+        pytest.skip("beam-probe's side, the same for every release")
+    node, r = calls_node
+    before = r.call("erlang", "system_info", [Atom("process_count")])
+    folder = str(tmp_path / "cache")
+    _plant_endless(node, folder)
+    monkeypatch.setenv("BEAM_PROBE_CACHE", folder)
+    result = run_here("calls", node.node, "erlang:list_to_atom/1",
+                      "--duration", "1", "--timeout", "1", "--format",
+                      "json", node=node, timeout=60)
+    one_line(result, 8, "went on past --duration (1 s)")
+    # It did trace: the intervals before were written.
+    assert json.loads(result.stdout.splitlines()[0])["rows"]
+    _wait_clean(r, otp, before)
+
+
 def test_bad_input_is_one_line(calls_node):
     node, _ = calls_node
     one_line(run_here("calls", node.node, "ets:insert", node=node), 2,

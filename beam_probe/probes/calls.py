@@ -18,6 +18,7 @@ the tracer's mailbox and memory; whatever ends it removes what it set.
 
 from __future__ import annotations
 
+import time
 from typing import (TYPE_CHECKING, Any, Callable, Generator, Iterator,
                     Optional)
 
@@ -283,6 +284,10 @@ class Counting:
         self.interval = 0.0
         self.ended: dict[str, Any] = {}
         self._names: dict[Pid, dict[str, Any]] = {}
+        # When we stop reading whatever the node says: --duration is the
+        # node's to keep, and one that streams on (a hostile one, or one
+        # not running our tracer) must not keep us past it.
+        self._until = float("inf")
 
     # -- what is traced, in words -------------------------------------------
 
@@ -328,6 +333,10 @@ class Counting:
         if started["kind"] != Atom("started"):
             raise BadReply(f"{HELPER}:trace began with "
                            f"{shown(started['kind'])}")
+        # Past --duration the tracer ends, sends its last counts and its
+        # summary within an interval, its clean-up given the call's timeout.
+        self._until = time.monotonic() + self.duration + FLUSH_MS / 1000 \
+            + remote.timeout
         self.mode = "session" if started["mode"] == Atom("session") \
             else "trace/3"
         self.matched = started.count("matched")
@@ -384,6 +393,9 @@ class Counting:
                                  ("counted", "reductions", "backlog",
                                   "memory")}}
                 return
+            if time.monotonic() > self._until:
+                raise BadReply(f"{HELPER}:trace went on past --duration "
+                               f"({self.duration:g} s): stopped reading it")
             batch = Reply(f"{HELPER}:trace chunk", chunk)
             if batch["kind"] != Atom("rows"):
                 continue
