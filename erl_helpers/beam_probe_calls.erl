@@ -39,7 +39,8 @@
                     wait_ms := pos_integer(), max_keys := pos_integer(),
                     max_backlog := pos_integer(),
                     max_memory := pos_integer()}.
--type summary() :: #{reason := duration | max | rate | overload,
+-type summary() :: #{reason := duration | max | rate | overload
+                               | removed,
                      counted := non_neg_integer(),
                      reductions := non_neg_integer(),
                      backlog := non_neg_integer(),
@@ -322,6 +323,30 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
                                 orelse trace:session_destroy(Session),
                             erlang:exit(Refused)
                     end,
+                %% Whether our traces are still on, asked each interval:
+                %% another tool may take them away (destroy our session, as
+                %% anyone listing trace:session_info(all) can; clear every
+                %% process's flags on 25-26), and the counts would stop
+                %% without a word. On a destroyed session trace:process/4
+                %% raises badarg (checked, 27 and 28); clearing the
+                %% tracer's own send flag, never set, changes nothing.
+                Alive = case Session of
+                            none ->
+                                fun() ->
+                                        erlang:trace_info(new_processes,
+                                                          tracer)
+                                            =:= {tracer, Self}
+                                end;
+                            _ ->
+                                fun() ->
+                                        try trace:process(Session, Self,
+                                                          false, [send]) of
+                                            _ -> true
+                                        catch
+                                            error:badarg -> false
+                                        end
+                                end
+                        end,
                 %% Where a trace message (as a list) holds its key.
                 Key = case What of
                           #{kind := calls} ->
@@ -350,6 +375,7 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
                 try
                     Follow(Limits#{sink => Sink, tag => Tag,
                                    worker => Worker, stop => Stop,
+                                   alive => Alive,
                                    keys => ets:match_spec_compile(
                                              [{Key, [], [KeyOf]}]),
                                    zeros => ets:match_spec_compile(
@@ -400,6 +426,8 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
 %%   * overload: a mailbox longer than MaxBacklog or the tracer over
 %%     MaxMemory bytes, its table included (copies of large messages,
 %%     for senders; keys piling up while beam-probe takes no rows);
+%%   * removed: our traces taken away by another tool (Alive, each
+%%     FlushMs);
 %% and every FlushMs sends the counts gathered since the last rows sent,
 %% with at most Window of them unanswered (beam-probe answers each with
 %% {Tag, more}); while the window is full the counts keep adding up in the
@@ -421,6 +449,7 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
 %% (tests/bench_calls.py).
 -spec follow(map()) -> no_return().
 follow(#{sink := Sink, tag := Tag, worker := Worker, stop := Stop,
+         alive := Alive,
          keys := Keys, zeros := Zeros, table := Table,
          duration_ms := DurationMs, max := Max, rate := Rate,
          flush_ms := FlushMs, wait_ms := WaitMs, max_keys := MaxKeys,
@@ -528,6 +557,8 @@ follow(#{sink := Sink, tag := Tag, worker := Worker, stop := Stop,
                     Unanswered > 0, Now - Asked > WaitMs ->
                         Gone();
                     Now >= FlushAt, Unanswered < Window ->
+                        Alive() orelse
+                            Finish(removed, Total, Backlog, Memory),
                         Send(Now),
                         Loop(Total, Mark1, MarkAt1, Now + FlushMs,
                              Unanswered + 1, Now);

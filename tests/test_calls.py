@@ -347,6 +347,39 @@ def test_a_pattern_another_tool_sets_meanwhile_is_left(calls_node, otp,
                [what, command[0] == "senders", flags])
 
 
+def test_a_trace_another_tool_removes_ends_saying_so(calls_node, otp):
+    """Another tool takes our traces away mid-run (destroys our session,
+    which trace:session_info(all) lists to anyone, on 27+; clears every
+    process's flags on 25): the run ends by 'removed', exit 14, rather
+    than count nothing more until --duration and call it complete."""
+    node, r = calls_node
+    before = r.call("erlang", "system_info", [Atom("process_count")])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "beam_probe", "calls", node.node,
+         "ets:insert/2", "--duration", "30", "--format", "json"],
+        env=dict(os.environ, HOME=node.home), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline()  # an interval: tracing has begun
+        if int(otp) >= 27:
+            ours = [s for s in r.call("trace", "session_info", [Atom("all")])
+                    if s[0] == Atom("beam_probe_calls")]
+            assert len(ours) == 1
+            assert r.call("trace", "session_destroy", ours) is True
+        else:
+            r.call("erlang", "trace", [Atom("all"), False, [Atom("all")]])
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 14, err
+        summary = json.loads(out.splitlines()[-1])["summary"]
+        assert summary["ended_by"] == "removed", summary
+        assert summary["elapsed"] < 30
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    _wait_clean(r, otp, before)
+
+
 def _tracer(r):
     """Our tracer's pid: the owner of its table, named beam_probe_calls."""
     for table in r.call("ets", "all", []):

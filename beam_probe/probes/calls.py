@@ -524,11 +524,11 @@ class Counting:
             attached.__exit__(None, None, None)
 
     def exit_code(self) -> int:
-        """EXIT_OVERLOAD when the trace stopped itself early (the rate, the
-        tracer's mailbox or memory): the counts shown are those up to
-        then."""
+        """EXIT_OVERLOAD when the trace stopped early (the rate, the
+        tracer's mailbox or memory, or another tool removed it): the
+        counts shown are those up to then."""
         return EXIT_OVERLOAD if self.ended.get("reason") in (
-            "rate", "overload") else 0
+            "rate", "overload", "removed") else 0
 
 
 def _text(value: Any) -> str:

@@ -1164,7 +1164,7 @@ class CountSummary(TypedDict):
     by: str
     mode: str      # session or trace/3
     target: Optional[Dict[str, Any]]  # senders: the receiver, named
-    ended_by: str  # duration, max, rate, overload or interrupted
+    ended_by: str  # duration, max, rate, overload, removed or interrupted
     elapsed: float
     counted: int
     per_s: float

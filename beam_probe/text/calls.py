@@ -18,6 +18,9 @@ _ENDED = {
     "overload": "overload: the tracer's mailbox or memory passed its bound; "
                 "the trace stopped itself (exit 14)",
     "interrupted": "Ctrl-C",
+    "removed": "another tool: it took the trace away (destroyed its "
+               "session, cleared its flags); the counts stop there "
+               "(exit 14)",
 }
 
 
