@@ -24,7 +24,9 @@ COMMANDS = (["ping"], ["memory"], ["bin-leak", "3"],
                         "--gc", "holders"],
             ["leak-hunt", "--interval", "0", "--snapshots", "2"],
             ["alloc"], ["ets", "5"], ["top", "--once"],
-            ["trace-gc", "code_server", "--duration", "0.3"])
+            ["trace-gc", "code_server", "--duration", "0.3"],
+            ["calls", "erlang:list_to_atom/1", "--duration", "0.3"],
+            ["senders", "code_server", "--duration", "0.3"])
 
 
 def _text(value) -> str:
