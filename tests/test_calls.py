@@ -222,7 +222,10 @@ def test_the_limits_hold_with_the_schedulers_busy(calls_node, otp):
         assert result.returncode == 14, result.stderr
         summary = json.loads(result.stdout.splitlines()[-1])["summary"]
         assert summary["ended_by"] in ("rate", "overload"), summary
-        assert summary["tracer_memory"] <= MAX_MEMORY, summary
+        # 7-35 MB here (2 cores); the bound is checked a batch at a time,
+        # so it may be passed by what a batch's wait let in: twice it
+        # still tells 670 MB apart on a slower machine.
+        assert summary["tracer_memory"] <= 2 * MAX_MEMORY, summary
     finally:
         for spinner in spinners:
             r.call("erlang", "exit", [spinner, Atom("kill")])

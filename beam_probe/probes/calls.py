@@ -46,8 +46,10 @@ MAX_MAX = 100_000_000
 # tests/bench_calls.py (OTP 25, 2 cores): a traced call costs the node
 # ~3.5-3.8 us in all (its message built and copied in the calling process,
 # ~0.8 us; the tracer's take and count, which yields after each message),
-# so 20,000 calls a second cost ~7% of a core; a function called 100,000
-# times a second stops the trace by this rate in ~0.1 s.
+# so 20,000 calls a second cost ~7% of a core (up to ~11% with the
+# tracer at high priority on a loaded machine: 5.0-5.7 us a call); a
+# function called 100,000 times a second stops the trace by this rate in
+# ~0.1 s.
 DEFAULT_RATE = 20_000
 MAX_RATE = 1_000_000
 # Keys the node sends an interval (the rest summed as "other"), and keys
