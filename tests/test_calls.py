@@ -518,6 +518,28 @@ def test_a_node_streaming_past_the_duration_is_left(calls_node, otp,
     _wait_clean(r, otp, before)
 
 
+def test_more_rows_than_asked_are_a_bad_reply():
+    """The reader alone (as test_crafted_values reads crafted values): an
+    interval of more keys than the node was asked for is refused, not held
+    and ranked (a 16 MB frame holds millions of rows)."""
+    from beam_probe.errors import BadReply
+    from beam_probe.node.replies import Reply
+    from beam_probe.probes.calls import NODE_KEYS, Counting
+
+    counting = Counting(lambda: None, "calls", {"by": "caller"}, 1.0, 10,
+                        10, 5, lambda _: None)
+
+    def interval(count: int) -> Reply:
+        return Reply("beam_probe_calls:trace chunk", {
+            Atom("kind"): Atom("rows"), Atom("other"): 0, Atom("ms"): 500,
+            Atom("rows"): [(Atom("undefined"), 1)] * count})
+
+    counting._add(interval(NODE_KEYS))
+    assert counting.total == NODE_KEYS
+    with pytest.raises(BadReply, match=f"{NODE_KEYS + 1:,} rows"):
+        counting._add(interval(NODE_KEYS + 1))
+
+
 def test_bad_input_is_one_line(calls_node):
     node, _ = calls_node
     one_line(run_here("calls", node.node, "ets:insert", node=node), 2,

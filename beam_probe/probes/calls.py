@@ -264,6 +264,9 @@ class Counting:
         check_limits(duration, max_calls, rate, top)
         self._connect, self.kind, self.request = connect, kind, request
         self.by = request["by"]
+        # Keys the node may send an interval (the rest summed as other).
+        self.node_keys = NODE_KEYS_SHAPED if self.by in ("args", "shape") \
+            else NODE_KEYS
         self.duration, self.max_calls, self.rate, self.top = \
             duration, max_calls, rate, top
         self._progress = progress
@@ -317,8 +320,7 @@ class Counting:
         limits = {Atom("duration_ms"): max(1, int(self.duration * 1000)),
                   Atom("max"): self.max_calls, Atom("rate"): self.rate,
                   Atom("flush_ms"): FLUSH_MS, Atom("wait_ms"): WAIT_MS,
-                  Atom("max_keys"): NODE_KEYS_SHAPED
-                  if self.by in ("args", "shape") else NODE_KEYS,
+                  Atom("max_keys"): self.node_keys,
                   Atom("max_backlog"): MAX_BACKLOG,
                   Atom("max_memory"): MAX_MEMORY}
         self._progress(f"tracing for {self.duration:g} s")
@@ -408,7 +410,13 @@ class Counting:
         ms = batch.count("ms") / 1000
         self.interval, self.elapsed = max(ms - self.elapsed, 1e-3), ms
         self.last = {}
-        for row in batch.list("rows"):
+        rows = batch.list("rows")
+        if len(rows) > self.node_keys:
+            # Asked for at most node_keys: a node sending more would have
+            # us hold and rank what it likes (a frame holds millions).
+            raise BadReply(f"{HELPER}: {len(rows):,} rows in an interval, "
+                           f"where at most {self.node_keys:,} were asked")
+        for row in rows:
             if not (isinstance(row, tuple) and len(row) == 2):
                 raise BadReply(f"{HELPER}: a row of {shown(row)}")
             key, n = row
