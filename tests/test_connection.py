@@ -75,11 +75,11 @@ def test_per_call_timeout(remote):
 
 @pytest.mark.slow
 def test_idle_connection_outlives_net_ticktime(nodes, otp):
-    # net_ticktime 4 s: the node ticks every second and drops a silent
-    # peer after ~4 s. We stay idle for three ticktimes.
-    node = nodes.start(otp, args=("-kernel", "net_ticktime", "4"))
+    # net_ticktime 2 s: the node ticks every half second and drops a
+    # silent peer after ~2 s. We stay idle for three ticktimes.
+    node = nodes.start(otp, args=("-kernel", "net_ticktime", "2"))
     with attach(node.node, node.cookie.encode(), timeout=10) as remote:
-        time.sleep(12)
+        time.sleep(6)
         assert remote.call("erlang", "node") == node.node
 
 
