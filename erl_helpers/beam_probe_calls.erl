@@ -603,7 +603,16 @@ follow(#{sink := Sink, tag := Tag, worker := Worker, stop := Stop,
     Loop(0, 0, Started, Started + FlushMs, 0, Started, []).
 
 %% The processes of the rows shown, named as every table names them
-%% (beam_probe_lib:describe/1, passed as Describe).
--spec names([pid()], fun()) -> beam_probe_lib:rows().
+%% (beam_probe_lib:describe/1, passed as Describe), and this call's own
+%% processes (guard/3's): born after the trace began, they are traced as
+%% every new process is, and describe's process_info/2 calls, or the
+%% guard's message to net_kernel, were counted as the node's (the top
+%% rows of calls erlang:process_info/2 --by process).
+-spec names([pid()], fun()) -> {beam_probe_lib:rows(), [pid()]}.
 names(Pids, Describe) ->
-    Describe([{0, Pid} || Pid <- Pids]).
+    Ours = case erlang:get('$beam_probe_ours') of
+               Listed when erlang:is_list(Listed) -> Listed;
+               _ -> []
+           end,
+    {Describe([{0, Pid} || Pid <- Pids]),
+     [P || P <- [erlang:self() | Ours], erlang:is_pid(P)]}.

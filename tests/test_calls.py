@@ -181,6 +181,23 @@ def test_by_process_names_the_process(calls_node):
     assert top["process"].startswith("<") and top["initial_call"]
 
 
+def test_our_own_lookups_are_not_counted(calls_node, otp):
+    """--by process names the processes of its rows with a call to the
+    node, whose processes, born after the trace began, are traced as any:
+    describe's process_info/2 calls were counted as the node's, our
+    lookups the top rows. One process of the node calls it here."""
+    node, r = calls_node
+    asker = r.call(FIXTURE, "infos", [])
+    try:
+        _, summary = _json(run_here(
+            "calls", node.node, "erlang:process_info/2", "--allow-broad",
+            "--by", "process", "--duration", "2", node=node))
+        assert [row["process"] for row in summary["rows"]] == [str(asker)]
+        assert summary["counted"] == summary["rows"][0]["count"]
+    finally:
+        r.call("erlang", "exit", [asker, Atom("kill")])
+
+
 def test_the_rate_limit_ends_a_hot_trace(calls_node, otp):
     node, r = calls_node
     spinner = r.call(FIXTURE, "spin", [])

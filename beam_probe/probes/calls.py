@@ -66,6 +66,9 @@ MAX_MEMORY = 64 * 1024 * 1024
 # a call to the node): --top.
 DEFAULT_TOP = 20
 MAX_TOP = 1_000
+# beam-probe's own processes kept to leave their rows out: a names lookup
+# adds its call's few (guard/3's), at most one lookup an interval.
+MAX_OURS = 10_000
 # Arguments shaped by --by args (each adds ~17 terms to every message).
 MAX_SHAPED_ARGS = 8
 
@@ -289,6 +292,9 @@ class Counting:
         self.interval = 0.0
         self.ended: dict[str, Any] = {}
         self._names: dict[Pid, dict[str, Any]] = {}
+        # beam-probe's own processes on the node since the trace began
+        # (the names lookups'): their rows are left out.
+        self._ours: set[Pid] = set()
         # When we stop reading whatever the node says: --duration is the
         # node's to keep, and one that streams on (a hostile one, or one
         # not running our tracer) must not keep us past it.
@@ -421,6 +427,9 @@ class Counting:
                 raise BadReply(f"{HELPER}: a row of {shown(row)}")
             key, n = row
             n = count(f"{HELPER}'s count", n)
+            if self.by != "caller" and self.by != "args" \
+                    and self._pid_of(key) in self._ours:
+                continue
             self.last[key] = self.last.get(key, 0) + n
             self.total += n
             if key in self.counts or len(self.counts) < KEPT_KEYS:
@@ -487,8 +496,16 @@ class Counting:
         initial call."""
         from beam_probe.probes.processes import rows
 
-        described = rows(self.remote.run(HELPER, "names", pids,
-                                          Local("describe", LIB)), "value")
+        reply = self.remote.run(HELPER, "names", pids,
+                                Local("describe", LIB))
+        if not (isinstance(reply, tuple) and len(reply) == 2
+                and isinstance(reply[1], list)):
+            raise BadReply(f"{HELPER}:names gave {shown(reply)}")
+        described = rows(reply[0], "value")
+        # This call's own processes: traced as any new process, their
+        # calls and sends are ours, not the node's (see _add).
+        if len(self._ours) < MAX_OURS:
+            self._ours.update(p for p in reply[1][:16] if isinstance(p, Pid))
         by_pid = {row["pid"]: row for row in described}
         for pid in pids:
             row = by_pid.get(str(pid))

@@ -10,7 +10,7 @@
 -module(beam_probe_calls_fixture).
 
 -export([fill/1, put_a/2, put_b/2, put_other/2,
-         flood/1, atoms/1, hot/1, spin/0, paced/1, paced_calls/1]).
+         flood/1, atoms/1, infos/0, hot/1, spin/0, paced/1, paced_calls/1]).
 
 %% A process inserting into the named table Table: put_a/2 three times
 %% and put_b/2 once a round, and put_other/2 once into another table
@@ -82,6 +82,16 @@ atom_loop(Count, N) ->
 make_atom(N) ->
     Atom = erlang:list_to_atom("bp_calls_atom_" ++ erlang:integer_to_list(N)),
     {ok, Atom}.
+
+%% A process asking process_info/2 of itself each millisecond or so, as
+%% beam-probe's names lookups ask it of others.
+-spec infos() -> pid().
+infos() ->
+    erlang:spawn(fun info_loop/0).
+
+info_loop() ->
+    {memory, _} = erlang:process_info(erlang:self(), memory),
+    receive stop -> ok after 1 -> info_loop() end.
 
 %% The function called as fast as a process can (spin/0) or at a paced
 %% rate (paced/1): its value is used, so the call is not a tail call.
