@@ -111,8 +111,8 @@ EXIT_CODES = [
                     "traced processes collected faster than the node's "
                     "tracer could forward (overload); what was traced is "
                     "shown. `calls`, `senders`: the trace stopped itself "
-                    "past --rate or its tracer's bounds; the counts up to "
-                    "then are shown"),
+                    "past --rate or its tracer's bounds, or another tool "
+                    "took it away; the counts up to then are shown"),
     (ClusterIncomplete.exit_code, "`--cluster`: one or more nodes did not "
                                   "answer (down, slow, not connected to "
                                   "the entry node, an answer too large, "
