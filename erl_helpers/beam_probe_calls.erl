@@ -143,6 +143,30 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
                                  || Fn <- Still]
                         end
                 end,
+    %% OTP 25-26: flags off every process at once while new processes
+    %% still get our tracer (no process can then have another's: trace/3
+    %% refuses to change a process's tracer, checked); once another tool
+    %% has taken new processes (trace(new, true, ...) succeeds beside us,
+    %% checked), off ours only: the processes born since are theirs.
+    Unflag = fun(OurTracer, Flags) ->
+                     case erlang:trace_info(new_processes, tracer) of
+                         {tracer, OurTracer} ->
+                             erlang:trace(processes, false, Flags);
+                         _ ->
+                             All = erlang:processes(),
+                             Tracing = lists:zipwith(
+                                         fun erlang:trace_info/2, All,
+                                         lists:duplicate(erlang:length(All),
+                                                         tracer)),
+                             Traced = ets:match_spec_run(
+                                        lists:zip(All, Tracing),
+                                        ets:match_spec_compile(
+                                          [{{'$1', {tracer, OurTracer}}, [],
+                                            ['$1']}])),
+                             [catch erlang:trace(P, false, Flags)
+                              || P <- Traced]
+                     end
+             end,
     Unsend = fun(Spec) ->
                      case erlang:trace_info(send, match_spec) of
                          {match_spec, Spec} ->
@@ -208,9 +232,7 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
                                         Undo = fun() ->
                                                        Unpattern(MFA, MFAs,
                                                                  Spec),
-                                                       erlang:trace(
-                                                         processes, false,
-                                                         Flags),
+                                                       Unflag(Self, Flags),
                                                        ok
                                                end,
                                         Arm(Undo),
@@ -275,9 +297,7 @@ trace(Sink, Tag, What, Limits, Resolve, Follow) ->
                                                 ok
                                         end,
                                         Undo = fun() ->
-                                                       erlang:trace(
-                                                         processes, false,
-                                                         [send]),
+                                                       Unflag(Self, [send]),
                                                        Unsend(Spec),
                                                        ok
                                                end,

@@ -437,6 +437,46 @@ def test_the_tracer_waits_without_work(calls_node, otp):
         proc.wait()
 
 
+def test_processes_another_tool_traces_meanwhile_keep_it(calls_node, otp):
+    """OTP 25-26: another tool may take new processes while we trace
+    (erlang:trace(new, true, ...) succeeds beside us); a process born
+    then is theirs, and our clean-up, which cleared the flags of every
+    process, cleared its tracer and flags too. (We end by 'removed': new
+    processes are no longer ours.) 27+: sessions apart, theirs is kept
+    the same."""
+    node, r = calls_node
+    other = r.call("beam_probe_workload", "named",
+                   [Atom("bp_calls_new_tracer")])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "beam_probe", "calls", node.node,
+         "ets:insert/2", "--duration", "1.5", "--format", "json"],
+        env=dict(os.environ, HOME=node.home), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    spinner = None
+    try:
+        assert proc.stdout.readline()  # an interval: tracing has begun
+        r.call("erlang", "trace", [Atom("new"), True,
+                                   [Atom("call"), (Atom("tracer"), other)]])
+        spinner = r.call(FIXTURE, "spin", [])
+        theirs = r.call("erlang", "trace_info", [spinner, Atom("tracer")])
+        assert theirs == (Atom("tracer"), other)
+        proc.communicate(timeout=60)
+        assert proc.returncode in (0, 14)
+        assert r.call("erlang", "trace_info", [spinner, Atom("tracer")]) \
+            == theirs
+        assert Atom("call") in r.call("erlang", "trace_info",
+                                      [spinner, Atom("flags")])[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        r.call("erlang", "trace", [Atom("new"), False, [Atom("call")]])
+        if spinner is not None:
+            r.call("erlang", "trace", [spinner, False, [Atom("call")]])
+            r.call("erlang", "exit", [spinner, Atom("kill")])
+        r.call("erlang", "exit", [other, Atom("kill")])
+
+
 def _tracer(r):
     """Our tracer's pid: the owner of its table, named beam_probe_calls."""
     for table in r.call("ets", "all", []):
