@@ -78,18 +78,39 @@ def _ours_left(r, otp) -> list:
     return left
 
 
-def _wait_clean(r, otp, before: int, deadline: float = 10.0) -> None:
-    """Nothing of ours left, and the node back to its processes: polled
+def _processes(r) -> set:
+    """The node's processes now: what a run is compared against."""
+    return set(r.call("erlang", "processes", []))
+
+
+def _ours_alive(r, before: set) -> list:
+    """Processes born since ``before`` that run our code: an erl_eval fun
+    (the tracer, the call's worker and guard) or prim_eval's receive. A
+    count of processes would also count what a fresh node starts for
+    itself meanwhile (an OTP 27 node was still starting its own)."""
+    ours = []
+    for pid in _processes(r) - before:
+        info = r.call("erlang", "process_info",
+                      [pid, [Atom("initial_call"), Atom("current_function")]])
+        if not isinstance(info, list):
+            continue  # gone meanwhile
+        modules = {str(v[0]) for _, v in info if isinstance(v, tuple)}
+        if modules & {"erl_eval", "prim_eval"}:
+            ours.append((pid, info))
+    return ours
+
+
+def _wait_clean(r, otp, before: set, deadline: float = 10.0) -> None:
+    """Nothing of ours left, and no process of ours alive: polled
     (generous deadline: it takes under a second, on a loaded machine
     longer)."""
     until = time.monotonic() + deadline
     while time.monotonic() < until:
-        if not _ours_left(r, otp) and r.call(
-                "erlang", "system_info", [Atom("process_count")]) <= before:
+        if not _ours_left(r, otp) and not _ours_alive(r, before):
             return
         time.sleep(0.1)
     assert _ours_left(r, otp) == []
-    assert r.call("erlang", "system_info", [Atom("process_count")]) <= before
+    assert _ours_alive(r, before) == []
 
 
 def test_callers_counted_in_their_ratio(calls_node):
@@ -202,7 +223,7 @@ def test_the_rate_limit_ends_a_hot_trace(calls_node, otp):
     node, r = calls_node
     spinner = r.call(FIXTURE, "spin", [])
     try:
-        before = r.call("erlang", "system_info", [Atom("process_count")])
+        before = _processes(r)
         result = run_here("calls", node.node, f"{FIXTURE}:hot/1",
                           "--duration", "20", "--format", "json", node=node)
         assert result.returncode == 14, result.stderr
@@ -317,7 +338,7 @@ def test_two_at_once(calls_node, otp):
     ["calls", "ets:insert/2"], ["senders", SINK, "--by", "shape"]])
 def test_kill_9_mid_trace_leaves_nothing(calls_node, otp, command):
     node, r = calls_node
-    before = r.call("erlang", "system_info", [Atom("process_count")])
+    before = _processes(r)
     proc = subprocess.Popen(
         [sys.executable, "-m", "beam_probe", command[0], node.node,
          *command[1:], "--duration", "60", "--format", "json"],
@@ -326,6 +347,8 @@ def test_kill_9_mid_trace_leaves_nothing(calls_node, otp, command):
     try:
         assert proc.stdout.readline()  # an interval: tracing has begun
         assert _ours_left(r, otp) != []
+        # The tracer is seen among the new processes: what must be gone.
+        assert _ours_alive(r, before) != []
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     finally:
@@ -376,7 +399,7 @@ def test_a_trace_another_tool_removes_ends_saying_so(calls_node, otp):
     process's flags on 25): the run ends by 'removed', exit 14, rather
     than count nothing more until --duration and call it complete."""
     node, r = calls_node
-    before = r.call("erlang", "system_info", [Atom("process_count")])
+    before = _processes(r)
     proc = subprocess.Popen(
         [sys.executable, "-m", "beam_probe", "calls", node.node,
          "ets:insert/2", "--duration", "30", "--format", "json"],
@@ -497,7 +520,7 @@ def test_a_tracer_killed_by_someone_leaves_nothing(calls_node, otp):
     """exit(Tracer, kill) skips the tracer's own clean-up: on OTP 25-26 the
     call's worker undoes the traces (27+: the session goes with it)."""
     node, r = calls_node
-    before = r.call("erlang", "system_info", [Atom("process_count")])
+    before = _processes(r)
     proc = subprocess.Popen(
         [sys.executable, "-m", "beam_probe", "calls", node.node,
          "ets:insert/2", "--duration", "60", "--format", "json"],
@@ -519,7 +542,7 @@ def test_a_tracer_killed_by_someone_leaves_nothing(calls_node, otp):
 
 def test_ctrl_c_ends_with_a_summary_and_leaves_nothing(calls_node, otp):
     node, r = calls_node
-    before = r.call("erlang", "system_info", [Atom("process_count")])
+    before = _processes(r)
     code, out, err = interrupt_cli(
         "calls", node.node, "erlang:list_to_atom/1", "--duration", "60",
         "--format", "json", after=2.0, cookie=node.cookie)
@@ -569,7 +592,7 @@ def test_a_node_streaming_past_the_duration_is_left(calls_node, otp,
     if otp != "25":
         pytest.skip("beam-probe's side, the same for every release")
     node, r = calls_node
-    before = r.call("erlang", "system_info", [Atom("process_count")])
+    before = _processes(r)
     folder = str(tmp_path / "cache")
     _plant_endless(node, folder)
     monkeypatch.setenv("BEAM_PROBE_CACHE", folder)
