@@ -1,7 +1,7 @@
 """The errors beam-probe reports, each with its exit code.
 
 The CLI prints ``str(error)`` as one line and exits with ``error.exit_code``;
-the README's exit code table is checked against EXIT_CODES. The errors of
+docs/manual/exit-codes.md is written from EXIT_CODES. The errors of
 the distribution layer are defined in erldist.errors and re-exported here.
 """
 

@@ -113,6 +113,11 @@ def test_every_page_has_what_the_issue_asks():
     assert "| 10 |" not in proc_count
     assert "ProcCount\n  node: string\n" in proc_count
     assert "  kind (optional): string or null\n" in proc_count
+    # Each page links the topic page that tells its command's story.
+    from beam_probe.cli.reference import TOPICS
+
+    assert set(TOPICS) == set(_command_names())
+    assert "[refc-binaries](../manual/refc-binaries.md)" in proc_count
     check = open(os.path.join(DOCS, "commands", "check.md"),
                  encoding="utf-8").read()
     assert "| 2 | CRITICAL" in check
@@ -242,6 +247,19 @@ def test_help_topics_lists_them_and_a_wrong_name_is_one_line():
         assert r.stderr.count("\n") == 1, r.stderr
         assert f"no command {wrong!r}, nor a topic" in r.stderr
         assert "beam-probe help topics" in r.stderr
+
+
+def test_the_index_links_every_page_and_no_topic_is_a_command():
+    index = open(os.path.join(DOCS, "index.md"), encoding="utf-8").read()
+    topics = sorted(name[:-3] for name in os.listdir(
+        os.path.join(DOCS, "manual")) if name.endswith(".md"))
+    assert len(topics) >= 15, topics
+    for topic in topics:
+        assert f"](manual/{topic}.md)" in index, topic
+    assert "](commands/README.md)" in index
+    # `help NAME` shows a command first: a topic of that name would never
+    # be printed.
+    assert not set(topics) & set(_command_names())
 
 
 def test_the_exit_codes_page_matches_the_code():

@@ -1,4 +1,5 @@
-"""The README's promises that can drift from the code."""
+"""The README's promises that can drift from the code, and those of the
+manual's pages its sections moved to (issue 41)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,46 @@ import pytest
 from beam_probe.errors import EXIT_CODES
 from conftest import run_here
 
-README = os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), "README.md")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+MANUAL = os.path.join(ROOT, "docs", "manual")
 
 
 def test_exit_code_table_matches_the_code():
-    text = open(README, encoding="utf-8").read()
-    section = text.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    """The table moved from the README to docs/manual/exit-codes.md
+    (`beam-probe help exit-codes`), written from EXIT_CODES."""
+    text = open(os.path.join(MANUAL, "exit-codes.md"),
+                encoding="utf-8").read()
+    section = text.split("# Exit codes", 1)[1]
     rows = re.findall(r"^\| (\d+) \| (.+?) \|$", section, re.M)
     assert [(int(code), meaning) for code, meaning in rows] == EXIT_CODES
+
+
+def _leak_hunt_block(path: str) -> str:
+    text = open(path, encoding="utf-8").read()
+    section = text.split("# The leak hunt", 1)[1]
+    return section.split("```sh", 1)[1].split("```", 1)[0]
+
+
+def test_the_leak_hunt_page_runs_the_readme_s_commands():
+    """The README's leak hunt (run by the test below) and the manual's
+    page of it, step by step, give the same commands."""
+    assert _leak_hunt_block(README) == _leak_hunt_block(
+        os.path.join(MANUAL, "the-leak-hunt.md"))
+
+
+def test_the_readme_is_read_in_five_minutes():
+    """Issue 41: at most 250 lines, and install, the two commands and
+    the leak hunt's commands on its first screenful."""
+    lines = open(README, encoding="utf-8").read().splitlines()
+    assert len(lines) <= 250, len(lines)
+    first = "\n".join(lines[:60])
+    for heading in ("## Install", "## Try it (two commands",
+                    "## The leak hunt"):
+        assert f"\n{heading}" in first, heading
+    assert "pipx install ." in first
+    assert ".ci/setup && .venv/bin/beam-probe demo" in first
+    assert "beam-probe watch app@db1" in first
 
 
 def _workflow_commands() -> list[list[str]]:

@@ -309,9 +309,12 @@ def page(name: str, command: click.Command) -> str:
                 "beam_probe/probes/results.py; optional keys may be "
                 "absent, no other key appears):", "", "```text",
                 *json_shapes(shapes), "```", ""]
+    topic = reference.TOPICS.get(name)
+    story = (f"[{topic}](../manual/{topic}.md) (`beam-probe help {topic}`); "
+             if topic else "")
     out += ["## What it costs the node", "", _md_escape(cost(name, command)),
             "", "## See also", "",
-            f"`beam-probe {name} --help`; [every command](README.md); "
+            f"{story}`beam-probe {name} --help`; [every command](README.md); "
             "[the manual](../index.md); `beam-probe help topics`.", ""]
     return "\n".join(out)
 

@@ -181,6 +181,24 @@ PLUGIN_EXITS = ((0, "OK"),
                 (2, "CRITICAL (also: the node could not be reached)"),
                 (3, "UNKNOWN: bad arguments, or an answer it cannot judge"))
 
+# The topic page (docs/manual/TOPIC.md, `beam-probe help TOPIC`) that
+# tells a command's story: a page's "See also" links it.
+TOPICS: dict[str, str] = {
+    "ping": "reaching-a-node", "memory": "reaching-a-node",
+    "proc-count": "refc-binaries", "bin-leak": "refc-binaries",
+    "proc-window": "refc-binaries", "proc-info": "refc-binaries",
+    "watch": "watch-and-plot", "plot": "watch-and-plot",
+    "snapshot": "three-snapshots", "diff": "three-snapshots",
+    "leak-hunt": "three-snapshots",
+    "trace-gc": "gc-alloc-ets", "alloc": "gc-alloc-ets",
+    "ets": "gc-alloc-ets",
+    "inspect": "what-holds-it",
+    "calls": "who-fills-it", "senders": "who-fills-it",
+    "top": "processes-live", "crashdump": "dead-node",
+    "check": "monitoring", "serve": "monitoring",
+    "demo": "the-leak-hunt", "help": "output",
+}
+
 # The positional words of the usage lines.
 ARGUMENT_HELP: dict[str, str] = {
     "NODE": "The node: name@host, or a bare name on this host (as erl "
@@ -204,4 +222,4 @@ ARGUMENT_HELP: dict[str, str] = {
 }
 
 __all__ = ["ARGUMENT_HELP", "COSTS", "COST_COMMON", "COST_COMMON_EXCEPT",
-           "JSON_LINES", "OWN_EXITS", "PLUGIN_EXITS", "RESULTS"]
+           "JSON_LINES", "OWN_EXITS", "PLUGIN_EXITS", "RESULTS", "TOPICS"]

@@ -63,7 +63,7 @@ def parse_listen(text: str) -> tuple[str, int]:
                    "hashes), as every Prometheus exporter reads it.")
 @click.option("--config", "config_path", metavar="FILE",
               help="A TOML file of [[target]] tables (match, cookie_file, "
-                   "tls, ...) and settings; see the README.")
+                   "tls, ...) and settings; see docs/manual/monitoring.md.")
 @click.option("--compat", is_flag=True, default=None,
               help="Also write the pre-6.0 prometheus.erl names (RabbitMQ's "
                    "Erlang-BEAM dashboard).")

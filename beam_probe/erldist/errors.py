@@ -4,7 +4,7 @@ command line gives it.
 They live here, beside the protocol that raises them, so that nothing in
 erldist imports from the layers above; beam_probe.errors adds the tool's
 own (a process that is not there, output that cannot be written) and the
-table of exit codes the README shows.
+table of exit codes the manual shows (docs/manual/exit-codes.md).
 """
 
 from __future__ import annotations
