@@ -275,12 +275,23 @@ def test_the_topics_come_with_the_package_as_built(tmp_path):
     build_py lays the package out as a wheel holds it; help TOPIC run
     from there finds the page beside its modules."""
     source, built = tmp_path / "source", tmp_path / "built"
-    shutil.copytree(os.path.join(ROOT, "beam_probe"), source / "beam_probe",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    for part in ("erl_helpers", os.path.join("docs", "manual")):
-        shutil.copytree(os.path.join(ROOT, part), source / part)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(os.path.join(ROOT, name), source / name)
+    # What docker/Dockerfile copies into /src before `pip install /src`:
+    # the package must build from that alone.
+    dockerfile = open(os.path.join(ROOT, "docker", "Dockerfile"),
+                      encoding="utf-8").read()
+    copied = []
+    for line in dockerfile.splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and words[-1].startswith("/src"):
+            copied += words[1:-1]
+    assert {"pyproject.toml", "beam_probe", "docs/manual"} <= set(copied)
+    for part in copied:
+        if os.path.isdir(os.path.join(ROOT, part)):
+            shutil.copytree(os.path.join(ROOT, part), source / part,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            os.makedirs(source, exist_ok=True)
+            shutil.copy(os.path.join(ROOT, part), source / part)
     r = subprocess.run([sys.executable, "-c",
                         "import setuptools; setuptools.setup()", "-q",
                         "build_py", "-d", str(built)], cwd=source,
