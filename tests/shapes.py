@@ -12,23 +12,9 @@ from __future__ import annotations
 import typing
 from typing import Any, Union
 
+from beam_probe.probes.results import is_typeddict, optional_keys
+
 _NONE = type(None)
-
-
-def _optional(tp: Any) -> set[str]:
-    optional = set(getattr(tp, "__optional_keys__", ()))
-    for cls in reversed(tp.__mro__):
-        for key, raw in getattr(cls, "__annotations__", {}).items():
-            text = raw if isinstance(raw, str) else getattr(
-                raw, "__forward_arg__", "")
-            if text.startswith("NotRequired["):
-                optional.add(key)
-    return optional
-
-
-def _is_typeddict(tp: Any) -> bool:
-    return isinstance(tp, type) and issubclass(tp, dict) and \
-        hasattr(tp, "__annotations__")
 
 
 def conforms_to(value: Any, tp: Any, where: str = "$") -> None:
@@ -36,11 +22,11 @@ def conforms_to(value: Any, tp: Any, where: str = "$") -> None:
     the type ``tp``."""
     if tp is Any or tp is object:
         return
-    if _is_typeddict(tp):
+    if is_typeddict(tp):
         assert isinstance(value, dict), (where, value)
         hints = typing.get_type_hints(tp)
         declared = list(hints)
-        optional = _optional(tp)
+        optional = optional_keys(tp)
         unknown = [key for key in value if key not in hints]
         assert not unknown, (where, "keys not in the type", unknown)
         missing = [key for key in declared

@@ -1176,6 +1176,30 @@ class CountSummary(TypedDict):
     rows: List[CountRow]
 
 
+
+# -- reading the types themselves (the manual's JSON shapes, the tests'
+# -- conformance check) ------------------------------------------------------
+
+def is_typeddict(tp: Any) -> bool:
+    """Whether ``tp`` is one of the TypedDicts above."""
+    return isinstance(tp, type) and issubclass(tp, dict) and \
+        hasattr(tp, "__annotations__")
+
+
+def optional_keys(tp: Any) -> set[str]:
+    """A TypedDict's keys that may be absent: total=False parts, and
+    NotRequired (whose marks this module's string annotations hide from
+    typing)."""
+    optional = set(getattr(tp, "__optional_keys__", ()))
+    for cls in reversed(tp.__mro__):
+        for key, raw in getattr(cls, "__annotations__", {}).items():
+            text = raw if isinstance(raw, str) else getattr(
+                raw, "__forward_arg__", "")
+            if text.startswith("NotRequired["):
+                optional.add(key)
+    return optional
+
+
 __all__ = ["AllocInstance", "AllocReport", "AllocType", "BinLeak", "Carriers", "CategoryStats",
            "CrashDumpOverview", "DumpProcess",
            "Change", "CheckNode", "CheckReport", "CheckValues",
@@ -1190,4 +1214,5 @@ __all__ = ["AllocInstance", "AllocReport", "AllocType", "BinLeak", "Carriers", "
            "SnapshotTaken", "Suspects", "TopDown", "TopFrame", "TopHeader", "TopProcesses",
            "TopRow", "TopView", "TraceHeader", "TraceSummary", "TraceTrend",
            "TracedProcess",
-           "Unnamed", "ValueRow", "Verdict", "VmFigures", "WatchSummary"]
+           "Unnamed", "ValueRow", "Verdict", "VmFigures", "WatchSummary",
+           "is_typeddict", "optional_keys"]
