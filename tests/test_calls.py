@@ -78,6 +78,15 @@ def _ours_left(r, otp) -> list:
     return left
 
 
+def _start(node, *words: str, stderr=subprocess.PIPE) -> subprocess.Popen:
+    """beam-probe WORDS --format json run as a process of its own (to be
+    killed, or interrupted, mid-trace), its output read as text."""
+    return subprocess.Popen([sys.executable, "-m", "beam_probe", *words,
+                             "--format", "json"],
+                            env=dict(os.environ, HOME=node.home),
+                            stdout=subprocess.PIPE, stderr=stderr, text=True)
+
+
 def _processes(r) -> set:
     """The node's processes now: what a run is compared against."""
     return set(r.call("erlang", "processes", []))
@@ -311,11 +320,8 @@ def test_two_at_once(calls_node, otp):
     """A second beam-probe on the same node: OTP 27+ runs both (a session
     each); OTP 25 refuses the second with one line, the first goes on."""
     node, r = calls_node
-    first = subprocess.Popen(
-        [sys.executable, "-m", "beam_probe", "calls", node.node,
-         "ets:insert/2", "--duration", "2.5", "--format", "json"],
-        env=dict(os.environ, HOME=node.home), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    first = _start(node, "calls", node.node, "ets:insert/2", "--duration",
+                   "2.5")
     try:
         assert first.stdout.readline()  # its first interval: tracing
         second = run_here("calls", node.node, "erlang:list_to_atom/1",
@@ -339,11 +345,8 @@ def test_two_at_once(calls_node, otp):
 def test_kill_9_mid_trace_leaves_nothing(calls_node, otp, command):
     node, r = calls_node
     before = _processes(r)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "beam_probe", command[0], node.node,
-         *command[1:], "--duration", "60", "--format", "json"],
-        env=dict(os.environ, HOME=node.home), stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL)
+    proc = _start(node, command[0], node.node, *command[1:], "--duration",
+                  "60", stderr=subprocess.DEVNULL)
     try:
         assert proc.stdout.readline()  # an interval: tracing has begun
         assert _ours_left(r, otp) != []
@@ -373,11 +376,8 @@ def test_a_pattern_another_tool_sets_meanwhile_is_left(calls_node, otp,
     what = INSERT if command[0] == "calls" else Atom("send")
     flags = [Atom("local")] if command[0] == "calls" else []
     theirs = [([Atom("_"), Atom("_")], [], [])]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "beam_probe", command[0], node.node,
-         *command[1:], "--duration", "1.5", "--format", "json"],
-        env=dict(os.environ, HOME=node.home), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    proc = _start(node, command[0], node.node, *command[1:], "--duration",
+                  "1.5")
     try:
         assert proc.stdout.readline()  # an interval: tracing has begun
         r.call("erlang", "trace_pattern", [what, theirs, flags])
@@ -400,11 +400,7 @@ def test_a_trace_another_tool_removes_ends_saying_so(calls_node, otp):
     than count nothing more until --duration and call it complete."""
     node, r = calls_node
     before = _processes(r)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "beam_probe", "calls", node.node,
-         "ets:insert/2", "--duration", "30", "--format", "json"],
-        env=dict(os.environ, HOME=node.home), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    proc = _start(node, "calls", node.node, "ets:insert/2", "--duration", "30")
     try:
         assert proc.stdout.readline()  # an interval: tracing has begun
         if int(otp) >= 27:
@@ -436,12 +432,8 @@ def test_the_tracer_waits_without_work(calls_node, otp):
         pytest.skip("the loop is the same on every release: 25 and 28")
     node, r = calls_node
     # A function no process calls: our --match names no table there is.
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "beam_probe", "calls", node.node,
-         "ets:insert/2", "--match", f"{SINK}, _", "--duration", "30",
-         "--format", "json"],
-        env=dict(os.environ, HOME=node.home), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    proc = _start(node, "calls", node.node, "ets:insert/2", "--match",
+                  f"{SINK}, _", "--duration", "30")
     try:
         assert proc.stdout.readline()  # an interval: tracing has begun
         tracer = _tracer(r)
@@ -477,11 +469,8 @@ def test_processes_another_tool_traces_meanwhile_keep_it(calls_node, otp):
     node, r = calls_node
     other = r.call("beam_probe_workload", "named",
                    [Atom("bp_calls_new_tracer")])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "beam_probe", "calls", node.node,
-         "ets:insert/2", "--duration", "1.5", "--format", "json"],
-        env=dict(os.environ, HOME=node.home), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    proc = _start(node, "calls", node.node, "ets:insert/2", "--duration",
+                  "1.5")
     spinner = None
     try:
         assert proc.stdout.readline()  # an interval: tracing has begun
@@ -521,11 +510,7 @@ def test_a_tracer_killed_by_someone_leaves_nothing(calls_node, otp):
     call's worker undoes the traces (27+: the session goes with it)."""
     node, r = calls_node
     before = _processes(r)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "beam_probe", "calls", node.node,
-         "ets:insert/2", "--duration", "60", "--format", "json"],
-        env=dict(os.environ, HOME=node.home), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    proc = _start(node, "calls", node.node, "ets:insert/2", "--duration", "60")
     try:
         assert proc.stdout.readline()
         tracer = _tracer(r)

@@ -28,6 +28,7 @@ from beam_probe.errors import (EXIT_OVERLOAD, BadReply, NothingToTrace,
                                UsageError)
 from beam_probe.node.forms import LIB, Local
 from beam_probe.node.replies import Reply, count, shown
+from beam_probe.probes.trace_gc import check_duration
 
 if TYPE_CHECKING:
     from beam_probe.probes.results import (CountRow, CountSample,
@@ -39,7 +40,6 @@ FLUSH_MS = 500
 # without closing the connection).
 WAIT_MS = 10_000
 DEFAULT_DURATION = 10.0
-MAX_DURATION = 24 * 3600.0
 DEFAULT_MAX = 100_000
 MAX_MAX = 100_000_000
 # The rate past which the trace stops itself. Measured with
@@ -168,9 +168,7 @@ def caller_text(key: Any) -> dict[str, Any]:
 
 def check_limits(duration: float, max_calls: int, rate: int,
                  top: int) -> None:
-    if not 0 < duration <= MAX_DURATION:
-        raise UsageError(f"--duration must be between 0 and "
-                         f"{MAX_DURATION:g} seconds, not {duration:g}")
+    check_duration(duration)
     if not 1 <= max_calls <= MAX_MAX:
         raise UsageError(f"--max must be between 1 and {MAX_MAX:,}, not "
                          f"{max_calls}")

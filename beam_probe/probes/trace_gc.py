@@ -95,10 +95,15 @@ def check_request(specs: list[str], top: tuple[int, str] | None,
     return targets
 
 
-def check_limits(duration: float, max_events: int, targets: int) -> None:
+def check_duration(duration: float) -> None:
+    """A trace's --duration (trace-gc's, calls' and senders')."""
     if not 0 < duration <= MAX_DURATION:
         raise UsageError(f"--duration must be between 0 and "
                          f"{MAX_DURATION:g} seconds, not {duration:g}")
+
+
+def check_limits(duration: float, max_events: int, targets: int) -> None:
+    check_duration(duration)
     if not 1 <= max_events <= MAX_EVENTS:
         raise UsageError(f"--max-events must be between 1 and {MAX_EVENTS},"
                          f" not {max_events}")
@@ -473,4 +478,5 @@ class TraceGc:
             else 0
 
 
-__all__ = ["TraceGc", "check_limits", "check_request", "skipped_why"]
+__all__ = ["TraceGc", "check_duration", "check_limits", "check_request",
+           "skipped_why"]
